@@ -1,0 +1,38 @@
+//! The persistent dedup index trait ("antispam" in Tessera).
+//!
+//! The engine layers an in-memory map of in-flight and not-yet-indexed entries on top
+//! of a [`DedupIndex`]; the index itself is written only in batches, after the batch
+//! is committed, by a follower task that can always catch up from the log.
+
+/// Identity of an entry for deduplication: the full SHA-256 of its bytes. Never
+/// truncated: Sunlight and Azul both had to widen 128-bit keys after collision attacks.
+pub type EntryHash = [u8; 32];
+
+/// SHA-256 of the entry bytes.
+pub fn entry_hash(entry: &[u8]) -> EntryHash {
+    use sha2::Digest;
+    sha2::Sha256::digest(entry).into()
+}
+
+/// A dedup index failure.
+#[derive(Debug, thiserror::Error)]
+#[error("dedup index: {0}")]
+pub struct DedupError(pub String);
+
+/// A durable map from [`EntryHash`] to the index of the entry's first occurrence.
+///
+/// Implementations are blocking (RocksDB is); the engine calls them from blocking
+/// threads or accepts the short point-lookup latency on its own tasks.
+pub trait DedupIndex: Send + Sync + 'static {
+    /// The index of the first entry whose bytes hash to `hash`, if indexed.
+    fn get(&self, hash: &EntryHash) -> Result<Option<u64>, DedupError>;
+
+    /// Record `entries` (in index order) and advance the "indexed up to" marker to
+    /// `indexed_up_to` (every entry with a smaller index is now indexed), atomically.
+    /// First index wins: a hash already present keeps its older index.
+    fn put_batch(&self, entries: &[(EntryHash, u64)], indexed_up_to: u64)
+    -> Result<(), DedupError>;
+
+    /// The persisted marker: all entries with an index below it are indexed.
+    fn indexed_up_to(&self) -> Result<u64, DedupError>;
+}

@@ -1,0 +1,133 @@
+//! An in-memory [`LogStorage`] with fault injection, for tests and embedding.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use super::storage::{CommitBatch, LogStorage, StorageError, TreeState};
+use crate::tile::{TileId, TileKind};
+
+/// What the next faulty call does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Return an error without persisting anything.
+    FailAndDontPersist,
+    /// Persist everything, then return an error anyway.
+    FailButPersist,
+    /// Persist the tiles but not the state, then return an error.
+    FailAfterTiles,
+}
+
+#[derive(Default)]
+struct State {
+    tree: Option<TreeState>,
+    tiles: HashMap<(TileKind, u64, u16), Vec<u8>>,
+    checkpoint: Option<Vec<u8>>,
+    next_commit_fault: Option<Fault>,
+    unwritable: bool,
+}
+
+/// Everything in a `HashMap`, behind a mutex.
+#[derive(Default)]
+pub struct MemoryStorage {
+    state: Mutex<State>,
+}
+
+impl MemoryStorage {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Make the next [`LogStorage::commit`] fail in the given way.
+    pub fn fail_next_commit(&self, fault: Fault) {
+        self.lock().next_commit_fault = Some(fault);
+    }
+
+    /// Make every write fail (true) or succeed again (false).
+    pub fn set_unwritable(&self, unwritable: bool) {
+        self.lock().unwritable = unwritable;
+    }
+
+    /// Overwrite a stored tile, as an attacker or a bit flip would.
+    pub fn tamper(&self, id: &TileId, bytes: Vec<u8>) {
+        self.lock().tiles.insert((id.kind, id.index, id.width), bytes);
+    }
+
+    /// Advance the stored state behind the engine's back (another frontend).
+    pub fn force_state(&self, state: TreeState) {
+        self.lock().tree = Some(state);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn err(what: &str) -> StorageError {
+    StorageError::Backend(format!("injected fault: {what}"))
+}
+
+impl LogStorage for MemoryStorage {
+    fn backend_name(&self) -> &'static str {
+        "memory"
+    }
+
+    async fn load_state(&self) -> Result<Option<TreeState>, StorageError> {
+        Ok(self.lock().tree)
+    }
+
+    async fn commit(&self, batch: CommitBatch) -> Result<(), StorageError> {
+        let mut s = self.lock();
+        if s.unwritable {
+            return Err(err("unwritable"));
+        }
+        let found = s.tree.unwrap_or_else(TreeState::empty);
+        if found != batch.prev {
+            return Err(StorageError::Conflict {
+                expected: batch.prev.size,
+                found: found.size,
+            });
+        }
+        let fault = s.next_commit_fault.take();
+        if fault == Some(Fault::FailAndDontPersist) {
+            return Err(err("commit not persisted"));
+        }
+        // Tiles written before the state advanced may be rewritten (see the trait's
+        // contract): only tiles under a committed state are immutable.
+        for (id, bytes) in batch.tiles {
+            s.tiles.insert((id.kind, id.index, id.width), bytes);
+        }
+        if fault == Some(Fault::FailAfterTiles) {
+            return Err(err("tiles persisted, state not"));
+        }
+        s.tree = Some(batch.next);
+        if fault == Some(Fault::FailButPersist) {
+            return Err(err("commit persisted"));
+        }
+        Ok(())
+    }
+
+    async fn read_tile(&self, id: &TileId) -> Result<Option<Vec<u8>>, StorageError> {
+        Ok(self.lock().tiles.get(&(id.kind, id.index, id.width)).cloned())
+    }
+
+    async fn publish_checkpoint(&self, signed: &[u8]) -> Result<(), StorageError> {
+        let mut s = self.lock();
+        if s.unwritable {
+            return Err(err("unwritable"));
+        }
+        s.checkpoint = Some(signed.to_vec());
+        Ok(())
+    }
+
+    async fn read_checkpoint(&self) -> Result<Option<Vec<u8>>, StorageError> {
+        Ok(self.lock().checkpoint.clone())
+    }
+
+    async fn check_writable(&self) -> Result<(), StorageError> {
+        if self.lock().unwritable {
+            return Err(err("unwritable"));
+        }
+        Ok(())
+    }
+}

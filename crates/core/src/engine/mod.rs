@@ -1,0 +1,804 @@
+//! The generic sequencing engine: queue → integrator → publisher, over [`LogStorage`].
+//!
+//! # Durability protocol
+//!
+//! One integrator task owns the in-memory right edge of the tree ([`TileTree`] plus the
+//! partial entry bundle) and commits batches one at a time ("group commit": while one
+//! batch commits, the next accumulates; an idle integrator takes a lone entry at once).
+//! For every batch:
+//!
+//! 1. **Integrate in memory.** Append the leaf hashes and entries to the right edge,
+//!    producing every changed hash tile and entry bundle and the new root. No storage
+//!    reads.
+//! 2. **Stage and compare-and-swap** ([`LogStorage::commit`]). The backend makes every
+//!    tile durable, then atomically advances the tree state from `prev` to `next`. The
+//!    state is the commit point.
+//! 3. **Acknowledge.** Only now does any `add` of the batch resolve to an index.
+//! 4. **Index.** The batch's entry hashes go to the dedup follower, which writes them
+//!    to the persistent index in batches, off the commit path.
+//! 5. **Publish.** The publisher signs a checkpoint for the latest committed state at
+//!    most once per checkpoint interval and stores it; a checkpoint never names a state
+//!    that is not durable.
+//!
+//! If step 2 fails, the outcome is uncertain, so the integrator drops its in-memory
+//! edge and reloads it from storage before the next batch: if the reloaded state is the
+//! batch's `next`, the batch did persist and is acknowledged; otherwise its adds fail
+//! (HTTP 500) and nothing was acknowledged. On [`StorageError::Conflict`] (another
+//! frontend advanced the tree) the batch is re-integrated on the reloaded edge and
+//! retried. A crash at any instant thus loses no acknowledged entry and never forks the
+//! tree: the state only moves by compare-and-swap from the state the batch was built on.
+
+mod dedup;
+mod queue;
+mod storage;
+
+
+pub use dedup::{DedupError, DedupIndex, EntryHash, entry_hash};
+pub use storage::{CommitBatch, LogStorage, StorageError, TreeState};
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::sync::{Notify, mpsc, watch};
+use tokio::task::JoinHandle;
+
+use crate::bundle::{self, MAX_ENTRY_SIZE};
+use crate::checkpoint::Checkpoint;
+use crate::hash::{Hash, leaf_hash};
+use crate::merkle::TileTree;
+use crate::note::NoteSigner;
+use crate::tile::{self, TILE_WIDTH, TileId, TileKind};
+use queue::{InFlight, PendingBatch, Pushed, Queue, QueueLimits};
+
+/// Tuning and identity of one log.
+#[derive(Clone)]
+pub struct LogConfig {
+    /// The checkpoint origin line (tlog-checkpoint "Note text").
+    pub origin: String,
+    /// The log's checkpoint signer.
+    pub signer: Arc<NoteSigner>,
+    /// Largest batch committed at once.
+    pub batch_max_entries: usize,
+    /// How long an idle integrator lingers for more entries before committing a batch
+    /// that is not full. Zero: commit at once (a lone entry never waits for a timer).
+    pub batch_max_age: Duration,
+    /// Minimum time between two published checkpoints.
+    pub checkpoint_interval: Duration,
+    /// Bound on entries queued or committing; beyond it adds get pushback.
+    pub max_pending_entries: usize,
+    /// Bound on entry bytes queued or committing; beyond it adds get pushback.
+    pub max_pending_bytes: usize,
+    /// Pushback when the dedup index lags the tree by more than this many entries.
+    pub dedup_max_lag: u64,
+    /// The `Retry-After` hint given with pushback.
+    pub retry_after: Duration,
+}
+
+impl LogConfig {
+    /// Defaults suited to a POSIX log on one machine.
+    pub fn new(origin: impl Into<String>, signer: Arc<NoteSigner>) -> Self {
+        LogConfig {
+            origin: origin.into(),
+            signer,
+            batch_max_entries: 4096,
+            batch_max_age: Duration::ZERO,
+            checkpoint_interval: Duration::from_secs(1),
+            max_pending_entries: 65_536,
+            max_pending_bytes: 256 << 20,
+            dedup_max_lag: 200_000,
+            retry_after: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Why an add was refused or failed.
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
+pub enum AddError {
+    /// tlog-tiles "Log entries": entries are 1..=65535 bytes.
+    #[error("empty entry")]
+    Empty,
+    /// Larger than an entry bundle can hold.
+    #[error("entry of {0} bytes exceeds the 65535-byte limit")]
+    TooLarge(usize),
+    /// The sequencing queue is full.
+    #[error("sequencing queue is full")]
+    QueueFull,
+    /// The dedup index is too far behind the tree.
+    #[error("dedup index is catching up")]
+    DedupLag,
+    /// The log is shutting down.
+    #[error("log is shutting down")]
+    ShuttingDown,
+    /// The batch could not be committed; the entry was not logged.
+    #[error("storage: {0}")]
+    Storage(String),
+    /// A bug.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl AddError {
+    /// Whether the client should back off and retry (HTTP 503 + Retry-After).
+    pub fn is_pushback(&self) -> bool {
+        matches!(
+            self,
+            AddError::QueueFull | AddError::DedupLag | AddError::ShuttingDown
+        )
+    }
+}
+
+/// A successful add.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AddOutcome {
+    /// The entry's index in the log.
+    pub index: u64,
+    /// The bytes were already logged (or in flight) at `index`; nothing was appended.
+    pub duplicate: bool,
+}
+
+/// Why the engine could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// Storage failed or holds a corrupt log.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// The dedup index failed.
+    #[error(transparent)]
+    Dedup(#[from] DedupError),
+    /// The published checkpoint does not verify with the configured origin and key.
+    #[error("the log's published checkpoint does not verify with the configured origin and key: {0}")]
+    Checkpoint(String),
+}
+
+/// A running log. Cheap to clone.
+pub struct Log<S: LogStorage> {
+    inner: Arc<Inner<S>>,
+}
+
+impl<S: LogStorage> Clone for Log<S> {
+    fn clone(&self) -> Self {
+        Log {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+struct Inner<S> {
+    storage: Arc<S>,
+    config: LogConfig,
+    limits: QueueLimits,
+    queue: Mutex<Queue>,
+    work: Notify,
+    dedup: Option<Arc<dyn DedupIndex>>,
+    /// Size of the committed tree.
+    committed_size: AtomicU64,
+    /// Persistent dedup index marker.
+    indexed_size: AtomicU64,
+    /// Size named by the latest published checkpoint.
+    published_size: AtomicU64,
+    ready: AtomicBool,
+    committed_tx: watch::Sender<TreeState>,
+}
+
+/// The background tasks of a [`Log`]; await [`LogTasks::join`] after [`Log::shutdown`].
+pub struct LogTasks {
+    handles: Vec<JoinHandle<()>>,
+}
+
+impl LogTasks {
+    /// Wait until the integrator has drained the queue, the final checkpoint is
+    /// published and the dedup index has caught up.
+    pub async fn join(self) {
+        for h in self.handles {
+            let _ = h.await;
+        }
+    }
+}
+
+fn lock(q: &Mutex<Queue>) -> MutexGuard<'_, Queue> {
+    // A panic while holding the lock cannot leave the queue half-updated in a way that
+    // matters more than stopping the log would; keep serving.
+    q.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl<S: LogStorage> Log<S> {
+    /// Open the log in `storage` (creating it when new), check its right edge against
+    /// the committed root, and start the integrator, publisher and dedup follower.
+    pub async fn open(
+        storage: Arc<S>,
+        dedup: Option<Arc<dyn DedupIndex>>,
+        config: LogConfig,
+    ) -> Result<(Log<S>, LogTasks), EngineError> {
+        let edge = Edge::load(&*storage).await?;
+        let state = edge.state();
+        let indexed = match &dedup {
+            Some(d) => d.indexed_up_to()?,
+            None => 0,
+        };
+        let published = match storage.read_checkpoint().await? {
+            Some(bytes) => {
+                match Checkpoint::open(&bytes, &config.origin, &config.signer.verifier()) {
+                    Ok((cp, _)) => cp.size,
+                    // A checkpoint this key cannot open means the wrong key or origin is
+                    // configured for this log: never overwrite it.
+                    Err(e) => return Err(EngineError::Checkpoint(e.to_string())),
+                }
+            }
+            None => 0,
+        };
+        let (committed_tx, committed_rx) = watch::channel(state);
+        let limits = QueueLimits {
+            batch_max_entries: config.batch_max_entries.max(1),
+            max_entries: config.max_pending_entries.max(1),
+            max_bytes: config.max_pending_bytes.max(MAX_ENTRY_SIZE),
+        };
+        let inner = Arc::new(Inner {
+            storage,
+            limits,
+            queue: Mutex::new(Queue::new()),
+            work: Notify::new(),
+            dedup,
+            committed_size: AtomicU64::new(state.size),
+            indexed_size: AtomicU64::new(indexed.min(state.size)),
+            published_size: AtomicU64::new(published),
+            ready: AtomicBool::new(true),
+            committed_tx,
+            config,
+        });
+        metrics::gauge!("tlogd_integrated_tree_size").set(state.size as f64);
+        let log = Log { inner };
+        let mut handles = Vec::new();
+        let (index_tx, index_rx) = mpsc::unbounded_channel();
+        if log.inner.dedup.is_some() {
+            let l = log.clone();
+            handles.push(tokio::spawn(async move { l.run_indexer(index_rx, indexed).await }));
+        }
+        let l = log.clone();
+        handles.push(tokio::spawn(async move { l.run_integrator(edge, index_tx).await }));
+        let l = log.clone();
+        handles.push(tokio::spawn(async move { l.run_publisher(committed_rx).await }));
+        Ok((log, LogTasks { handles }))
+    }
+
+    /// The storage this log commits to.
+    pub fn storage(&self) -> &Arc<S> {
+        &self.inner.storage
+    }
+
+    /// The log's configuration.
+    pub fn config(&self) -> &LogConfig {
+        &self.inner.config
+    }
+
+    /// Size of the committed (durable) tree.
+    pub fn committed_size(&self) -> u64 {
+        self.inner.committed_size.load(Ordering::Acquire)
+    }
+
+    /// Size named by the latest published checkpoint.
+    pub fn published_size(&self) -> u64 {
+        self.inner.published_size.load(Ordering::Acquire)
+    }
+
+    /// Entries committed but not yet in the persistent dedup index.
+    pub fn dedup_lag(&self) -> u64 {
+        if self.inner.dedup.is_none() {
+            return 0;
+        }
+        self.committed_size()
+            .saturating_sub(self.inner.indexed_size.load(Ordering::Acquire))
+    }
+
+    /// Whether the integrator can currently commit (false after a storage failure
+    /// until a reload succeeds).
+    pub fn is_ready(&self) -> bool {
+        self.inner.ready.load(Ordering::Acquire)
+    }
+
+    /// Entries queued or committing.
+    pub fn queue_depth(&self) -> usize {
+        lock(&self.inner.queue).entries
+    }
+
+    /// Sequence `entry`. Resolves once the entry and a tree state containing it are
+    /// durable (or, for a duplicate, to the index where the same bytes already are).
+    pub async fn add(&self, entry: Bytes) -> Result<AddOutcome, AddError> {
+        if entry.is_empty() {
+            return Err(AddError::Empty);
+        }
+        if entry.len() > MAX_ENTRY_SIZE {
+            return Err(AddError::TooLarge(entry.len()));
+        }
+        let inner = &self.inner;
+        let hash = match &inner.dedup {
+            None => None,
+            Some(d) => {
+                if self.dedup_lag() > inner.config.dedup_max_lag {
+                    return Err(AddError::DedupLag);
+                }
+                let h = entry_hash(&entry);
+                metrics::counter!("tlogd_dedup_lookups_total").increment(1);
+                match d.get(&h) {
+                    Ok(Some(index)) => {
+                        metrics::counter!("tlogd_dedup_hits_total").increment(1);
+                        return Ok(AddOutcome {
+                            index,
+                            duplicate: true,
+                        });
+                    }
+                    Ok(None) => {}
+                    // Best effort: an unreadable index never blocks logging.
+                    Err(e) => tracing::warn!(error = %e, "dedup lookup failed"),
+                }
+                Some(h)
+            }
+        };
+        let leaf = leaf_hash(&entry);
+        let pushed = lock(&inner.queue).push(&inner.limits, entry, leaf, hash)?;
+        match pushed {
+            Pushed::Queued(slot, pos) => {
+                inner.work.notify_one();
+                let first = slot.wait().await?;
+                Ok(AddOutcome {
+                    index: first + pos as u64,
+                    duplicate: false,
+                })
+            }
+            Pushed::DuplicatePending(slot, pos) => {
+                metrics::counter!("tlogd_dedup_hits_total").increment(1);
+                let first = slot.wait().await?;
+                Ok(AddOutcome {
+                    index: first + pos as u64,
+                    duplicate: true,
+                })
+            }
+            Pushed::DuplicateCommitted(index) => {
+                metrics::counter!("tlogd_dedup_hits_total").increment(1);
+                Ok(AddOutcome {
+                    index,
+                    duplicate: true,
+                })
+            }
+        }
+    }
+
+    /// Stop accepting adds. Queued entries are still committed, then a final checkpoint
+    /// is published; await [`LogTasks::join`] for that to finish.
+    pub fn shutdown(&self) {
+        lock(&self.inner.queue).closed = true;
+        self.inner.work.notify_one();
+    }
+
+    async fn next_batch(&self) -> Option<PendingBatch> {
+        let inner = &self.inner;
+        loop {
+            {
+                let mut q = lock(&inner.queue);
+                let front_full = q
+                    .batches
+                    .front()
+                    .is_some_and(|b| b.entries.len() >= inner.limits.batch_max_entries);
+                let linger = !inner.config.batch_max_age.is_zero() && !front_full && !q.closed;
+                if !q.batches.is_empty() && !linger {
+                    return q.batches.pop_front();
+                }
+                if q.batches.is_empty() && q.closed {
+                    return None;
+                }
+                if linger && !q.batches.is_empty() {
+                    drop(q);
+                    tokio::time::sleep(inner.config.batch_max_age).await;
+                    return lock(&inner.queue).batches.pop_front();
+                }
+            }
+            inner.work.notified().await;
+        }
+    }
+
+    async fn run_integrator(
+        self,
+        edge: Edge,
+        index_tx: mpsc::UnboundedSender<(u64, Vec<EntryHash>)>,
+    ) {
+        let inner = &self.inner;
+        let mut edge = Some(edge);
+        while let Some(batch) = self.next_batch().await {
+            metrics::gauge!("tlogd_queue_depth").set(self.queue_depth() as f64);
+            let n = batch.entries.len();
+            let result = self.commit_batch(&mut edge, &batch).await;
+            {
+                let mut q = lock(&inner.queue);
+                q.entries -= n;
+                q.bytes -= batch.bytes;
+                for (i, h) in batch.hashes.iter().enumerate() {
+                    match &result {
+                        Ok(first) => {
+                            q.inflight.insert(*h, InFlight::Committed(first + i as u64));
+                        }
+                        Err(_) => {
+                            q.inflight.remove(h);
+                        }
+                    }
+                }
+            }
+            if let Ok(first) = result
+                && inner.dedup.is_some()
+            {
+                let _ = index_tx.send((first, batch.hashes));
+            }
+            batch.slot.complete(result);
+        }
+        drop(index_tx);
+        tracing::info!(size = self.committed_size(), "integrator drained");
+    }
+
+    /// Integrate and commit one batch; Ok(first index).
+    async fn commit_batch(&self, edge: &mut Option<Edge>, batch: &PendingBatch) -> Result<u64, AddError> {
+        let inner = &self.inner;
+        let backend = inner.storage.backend_name();
+        for _attempt in 0..8 {
+            let current = match edge.take() {
+                Some(e) => e,
+                None => match Edge::load(&*inner.storage).await {
+                    Ok(e) => {
+                        inner.ready.store(true, Ordering::Release);
+                        e
+                    }
+                    Err(e) => {
+                        inner.ready.store(false, Ordering::Release);
+                        tracing::error!(error = %e, "cannot reload the tree from storage");
+                        return Err(AddError::Storage(e.to_string()));
+                    }
+                },
+            };
+            let prev = current.state();
+            let mut next_edge = current.clone();
+            let tiles = next_edge
+                .append(&batch.entries, &batch.leaves)
+                .map_err(|e| AddError::Internal(e.to_string()))?;
+            let next = next_edge.state();
+            let commit = CommitBatch { prev, next, tiles };
+            let started = Instant::now();
+            let outcome = inner.storage.commit(commit).await;
+            metrics::histogram!("tlogd_commit_duration_seconds", "backend" => backend)
+                .record(started.elapsed().as_secs_f64());
+            match outcome {
+                Ok(()) => {
+                    metrics::histogram!("tlogd_batch_size").record(batch.entries.len() as f64);
+                    *edge = Some(next_edge);
+                    self.advance(next);
+                    return Ok(prev.size);
+                }
+                Err(StorageError::Conflict { expected, found }) => {
+                    metrics::counter!("tlogd_storage_errors_total", "backend" => backend, "op" => "commit_conflict").increment(1);
+                    tracing::info!(expected, found, "tree advanced by another writer; reloading");
+                    // Loop: reload the edge and re-integrate the batch on top of it.
+                }
+                Err(e) => {
+                    metrics::counter!("tlogd_storage_errors_total", "backend" => backend, "op" => "commit").increment(1);
+                    tracing::error!(error = %e, size = prev.size, "commit failed; reloading the tree");
+                    // Uncertain outcome: learn it from the committed state.
+                    return match Edge::load(&*inner.storage).await {
+                        Ok(reloaded) if reloaded.state() == next => {
+                            *edge = Some(reloaded);
+                            self.advance(next);
+                            Ok(prev.size)
+                        }
+                        Ok(reloaded) => {
+                            *edge = Some(reloaded);
+                            Err(AddError::Storage(format!(
+                                "batch {}..{} was not committed: {e}",
+                                prev.size, next.size
+                            )))
+                        }
+                        Err(e2) => {
+                            inner.ready.store(false, Ordering::Release);
+                            Err(AddError::Storage(format!("{e}; reload: {e2}")))
+                        }
+                    };
+                }
+            }
+        }
+        Err(AddError::Storage("tree state kept changing under us".into()))
+    }
+
+    fn advance(&self, next: TreeState) {
+        self.inner.committed_size.store(next.size, Ordering::Release);
+        metrics::gauge!("tlogd_integrated_tree_size").set(next.size as f64);
+        self.inner.committed_tx.send_replace(next);
+    }
+
+    async fn run_publisher(self, mut rx: watch::Receiver<TreeState>) {
+        let inner = &self.inner;
+        loop {
+            let state = *rx.borrow_and_update();
+            if state.size != self.published_size() || self.published_size() == 0 {
+                self.publish(state).await;
+            }
+            if rx.changed().await.is_err() {
+                break;
+            }
+            // Rate-limit: at most one checkpoint per interval, but wake early to publish
+            // the final state on shutdown.
+            let closed = || lock(&inner.queue).closed;
+            if !closed() {
+                let deadline = tokio::time::sleep(inner.config.checkpoint_interval);
+                tokio::pin!(deadline);
+                loop {
+                    tokio::select! {
+                        _ = &mut deadline => break,
+                        _ = tokio::time::sleep(Duration::from_millis(50)) => {
+                            if closed() { break; }
+                        }
+                    }
+                }
+            }
+        }
+        // Sender dropped with the integrator: publish the final state.
+        let state = *rx.borrow();
+        if state.size != self.published_size() {
+            self.publish(state).await;
+        }
+    }
+
+    async fn publish(&self, state: TreeState) {
+        let inner = &self.inner;
+        let cp = Checkpoint {
+            origin: inner.config.origin.clone(),
+            size: state.size,
+            root: state.root,
+            extensions: Vec::new(),
+        };
+        let signed = match cp.sign(&inner.config.signer) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(error = %e, "signing checkpoint failed");
+                return;
+            }
+        };
+        let backend = inner.storage.backend_name();
+        let started = Instant::now();
+        match inner.storage.publish_checkpoint(&signed).await {
+            Ok(()) => {
+                metrics::histogram!("tlogd_storage_op_duration_seconds", "backend" => backend, "op" => "publish_checkpoint")
+                    .record(started.elapsed().as_secs_f64());
+                inner.published_size.store(state.size, Ordering::Release);
+                metrics::gauge!("tlogd_checkpoint_size").set(state.size as f64);
+                metrics::gauge!("tlogd_checkpoint_published_timestamp_seconds").set(
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map(|d| d.as_secs_f64())
+                        .unwrap_or(0.0),
+                );
+                tracing::info!(size = state.size, "published checkpoint");
+            }
+            Err(e) => {
+                metrics::counter!("tlogd_storage_errors_total", "backend" => backend, "op" => "publish_checkpoint").increment(1);
+                tracing::error!(error = %e, size = state.size, "publishing checkpoint failed");
+            }
+        }
+    }
+
+    /// The dedup follower: catch up from the log, then index each committed batch.
+    async fn run_indexer(
+        self,
+        mut rx: mpsc::UnboundedReceiver<(u64, Vec<EntryHash>)>,
+        mut indexed: u64,
+    ) {
+        let inner = &self.inner;
+        let Some(index) = inner.dedup.clone() else {
+            return;
+        };
+        // Catch up from the bundles of entries committed before the index saw them.
+        let target = self.committed_size();
+        if indexed < target {
+            tracing::info!(from = indexed, to = target, "dedup index catching up from the log");
+        }
+        while indexed < target {
+            match self.read_hashes(indexed, target).await {
+                Ok(hashes) => {
+                    let batch: Vec<(EntryHash, u64)> = hashes
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, h)| (h, indexed + i as u64))
+                        .collect();
+                    let upto = indexed + batch.len() as u64;
+                    if let (_, Err(e)) = put_blocking(&index, batch, upto).await {
+                        tracing::error!(error = %e, "dedup catch-up write failed; retrying");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        continue;
+                    }
+                    indexed = upto;
+                    inner.indexed_size.store(indexed, Ordering::Release);
+                    metrics::gauge!("tlogd_dedup_lag").set(self.dedup_lag() as f64);
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "dedup catch-up read failed; retrying");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+        let mut batch: Vec<(EntryHash, u64)> = Vec::new();
+        while let Some((first, hashes)) = rx.recv().await {
+            batch.clear();
+            let mut take = |first: u64, hashes: Vec<EntryHash>| {
+                let fresh = hashes.into_iter().enumerate().map(|(i, h)| (h, first + i as u64));
+                // Entries below the marker were covered by the catch-up.
+                batch.extend(fresh.filter(|(_, i)| *i >= indexed));
+            };
+            take(first, hashes);
+            while let Ok((f, h)) = rx.try_recv() {
+                take(f, h);
+            }
+            let Some(&(_, last)) = batch.last() else {
+                continue;
+            };
+            let upto = last + 1;
+            loop {
+                let (back, result) = put_blocking(&index, batch, upto).await;
+                batch = back;
+                match result {
+                    Ok(()) => break,
+                    Err(e) => {
+                        tracing::error!(error = %e, "dedup index write failed; retrying");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+            }
+            indexed = upto;
+            inner.indexed_size.store(indexed, Ordering::Release);
+            {
+                let mut q = lock(&inner.queue);
+                for (h, i) in &batch {
+                    if matches!(q.inflight.get(h), Some(InFlight::Committed(c)) if c == i) {
+                        q.inflight.remove(h);
+                    }
+                }
+            }
+            metrics::gauge!("tlogd_dedup_lag").set(self.dedup_lag() as f64);
+        }
+    }
+
+    /// Entry hashes of `[from, to)` read back from the stored bundles.
+    async fn read_hashes(&self, from: u64, to: u64) -> Result<Vec<EntryHash>, StorageError> {
+        let storage = &self.inner.storage;
+        let mut out = Vec::new();
+        let mut n = from / TILE_WIDTH;
+        // At most 64 bundles (16,384 entries) per call keeps catch-up memory bounded.
+        let end = to.min((n + 64) * TILE_WIDTH);
+        while n * TILE_WIDTH < end {
+            let width = (to - n * TILE_WIDTH).min(TILE_WIDTH) as u16;
+            let id = TileId::entries(n, width);
+            let bytes = storage
+                .read_tile(&id)
+                .await?
+                .ok_or_else(|| StorageError::Corrupt(format!("missing {}", id.path())))?;
+            let entries = bundle::parse_bundle(&bytes)
+                .map_err(|e| StorageError::Corrupt(format!("{}: {e}", id.path())))?;
+            for (i, e) in entries.iter().enumerate() {
+                let idx = n * TILE_WIDTH + i as u64;
+                if idx >= from && idx < end {
+                    out.push(entry_hash(e));
+                }
+            }
+            n += 1;
+        }
+        Ok(out)
+    }
+}
+
+async fn put_blocking(
+    index: &Arc<dyn DedupIndex>,
+    batch: Vec<(EntryHash, u64)>,
+    upto: u64,
+) -> (Vec<(EntryHash, u64)>, Result<(), DedupError>) {
+    let index = index.clone();
+    match tokio::task::spawn_blocking(move || {
+        let r = index.put_batch(&batch, upto);
+        (batch, r)
+    })
+    .await
+    {
+        Ok(out) => out,
+        Err(e) => (Vec::new(), Err(DedupError(e.to_string()))),
+    }
+}
+
+/// The in-memory right edge: hash tiles (inside [`TileTree`]) and the partial bundle.
+#[derive(Clone)]
+struct Edge {
+    tree: TileTree,
+    bundle: Vec<u8>,
+}
+
+impl Edge {
+    fn state(&self) -> TreeState {
+        TreeState {
+            size: self.tree.size(),
+            root: self.tree.root(),
+        }
+    }
+
+    /// Load the committed edge and check it against the committed root.
+    async fn load<S: LogStorage>(storage: &S) -> Result<Edge, StorageError> {
+        let state = storage.load_state().await?.unwrap_or_else(TreeState::empty);
+        let mut levels: Vec<Vec<Hash>> = Vec::new();
+        for id in tile::edge_tiles(state.size) {
+            let TileKind::Hash { level } = id.kind else {
+                continue;
+            };
+            let bytes = storage
+                .read_tile(&id)
+                .await?
+                .ok_or_else(|| StorageError::Corrupt(format!("missing edge tile {}", id.path())))?;
+            let hashes = tile::parse_hash_tile(&bytes, id.width)
+                .map_err(|e| StorageError::Corrupt(format!("{}: {e}", id.path())))?;
+            let level = level as usize;
+            if levels.len() <= level {
+                levels.resize(level + 1, Vec::new());
+            }
+            levels[level] = hashes;
+        }
+        let level0 = levels.first().cloned().unwrap_or_default();
+        let tree = TileTree::from_edge(state.size, levels)
+            .map_err(|e| StorageError::Corrupt(format!("edge tiles at size {}: {e}", state.size)))?;
+        if tree.root() != state.root {
+            return Err(StorageError::Corrupt(format!(
+                "edge tiles at size {} do not hash to the committed root",
+                state.size
+            )));
+        }
+        let mut bundle = Vec::new();
+        if let Some(id) = tile::edge_bundle(state.size) {
+            bundle = storage
+                .read_tile(&id)
+                .await?
+                .ok_or_else(|| StorageError::Corrupt(format!("missing edge bundle {}", id.path())))?;
+            let entries = bundle::parse_bundle(&bundle)
+                .map_err(|e| StorageError::Corrupt(format!("{}: {e}", id.path())))?;
+            let matches = entries.len() == level0.len()
+                && entries.iter().zip(&level0).all(|(e, h)| leaf_hash(e) == *h);
+            if !matches {
+                return Err(StorageError::Corrupt(format!(
+                    "{} does not match the level-0 edge tile",
+                    id.path()
+                )));
+            }
+        }
+        Ok(Edge { tree, bundle })
+    }
+
+    /// Append a batch; returns every changed hash tile and entry bundle.
+    fn append(
+        &mut self,
+        entries: &[Bytes],
+        leaves: &[Hash],
+    ) -> Result<Vec<(TileId, Vec<u8>)>, bundle::BundleError> {
+        let start = self.tree.size();
+        let mut tiles = Vec::with_capacity(8 + 2 * entries.len() / TILE_WIDTH as usize);
+        self.tree.append(leaves, &mut tiles);
+        let mut n = start / TILE_WIDTH;
+        let mut count = start % TILE_WIDTH;
+        for e in entries {
+            bundle::append_entry(&mut self.bundle, e)?;
+            count += 1;
+            if count == TILE_WIDTH {
+                let full = std::mem::replace(&mut self.bundle, Vec::with_capacity(self.bundle.capacity()));
+                tiles.push((TileId::entries(n, TILE_WIDTH as u16), full));
+                n += 1;
+                count = 0;
+            }
+        }
+        if count > 0 {
+            tiles.push((TileId::entries(n, count as u16), self.bundle.clone()));
+        }
+        Ok(tiles)
+    }
+}
+
+pub mod checker;
+pub mod memory;
+#[cfg(test)]
+mod tests;

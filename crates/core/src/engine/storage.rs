@@ -1,0 +1,138 @@
+//! The one storage trait every backend implements, and the durability contract.
+
+use std::future::Future;
+
+use crate::hash::Hash;
+use crate::tile::TileId;
+
+/// The committed state of the tree: the commit point of every batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TreeState {
+    /// Number of entries in the tree.
+    pub size: u64,
+    /// RFC 6962 root hash of the tree at `size`.
+    pub root: Hash,
+}
+
+impl TreeState {
+    /// The empty tree.
+    pub fn empty() -> Self {
+        TreeState {
+            size: 0,
+            root: crate::hash::empty_root(),
+        }
+    }
+
+    /// Fixed 40-byte encoding (`size` big-endian, then `root`) used by backends that
+    /// store the state as one blob.
+    pub fn to_bytes(&self) -> [u8; 40] {
+        let mut out = [0u8; 40];
+        out[..8].copy_from_slice(&self.size.to_be_bytes());
+        out[8..].copy_from_slice(&self.root);
+        out
+    }
+
+    /// Inverse of [`TreeState::to_bytes`].
+    pub fn from_bytes(b: &[u8]) -> Option<Self> {
+        if b.len() != 40 {
+            return None;
+        }
+        let mut size = [0u8; 8];
+        size.copy_from_slice(&b[..8]);
+        let mut root = [0u8; 32];
+        root.copy_from_slice(&b[8..]);
+        Some(TreeState {
+            size: u64::from_be_bytes(size),
+            root,
+        })
+    }
+}
+
+/// One integrated batch, handed to [`LogStorage::commit`].
+#[derive(Debug)]
+pub struct CommitBatch {
+    /// The state the batch was built on.
+    pub prev: TreeState,
+    /// The state after the batch.
+    pub next: TreeState,
+    /// Every hash tile and entry bundle the batch created or changed, full ones first
+    /// in tree order, then the partial right edge. Bytes are the tlog-tiles encodings.
+    pub tiles: Vec<(TileId, Vec<u8>)>,
+}
+
+/// A storage failure.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// The stored state is not the batch's `prev`: another writer advanced the tree.
+    /// Nothing of the batch was made visible as committed.
+    #[error("tree state conflict: storage is at size {found}, batch expected {expected}")]
+    Conflict {
+        /// The size the batch was built on.
+        expected: u64,
+        /// The size found in storage.
+        found: u64,
+    },
+    /// The stored data is not what a correct log would hold.
+    #[error("corrupt log storage: {0}")]
+    Corrupt(String),
+    /// Any other backend failure (I/O, network, database). The operation may or may not
+    /// have taken effect.
+    #[error("{0}")]
+    Backend(String),
+}
+
+impl From<std::io::Error> for StorageError {
+    fn from(e: std::io::Error) -> Self {
+        StorageError::Backend(e.to_string())
+    }
+}
+
+/// Where a log lives. Backends are thin adapters; the protocol is in the engine.
+///
+/// # Contract
+///
+/// * **Durable once it returns.** When [`commit`](Self::commit) returns `Ok`, every
+///   tile of the batch and the new [`TreeState`] survive a crash or power loss.
+/// * **The tree state is the commit point.** `commit` makes the batch's tiles durable
+///   *before* it atomically advances the state from `prev` to `next`; a crash before the
+///   state advances leaves the old state in force, and whatever tiles were written are
+///   simply rewritten by the next batch (they were never acknowledged nor published).
+/// * **Compare-and-swap.** `commit` advances the state only if the stored state equals
+///   `batch.prev`; otherwise it returns [`StorageError::Conflict`]. This is what lets
+///   several frontends share one store without forking the tree.
+/// * **Idempotent writes.** Re-writing identical bytes to an existing full tile or bundle
+///   succeeds (a batch may be retried after an error that did in fact persist).
+/// * **Errors are uncertain.** A [`StorageError::Backend`] from `commit` may have
+///   persisted ("fail but persist") or not ("fail and don't persist"): the engine
+///   re-reads the state with [`load_state`](Self::load_state) to learn which.
+/// * **Publishing is separate.** [`publish_checkpoint`](Self::publish_checkpoint) stores
+///   the signed checkpoint readers see; it only ever names a committed state, so it may
+///   lag the tree but never lead it.
+pub trait LogStorage: Send + Sync + 'static {
+    /// A short name for metrics and logs ("posix", "mysql", "memory").
+    fn backend_name(&self) -> &'static str;
+
+    /// The committed tree state, or `None` for a log never written.
+    fn load_state(&self) -> impl Future<Output = Result<Option<TreeState>, StorageError>> + Send;
+
+    /// Stage the batch's tiles durably, then compare-and-swap the tree state.
+    fn commit(&self, batch: CommitBatch) -> impl Future<Output = Result<(), StorageError>> + Send;
+
+    /// Read a hash tile or entry bundle exactly as stored at its tlog-tiles path.
+    fn read_tile(
+        &self,
+        id: &TileId,
+    ) -> impl Future<Output = Result<Option<Vec<u8>>, StorageError>> + Send;
+
+    /// Durably store the public signed checkpoint.
+    fn publish_checkpoint(
+        &self,
+        signed: &[u8],
+    ) -> impl Future<Output = Result<(), StorageError>> + Send;
+
+    /// The public signed checkpoint, if any was published.
+    fn read_checkpoint(&self) -> impl Future<Output = Result<Option<Vec<u8>>, StorageError>> + Send;
+
+    /// Cheap liveness probe for `/readyz`: can the store take writes right now?
+    fn check_writable(&self) -> impl Future<Output = Result<(), StorageError>> + Send;
+}

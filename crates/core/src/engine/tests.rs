@@ -1,0 +1,284 @@
+//! Engine tests over the in-memory backend with fault injection.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+
+use super::checker::check_log;
+use super::memory::{Fault, MemoryStorage};
+use super::*;
+
+const SKEY: &str =
+    "PRIVATE+KEY+example.com/log/testdata+33d7b496+AeymY/SZAX0jZcJ8enZ5FY1Dz+wTML2yWSkK+9DSF3eg";
+const ORIGIN: &str = "example.com/log/testdata";
+
+fn config() -> LogConfig {
+    let signer = Arc::new(NoteSigner::from_skey(SKEY).expect("test key"));
+    let mut c = LogConfig::new(ORIGIN, signer);
+    c.checkpoint_interval = Duration::from_millis(10);
+    c
+}
+
+#[derive(Default)]
+struct MapIndex {
+    map: Mutex<(HashMap<EntryHash, u64>, u64)>,
+}
+
+impl DedupIndex for MapIndex {
+    fn get(&self, hash: &EntryHash) -> Result<Option<u64>, DedupError> {
+        Ok(self.map.lock().unwrap().0.get(hash).copied())
+    }
+    fn put_batch(&self, entries: &[(EntryHash, u64)], upto: u64) -> Result<(), DedupError> {
+        let mut m = self.map.lock().unwrap();
+        for (h, i) in entries {
+            m.0.entry(*h).or_insert(*i);
+        }
+        m.1 = upto;
+        Ok(())
+    }
+    fn indexed_up_to(&self) -> Result<u64, DedupError> {
+        Ok(self.map.lock().unwrap().1)
+    }
+}
+
+async fn check(storage: &MemoryStorage, cfg: &LogConfig) -> checker::LogReport {
+    check_log(storage, ORIGIN, &cfg.signer.verifier(), None)
+        .await
+        .expect("log checks out")
+}
+
+fn entry(i: u64) -> Bytes {
+    Bytes::from(format!("entry {i}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_adds_get_contiguous_indices() {
+    let storage = Arc::new(MemoryStorage::new());
+    let cfg = config();
+    let (log, tasks) = Log::open(storage.clone(), None, cfg.clone()).await.unwrap();
+    let mut handles = Vec::new();
+    for i in 0..2000u64 {
+        let log = log.clone();
+        handles.push(tokio::spawn(async move { (i, log.add(entry(i)).await) }));
+    }
+    let mut seen = vec![None; 2000];
+    for h in handles {
+        let (i, r) = h.await.unwrap();
+        let out = r.unwrap();
+        assert!(!out.duplicate);
+        assert!(seen[out.index as usize].replace(i).is_none(), "index reused");
+    }
+    log.shutdown();
+    tasks.join().await;
+    let mut got = HashMap::new();
+    let mut record = |idx: u64, e: &[u8]| {
+        got.insert(idx, e.to_vec());
+    };
+    let report = check_log(&*storage, ORIGIN, &cfg.signer.verifier(), Some(&mut record))
+        .await
+        .unwrap();
+    assert_eq!(report.state.size, 2000);
+    assert_eq!(report.checkpoint_size, 2000, "final checkpoint published");
+    for (idx, i) in seen.iter().enumerate() {
+        let i = i.expect("every index assigned");
+        assert_eq!(got[&(idx as u64)], entry(i).to_vec());
+    }
+}
+
+#[tokio::test]
+async fn failed_commit_that_did_not_persist_is_not_acknowledged() {
+    let storage = Arc::new(MemoryStorage::new());
+    let cfg = config();
+    let (log, tasks) = Log::open(storage.clone(), None, cfg.clone()).await.unwrap();
+    assert_eq!(log.add(entry(0)).await.unwrap().index, 0);
+    storage.fail_next_commit(Fault::FailAndDontPersist);
+    assert!(matches!(log.add(entry(1)).await, Err(AddError::Storage(_))));
+    storage.fail_next_commit(Fault::FailAfterTiles);
+    assert!(matches!(log.add(entry(2)).await, Err(AddError::Storage(_))));
+    // The failed entries were not logged; the next one takes index 1.
+    assert_eq!(log.add(entry(3)).await.unwrap().index, 1);
+    log.shutdown();
+    tasks.join().await;
+    assert_eq!(check(&storage, &cfg).await.state.size, 2);
+}
+
+#[tokio::test]
+async fn failed_commit_that_did_persist_is_acknowledged() {
+    let storage = Arc::new(MemoryStorage::new());
+    let cfg = config();
+    let (log, tasks) = Log::open(storage.clone(), None, cfg.clone()).await.unwrap();
+    storage.fail_next_commit(Fault::FailButPersist);
+    assert_eq!(log.add(entry(0)).await.unwrap().index, 0);
+    assert_eq!(log.add(entry(1)).await.unwrap().index, 1);
+    log.shutdown();
+    tasks.join().await;
+    assert_eq!(check(&storage, &cfg).await.state.size, 2);
+}
+
+#[tokio::test]
+async fn reopen_continues_the_same_tree() {
+    let storage = Arc::new(MemoryStorage::new());
+    let cfg = config();
+    for round in 0..3u64 {
+        let (log, tasks) = Log::open(storage.clone(), None, cfg.clone()).await.unwrap();
+        for i in 0..300u64 {
+            let idx = log.add(entry(round * 1000 + i)).await.unwrap().index;
+            assert_eq!(idx, round * 300 + i);
+        }
+        log.shutdown();
+        tasks.join().await;
+    }
+    assert_eq!(check(&storage, &cfg).await.state.size, 900);
+}
+
+#[tokio::test]
+async fn reopen_refuses_a_tampered_edge() {
+    let storage = Arc::new(MemoryStorage::new());
+    let cfg = config();
+    let (log, tasks) = Log::open(storage.clone(), None, cfg.clone()).await.unwrap();
+    for i in 0..5 {
+        log.add(entry(i)).await.unwrap();
+    }
+    log.shutdown();
+    tasks.join().await;
+    storage.tamper(&TileId::hash(0, 0, 5), vec![7u8; 5 * 32]);
+    assert!(Log::open(storage.clone(), None, cfg.clone()).await.is_err());
+    assert!(check_log(&*storage, ORIGIN, &cfg.signer.verifier(), None).await.is_err());
+}
+
+#[tokio::test]
+async fn invalid_entries_change_nothing() {
+    let storage = Arc::new(MemoryStorage::new());
+    let cfg = config();
+    let (log, tasks) = Log::open(storage.clone(), None, cfg.clone()).await.unwrap();
+    assert_eq!(log.add(Bytes::new()).await, Err(AddError::Empty));
+    let big = Bytes::from(vec![1u8; 65536]);
+    assert_eq!(log.add(big).await, Err(AddError::TooLarge(65536)));
+    let max = Bytes::from(vec![1u8; 65535]);
+    assert_eq!(log.add(max).await.unwrap().index, 0);
+    log.shutdown();
+    tasks.join().await;
+    assert_eq!(check(&storage, &cfg).await.state.size, 1);
+}
+
+#[tokio::test]
+async fn full_queue_pushes_back() {
+    let storage = Arc::new(MemoryStorage::new());
+    let mut cfg = config();
+    cfg.max_pending_entries = 4;
+    cfg.batch_max_age = Duration::from_millis(200);
+    let (log, tasks) = Log::open(storage.clone(), None, cfg.clone()).await.unwrap();
+    let mut handles = Vec::new();
+    for i in 0..4 {
+        let log = log.clone();
+        handles.push(tokio::spawn(async move { log.add(entry(i)).await }));
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(log.add(entry(99)).await, Err(AddError::QueueFull));
+    for h in handles {
+        h.await.unwrap().unwrap();
+    }
+    assert_eq!(log.add(entry(99)).await.unwrap().index, 4, "pushback clears");
+    log.shutdown();
+    tasks.join().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicates_return_the_first_index() {
+    let storage = Arc::new(MemoryStorage::new());
+    let cfg = config();
+    let index = Arc::new(MapIndex::default());
+    let (log, tasks) = Log::open(storage.clone(), Some(index.clone()), cfg.clone())
+        .await
+        .unwrap();
+    // Concurrent identical adds collapse onto one index.
+    let mut handles = Vec::new();
+    for _ in 0..50 {
+        let log = log.clone();
+        handles.push(tokio::spawn(async move { log.add(entry(7)).await.unwrap() }));
+    }
+    let outs: Vec<AddOutcome> = {
+        let mut v = Vec::new();
+        for h in handles {
+            v.push(h.await.unwrap());
+        }
+        v
+    };
+    assert!(outs.iter().all(|o| o.index == outs[0].index));
+    assert_eq!(outs.iter().filter(|o| !o.duplicate).count(), 1);
+    assert_eq!(log.add(entry(8)).await.unwrap().index, 1);
+    log.shutdown();
+    tasks.join().await;
+    assert_eq!(index.indexed_up_to().unwrap(), 2);
+
+    // After a restart, the persistent index answers.
+    let (log, tasks) = Log::open(storage.clone(), Some(index.clone()), cfg.clone())
+        .await
+        .unwrap();
+    let again = log.add(entry(7)).await.unwrap();
+    assert_eq!((again.index, again.duplicate), (0, true));
+    log.shutdown();
+    tasks.join().await;
+    assert_eq!(check(&storage, &cfg).await.state.size, 2);
+}
+
+#[tokio::test]
+async fn dedup_index_catches_up_from_the_log() {
+    let storage = Arc::new(MemoryStorage::new());
+    let cfg = config();
+    let (log, tasks) = Log::open(storage.clone(), None, cfg.clone()).await.unwrap();
+    for i in 0..600 {
+        log.add(entry(i)).await.unwrap();
+    }
+    log.shutdown();
+    tasks.join().await;
+    // A fresh (deleted) index: the follower rebuilds it from the bundles.
+    let index = Arc::new(MapIndex::default());
+    let (log, tasks) = Log::open(storage.clone(), Some(index.clone()), cfg.clone())
+        .await
+        .unwrap();
+    for _ in 0..200 {
+        if log.dedup_lag() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(log.dedup_lag(), 0);
+    let out = log.add(entry(123)).await.unwrap();
+    assert_eq!((out.index, out.duplicate), (123, true));
+    log.shutdown();
+    tasks.join().await;
+    assert_eq!(index.indexed_up_to().unwrap(), 600);
+}
+
+#[tokio::test]
+async fn dedup_lag_pushes_back() {
+    let storage = Arc::new(MemoryStorage::new());
+    let cfg = config();
+    let (log, tasks) = Log::open(storage.clone(), None, cfg.clone()).await.unwrap();
+    for i in 0..100 {
+        log.add(entry(i)).await.unwrap();
+    }
+    log.shutdown();
+    tasks.join().await;
+    let mut cfg = cfg;
+    cfg.dedup_max_lag = 10;
+    // An index that is stuck far behind: writes fail, so the lag never clears.
+    struct Stuck;
+    impl DedupIndex for Stuck {
+        fn get(&self, _: &EntryHash) -> Result<Option<u64>, DedupError> {
+            Ok(None)
+        }
+        fn put_batch(&self, _: &[(EntryHash, u64)], _: u64) -> Result<(), DedupError> {
+            Err(DedupError("disk full".into()))
+        }
+        fn indexed_up_to(&self) -> Result<u64, DedupError> {
+            Ok(0)
+        }
+    }
+    let (log, _tasks) = Log::open(storage.clone(), Some(Arc::new(Stuck)), cfg).await.unwrap();
+    assert_eq!(log.add(entry(1000)).await, Err(AddError::DedupLag));
+    assert!(AddError::DedupLag.is_pushback());
+    log.shutdown();
+}

@@ -1,0 +1,280 @@
+//! The TOML configuration file, and the flags that override it.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use serde::Deserialize;
+
+/// The whole configuration file. Every section and key is optional except `origin`
+/// and the storage directory; unknown keys are errors.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Public HTTP address for the log API.
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// Checkpoint origin (the log's name), e.g. `example.com/log`.
+    pub origin: Option<String>,
+    /// File holding the `PRIVATE+KEY+...` signing key. If unset, env `TLOGD_PRIVATE_KEY`.
+    pub private_key_file: Option<PathBuf>,
+    /// Storage backend.
+    #[serde(default)]
+    pub storage: StorageConfig,
+    /// Batching.
+    #[serde(default)]
+    pub batching: BatchingConfig,
+    /// Checkpoint publishing.
+    #[serde(default)]
+    pub checkpoint: CheckpointConfig,
+    /// Sequencing queue bounds.
+    #[serde(default)]
+    pub queue: QueueConfig,
+    /// Dedup index.
+    #[serde(default)]
+    pub dedup: DedupConfig,
+    /// Metrics and health endpoints.
+    #[serde(default)]
+    pub metrics: MetricsConfig,
+    /// Logging.
+    #[serde(default)]
+    pub log: LogFormatConfig,
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 2024))
+}
+
+/// `[storage]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StorageConfig {
+    /// `posix` (the only backend in this build).
+    #[serde(default = "default_backend")]
+    pub backend: String,
+    /// POSIX: the log root directory.
+    pub dir: Option<PathBuf>,
+}
+
+fn default_backend() -> String {
+    "posix".into()
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        StorageConfig {
+            backend: default_backend(),
+            dir: None,
+        }
+    }
+}
+
+/// `[batching]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BatchingConfig {
+    /// Largest batch committed at once.
+    pub max_entries: usize,
+    /// Linger for more entries before committing a non-full batch (0 = never).
+    pub max_age_ms: u64,
+}
+
+impl Default for BatchingConfig {
+    fn default() -> Self {
+        BatchingConfig {
+            max_entries: 4096,
+            max_age_ms: 0,
+        }
+    }
+}
+
+/// `[checkpoint]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CheckpointConfig {
+    /// Minimum interval between published checkpoints.
+    pub interval_ms: u64,
+}
+
+impl Default for CheckpointConfig {
+    fn default() -> Self {
+        CheckpointConfig { interval_ms: 1000 }
+    }
+}
+
+/// `[queue]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct QueueConfig {
+    /// Entries queued or committing before adds get 503.
+    pub max_entries: usize,
+    /// Entry bytes queued or committing before adds get 503.
+    pub max_bytes: usize,
+    /// `Retry-After` seconds sent with 503.
+    pub retry_after_s: u64,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        QueueConfig {
+            max_entries: 65_536,
+            max_bytes: 256 << 20,
+            retry_after_s: 1,
+        }
+    }
+}
+
+/// `[dedup]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DedupConfig {
+    /// Deduplicate resubmitted entries.
+    pub enabled: bool,
+    /// Index directory (default `<storage.dir>/.tlogd/dedup`).
+    pub path: Option<PathBuf>,
+    /// Pushback when the index lags the tree by more entries than this.
+    pub max_lag: u64,
+    /// RocksDB block cache (MiB).
+    pub block_cache_mib: usize,
+    /// RocksDB memtable size (MiB); two are kept.
+    pub write_buffer_mib: usize,
+}
+
+impl Default for DedupConfig {
+    fn default() -> Self {
+        DedupConfig {
+            enabled: true,
+            path: None,
+            max_lag: 200_000,
+            block_cache_mib: 32,
+            write_buffer_mib: 16,
+        }
+    }
+}
+
+/// `[metrics]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// Address for `/metrics`, `/healthz`, `/readyz`. Empty string disables.
+    pub listen: String,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            listen: "127.0.0.1:9464".into(),
+        }
+    }
+}
+
+/// `[log]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogFormatConfig {
+    /// `text` or `json`.
+    pub format: String,
+    /// A `tracing` filter such as `info` or `tlogd=debug`; `RUST_LOG` wins if set.
+    pub level: String,
+}
+
+impl Default for LogFormatConfig {
+    fn default() -> Self {
+        LogFormatConfig {
+            format: "text".into(),
+            level: "info".into(),
+        }
+    }
+}
+
+impl Config {
+    /// The built-in defaults (what running without `--config` starts from).
+    pub fn defaults() -> Self {
+        toml::from_str("").unwrap_or_else(|_| unreachable!("empty config always parses"))
+    }
+
+    /// Read and parse a TOML file; errors name the file, line and key.
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading config file {}", path.display()))?;
+        Self::parse(&text).with_context(|| format!("in config file {}", path.display()))
+    }
+
+    /// Parse TOML text.
+    pub fn parse(text: &str) -> anyhow::Result<Self> {
+        let c: Config = toml::from_str(text).map_err(|e| anyhow::anyhow!("{}", e.to_string().trim()))?;
+        Ok(c)
+    }
+
+    /// Check values that parse but make no sense. Called after flags are applied.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        match self.origin.as_deref() {
+            None | Some("") => bail!("`origin` is required (config key `origin` or --origin)"),
+            Some(o) if o.contains('\n') => bail!("`origin` must be one line"),
+            _ => {}
+        }
+        if self.storage.backend != "posix" {
+            bail!(
+                "`storage.backend` = {:?} is not supported by this build (supported: \"posix\")",
+                self.storage.backend
+            );
+        }
+        if self.storage.dir.is_none() {
+            bail!("`storage.dir` is required for the posix backend (or --storage-dir)");
+        }
+        if self.batching.max_entries == 0 {
+            bail!("`batching.max_entries` must be at least 1");
+        }
+        if self.queue.max_entries < self.batching.max_entries {
+            bail!("`queue.max_entries` must be at least `batching.max_entries`");
+        }
+        if self.queue.max_bytes < 65_535 {
+            bail!("`queue.max_bytes` must be at least 65535 (one maximal entry)");
+        }
+        if self.checkpoint.interval_ms == 0 {
+            bail!("`checkpoint.interval_ms` must be at least 1");
+        }
+        if !matches!(self.log.format.as_str(), "text" | "json") {
+            bail!("`log.format` must be \"text\" or \"json\", not {:?}", self.log.format);
+        }
+        if !self.metrics.listen.is_empty() {
+            self.metrics
+                .listen
+                .parse::<SocketAddr>()
+                .with_context(|| format!("`metrics.listen` = {:?} is not an address", self.metrics.listen))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn example_configs_parse_and_validate() {
+        for name in ["posix.toml"] {
+            let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config").join(name);
+            let c = Config::load(&path).unwrap();
+            c.validate().unwrap();
+        }
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let e = Config::parse("origin = \"a\"\n[batching]\nmax_entrys = 5\n").unwrap_err();
+        let msg = format!("{e:#}");
+        assert!(msg.contains("max_entrys"), "{msg}");
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let e = Config::parse("listen = \"nope\"\n").unwrap_err();
+        assert!(format!("{e:#}").contains("listen"), "{e:#}");
+        let mut c = Config::parse("origin = \"o\"\n[storage]\ndir = \"/x\"\n[log]\nformat = \"xml\"\n").unwrap();
+        assert!(format!("{:#}", c.validate().unwrap_err()).contains("log.format"));
+        c.log.format = "json".into();
+        c.storage.backend = "s4".into();
+        assert!(format!("{:#}", c.validate().unwrap_err()).contains("storage.backend"));
+    }
+}

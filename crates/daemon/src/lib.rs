@@ -1,0 +1,7 @@
+//! The `tlogd` daemon's building blocks: configuration, the public HTTP API and the
+//! operator endpoints. `main.rs` is the CLI glue; tests and the load generator embed
+//! [`http::router`] over any [`tlogd_core::engine::LogStorage`].
+
+pub mod config;
+pub mod http;
+pub mod observe;

@@ -1,0 +1,250 @@
+//! `tlogd`: a C2SP tlog-tiles transparency log daemon.
+
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+use tlogd_core::engine::{DedupIndex, Log, LogConfig, LogStorage};
+use tlogd_core::note::{NoteSigner, generate_key};
+use tlogd_dedup_rocksdb::{DedupOptions, RocksDedup};
+use tlogd_storage_posix::PosixStorage;
+
+use tlogd::config::Config;
+use tlogd::observe;
+
+/// A C2SP tlog-tiles transparency log daemon.
+///
+/// Quick start:
+///
+///   tlogd keygen --origin example.com/mylog --out log.key
+///
+///   tlogd serve --storage-dir ./log --origin example.com/mylog --private-key-file log.key
+///
+/// then `curl --data-binary 'hello' http://127.0.0.1:2024/add` prints the entry's index
+/// and `curl http://127.0.0.1:2024/checkpoint` the signed checkpoint.
+#[derive(Parser)]
+#[command(version, about, long_about, verbatim_doc_comment)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the log server.
+    Serve(ServeArgs),
+    /// Generate an Ed25519 checkpoint signing key; prints the verifier key.
+    Keygen {
+        /// The log's origin (the key name), e.g. example.com/mylog.
+        #[arg(long)]
+        origin: String,
+        /// Where to write the private key (created with mode 0600; never overwritten).
+        #[arg(long, default_value = "tlogd.key")]
+        out: PathBuf,
+    },
+}
+
+/// Flags override the config file; without a file, they are all that is needed.
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// TOML configuration file (see config/posix.toml).
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// Log root directory (POSIX backend).
+    #[arg(long)]
+    storage_dir: Option<PathBuf>,
+    /// Public listen address for the log API [default: 127.0.0.1:2024].
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// Checkpoint origin (the log's name).
+    #[arg(long)]
+    origin: Option<String>,
+    /// File with the PRIVATE+KEY+... signing key (or set TLOGD_PRIVATE_KEY).
+    #[arg(long)]
+    private_key_file: Option<PathBuf>,
+    /// Metrics/health listen address [default: 127.0.0.1:9464]; "" disables.
+    #[arg(long)]
+    metrics_listen: Option<String>,
+    /// Turn the dedup index off.
+    #[arg(long)]
+    no_dedup: bool,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Keygen { origin, out } => keygen(&origin, &out),
+        Command::Serve(args) => {
+            let config = load_config(args)?;
+            observe::init_logging(&config.log)?;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("starting the async runtime")?;
+            runtime.block_on(serve(config))
+        }
+    }
+}
+
+fn keygen(origin: &str, out: &PathBuf) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let (skey, vkey) = generate_key(origin).context("generating key")?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(out)
+        .with_context(|| format!("creating {} (it must not exist yet)", out.display()))?;
+    writeln!(f, "{skey}").with_context(|| format!("writing {}", out.display()))?;
+    f.sync_all()?;
+    eprintln!("private key written to {}", out.display());
+    println!("{vkey}");
+    Ok(())
+}
+
+fn load_config(args: ServeArgs) -> anyhow::Result<Config> {
+    let mut c = match &args.config {
+        Some(p) => Config::load(p)?,
+        None => Config::defaults(),
+    };
+    if let Some(d) = args.storage_dir {
+        c.storage.dir = Some(d);
+    }
+    if let Some(l) = args.listen {
+        c.listen = l;
+    }
+    if let Some(o) = args.origin {
+        c.origin = Some(o);
+    }
+    if let Some(k) = args.private_key_file {
+        c.private_key_file = Some(k);
+    }
+    if let Some(m) = args.metrics_listen {
+        c.metrics.listen = m;
+    }
+    if args.no_dedup {
+        c.dedup.enabled = false;
+    }
+    c.validate()?;
+    Ok(c)
+}
+
+fn load_signer(c: &Config, origin: &str) -> anyhow::Result<NoteSigner> {
+    let text = match &c.private_key_file {
+        Some(p) => std::fs::read_to_string(p)
+            .with_context(|| format!("reading private key file {}", p.display()))?,
+        None => std::env::var("TLOGD_PRIVATE_KEY").map_err(|_| {
+            anyhow::anyhow!(
+                "no signing key: set `private_key_file` (or --private-key-file) or env TLOGD_PRIVATE_KEY; \
+                 `tlogd keygen --origin {origin}` makes one"
+            )
+        })?,
+    };
+    let signer = NoteSigner::from_skey(text.trim()).context("parsing the private key")?;
+    if signer.name() != origin {
+        tracing::warn!(key_name = signer.name(), origin, "the signing key's name differs from the origin");
+    }
+    Ok(signer)
+}
+
+async fn serve(c: Config) -> anyhow::Result<()> {
+    let origin = c.origin.clone().unwrap_or_default();
+    let signer = Arc::new(load_signer(&c, &origin)?);
+    let dir = c.storage.dir.clone().unwrap_or_default();
+    let storage = Arc::new(
+        PosixStorage::open(&dir, &origin).with_context(|| format!("opening log directory {}", dir.display()))?,
+    );
+    let dedup: Option<Arc<dyn DedupIndex>> = if c.dedup.enabled {
+        let path = c.dedup.path.clone().unwrap_or_else(|| storage.private_dir().join("dedup"));
+        let opts = DedupOptions {
+            block_cache_bytes: c.dedup.block_cache_mib << 20,
+            write_buffer_bytes: c.dedup.write_buffer_mib << 20,
+            ..DedupOptions::default()
+        };
+        let index = tokio::task::spawn_blocking(move || RocksDedup::open(&path, &opts))
+            .await
+            .context("opening dedup index")??;
+        Some(Arc::new(index))
+    } else {
+        None
+    };
+    let mut lc = LogConfig::new(origin.clone(), signer.clone());
+    lc.batch_max_entries = c.batching.max_entries;
+    lc.batch_max_age = Duration::from_millis(c.batching.max_age_ms);
+    lc.checkpoint_interval = Duration::from_millis(c.checkpoint.interval_ms);
+    lc.max_pending_entries = c.queue.max_entries;
+    lc.max_pending_bytes = c.queue.max_bytes;
+    lc.dedup_max_lag = c.dedup.max_lag;
+    lc.retry_after = Duration::from_secs(c.queue.retry_after_s.max(1));
+    run(storage, dedup, lc, &c).await
+}
+
+async fn run<S: LogStorage>(
+    storage: Arc<S>,
+    dedup: Option<Arc<dyn DedupIndex>>,
+    lc: LogConfig,
+    c: &Config,
+) -> anyhow::Result<()> {
+    let metrics = observe::install_metrics()?;
+    let (log, tasks) = Log::open(storage, dedup, lc).await.context("opening the log")?;
+    let listener = tokio::net::TcpListener::bind(c.listen)
+        .await
+        .with_context(|| format!("listening on {}", c.listen))?;
+    let metrics_task = if c.metrics.listen.is_empty() {
+        None
+    } else {
+        let addr: SocketAddr = c.metrics.listen.parse()?;
+        let ml = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("metrics: listening on {addr}"))?;
+        let app = observe::router(log.clone(), metrics);
+        tracing::info!(%addr, "metrics and health endpoints listening");
+        Some(tokio::spawn(async move {
+            if let Err(e) = axum::serve(ml, app).await {
+                tracing::error!(error = %e, "metrics server failed");
+            }
+        }))
+    };
+    tracing::info!(
+        addr = %c.listen,
+        origin = %log.config().origin,
+        vkey = %log.config().signer.verifier().to_vkey(),
+        size = log.committed_size(),
+        "tlogd serving"
+    );
+    axum::serve(listener, tlogd::http::router(log.clone()))
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .context("serving HTTP")?;
+    tracing::info!("shutting down: draining the queue");
+    log.shutdown();
+    tasks.join().await;
+    if let Some(t) = metrics_task {
+        t.abort();
+    }
+    tracing::info!(size = log.committed_size(), checkpoint = log.published_size(), "stopped");
+    if log.published_size() != log.committed_size() {
+        bail!("final checkpoint was not published");
+    }
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot install SIGTERM handler");
+            return std::future::pending().await;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = term.recv() => {},
+    }
+}

@@ -1,0 +1,242 @@
+//! Spawning the real `tlogd` binary and talking HTTP to it.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use tlogd_core::checkpoint::Checkpoint;
+use tlogd_core::hash::{Hash, leaf_hash};
+use tlogd_core::note::{NoteSigner, NoteVerifier};
+use tlogd_core::proof;
+use tlogd_core::tile::{TileId, parse_hash_tile};
+
+pub const SKEY: &str =
+    "PRIVATE+KEY+example.com/log/testdata+33d7b496+AeymY/SZAX0jZcJ8enZ5FY1Dz+wTML2yWSkK+9DSF3eg";
+pub const ORIGIN: &str = "example.com/log/testdata";
+
+pub fn verifier() -> NoteVerifier {
+    NoteSigner::from_skey(SKEY).unwrap().verifier()
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+pub struct Daemon {
+    pub child: Child,
+    pub url: String,
+    pub metrics_url: String,
+    pub dir: PathBuf,
+}
+
+impl Daemon {
+    /// Start tlogd on `dir` with extra TOML appended to a generated config.
+    pub fn start(dir: &Path, extra_toml: &str) -> Daemon {
+        let port = free_port();
+        let mport = free_port();
+        let key = dir.join("key");
+        std::fs::write(&key, SKEY).unwrap();
+        let cfg = dir.join("tlogd.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "listen = \"127.0.0.1:{port}\"\norigin = \"{ORIGIN}\"\nprivate_key_file = \"{}\"\n\
+                 [storage]\ndir = \"{}\"\n[checkpoint]\ninterval_ms = 50\n\
+                 [metrics]\nlisten = \"127.0.0.1:{mport}\"\n{extra_toml}",
+                key.display(),
+                dir.join("log").display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_tlogd"))
+            .args(["serve", "--config"])
+            .arg(&cfg)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn tlogd");
+        let d = Daemon {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            metrics_url: format!("http://127.0.0.1:{mport}"),
+            dir: dir.to_path_buf(),
+        };
+        d
+    }
+
+    pub async fn wait_ready(&mut self, http: &Http) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("tlogd exited early: {status}");
+            }
+            if let Ok((200, _, _)) = http.get(&format!("{}/checkpoint", self.url)).await {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("tlogd did not become ready");
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM and wait for a clean exit.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        unsafe_kill(self.child.id(), 15);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "tlogd did not stop after SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn unsafe_kill(pid: u32, sig: i32) {
+    let _ = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status();
+}
+
+#[derive(Clone)]
+pub struct Http {
+    client: Client<HttpConnector, Full<Bytes>>,
+}
+
+pub type Resp = (u16, HashMap<String, String>, Bytes);
+
+impl Http {
+    pub fn new() -> Http {
+        let mut conn = HttpConnector::new();
+        conn.set_nodelay(true);
+        Http {
+            client: Client::builder(TokioExecutor::new())
+                .pool_max_idle_per_host(256)
+                .build(conn),
+        }
+    }
+
+    async fn send(&self, req: hyper::Request<Full<Bytes>>) -> Result<Resp, String> {
+        let resp = tokio::time::timeout(Duration::from_secs(30), self.client.request(req))
+            .await
+            .map_err(|_| "timeout".to_string())?
+            .map_err(|e| e.to_string())?;
+        let status = resp.status().as_u16();
+        let headers = resp
+            .headers()
+            .iter()
+            .map(|(k, v)| (k.as_str().to_string(), v.to_str().unwrap_or("").to_string()))
+            .collect();
+        let body = resp.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+        Ok((status, headers, body))
+    }
+
+    pub async fn get(&self, url: &str) -> Result<Resp, String> {
+        let req = hyper::Request::get(url).body(Full::new(Bytes::new())).unwrap();
+        self.send(req).await
+    }
+
+    pub async fn post(&self, url: &str, body: Bytes) -> Result<Resp, String> {
+        let req = hyper::Request::post(url).body(Full::new(body)).unwrap();
+        self.send(req).await
+    }
+
+    /// POST /add; Ok(index) on 200.
+    pub async fn add(&self, base: &str, entry: Bytes) -> Result<(u64, bool), Resp> {
+        match self.post(&format!("{base}/add"), entry).await {
+            Ok((200, h, body)) => {
+                let idx = std::str::from_utf8(&body).unwrap().trim().parse().unwrap();
+                Ok((idx, h.get("x-tlog-duplicate").is_some_and(|v| v == "true")))
+            }
+            Ok(r) => Err(r),
+            Err(e) => Err((0, HashMap::new(), Bytes::from(e))),
+        }
+    }
+
+    /// Fetch and verify the checkpoint.
+    pub async fn checkpoint(&self, base: &str) -> Checkpoint {
+        let (status, _, body) = self.get(&format!("{base}/checkpoint")).await.unwrap();
+        assert_eq!(status, 200);
+        Checkpoint::open(&body, ORIGIN, &verifier()).expect("checkpoint verifies").0
+    }
+
+    pub async fn tile_hashes(&self, base: &str, id: &TileId) -> Vec<Hash> {
+        let (status, _, body) = self.get(&format!("{base}/{}", id.path())).await.unwrap();
+        assert_eq!(status, 200, "{}", id.path());
+        parse_hash_tile(&body, id.width).unwrap()
+    }
+
+    /// Verify that `entry` is at `index` in the tree of `cp` with a proof from tiles.
+    pub async fn verify_inclusion(&self, base: &str, cp: &Checkpoint, index: u64, entry: &[u8]) {
+        let ids = proof::inclusion_proof_tiles(index, cp.size).unwrap();
+        let mut tiles = HashMap::new();
+        for id in ids {
+            let h = self.tile_hashes(base, &id).await;
+            tiles.insert(id, h);
+        }
+        let p = proof::inclusion_proof(index, cp.size, &tiles).unwrap();
+        proof::verify_inclusion(&leaf_hash(entry), index, cp.size, &p, &cp.root)
+            .unwrap_or_else(|e| panic!("inclusion of {index} in {}: {e}", cp.size));
+    }
+
+    pub async fn verify_consistency(&self, base: &str, old: &Checkpoint, new: &Checkpoint) {
+        if old.size == 0 || old.size == new.size {
+            if old.size == new.size {
+                assert_eq!(old.root, new.root, "fork at size {}", old.size);
+            }
+            return;
+        }
+        let ids = proof::consistency_proof_tiles(old.size, new.size).unwrap();
+        let mut tiles = HashMap::new();
+        for id in ids {
+            let h = self.tile_hashes(base, &id).await;
+            tiles.insert(id, h);
+        }
+        let p = proof::consistency_proof(old.size, new.size, &tiles).unwrap();
+        proof::verify_consistency(old.size, new.size, &old.root, &new.root, &p)
+            .unwrap_or_else(|e| panic!("consistency {} -> {}: {e}", old.size, new.size));
+    }
+
+    /// The entries of bundle `n` at tree size `size`.
+    pub async fn bundle(&self, base: &str, n: u64, size: u64) -> Vec<Vec<u8>> {
+        let width = (size - n * 256).min(256) as u16;
+        let id = TileId::entries(n, width);
+        let (status, _, body) = self.get(&format!("{base}/{}", id.path())).await.unwrap();
+        assert_eq!(status, 200, "{}", id.path());
+        tlogd_core::bundle::parse_bundle(&body)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.to_vec())
+            .collect()
+    }
+
+    pub async fn wait_checkpoint(&self, base: &str, size: u64) -> Checkpoint {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let cp = self.checkpoint(base).await;
+            if cp.size >= size {
+                return cp;
+            }
+            assert!(Instant::now() < deadline, "no checkpoint reached {size}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}

@@ -1,0 +1,297 @@
+//! End-to-end tests against the real `tlogd` binary over HTTP.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousands_of_concurrent_adds_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(dir.path(), "");
+    let http = Http::new();
+    d.wait_ready(&http).await;
+    let url = d.url.clone();
+    let first_cp = http.checkpoint(&url).await;
+    assert_eq!(first_cp.size, 0);
+
+    const N: u64 = 4000;
+    const WRITERS: u64 = 64;
+    let mut tasks = Vec::new();
+    for w in 0..WRITERS {
+        let http = http.clone();
+        let url = url.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut out = Vec::new();
+            for i in (w..N).step_by(WRITERS as usize) {
+                let e = format!("e2e entry {i}").into_bytes();
+                let (idx, dup) = http.add(&url, Bytes::from(e.clone())).await.expect("add");
+                assert!(!dup);
+                out.push((idx, e));
+            }
+            out
+        }));
+    }
+    // Collect checkpoints while writing, to check they are all consistent.
+    let mut cps = vec![first_cp];
+    let mut acked: HashMap<u64, Vec<u8>> = HashMap::new();
+    for t in tasks {
+        cps.push(http.checkpoint(&url).await);
+        for (idx, e) in t.await.unwrap() {
+            assert!(acked.insert(idx, e).is_none(), "index {idx} handed out twice");
+        }
+    }
+    let mut idx: Vec<u64> = acked.keys().copied().collect();
+    idx.sort();
+    assert_eq!(idx, (0..N).collect::<Vec<_>>(), "indices are contiguous");
+    let last = http.wait_checkpoint(&url, N).await;
+    cps.push(last.clone());
+    for w in cps.windows(2) {
+        assert!(w[0].size <= w[1].size, "checkpoints never go back");
+        http.verify_consistency(&url, &w[0], &w[1]).await;
+    }
+    // Every entry is in its bundle and has an inclusion proof.
+    for n in 0..N.div_ceil(256) {
+        for (i, e) in http.bundle(&url, n, last.size).await.into_iter().enumerate() {
+            assert_eq!(acked[&(n * 256 + i as u64)], e);
+        }
+    }
+    for i in (0..N).step_by(7) {
+        http.verify_inclusion(&url, &last, i, &acked[&i]).await;
+    }
+    assert!(d.terminate().success(), "clean shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_clear_errors_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(dir.path(), "");
+    let http = Http::new();
+    d.wait_ready(&http).await;
+    let u = d.url.clone();
+    let (s, _, body) = http.post(&format!("{u}/add"), Bytes::new()).await.unwrap();
+    assert_eq!(s, 400, "empty body");
+    assert_eq!(std::str::from_utf8(&body).unwrap().lines().count(), 1);
+    let (s, _, _) = http.post(&format!("{u}/add"), Bytes::from(vec![b'a'; 65536])).await.unwrap();
+    assert_eq!(s, 413, "65536 bytes");
+    let (s, _, _) = http.post(&format!("{u}/add"), Bytes::from(vec![b'a'; 1 << 20])).await.unwrap();
+    assert_eq!(s, 413, "1 MiB");
+    assert_eq!(http.add(&u, Bytes::from(vec![b'a'; 65535])).await.unwrap().0, 0);
+    for (path, want) in [
+        ("/tile/0/0", 400),
+        ("/tile/0/000.p/0", 400),
+        ("/tile/0/000.p/256", 400),
+        ("/tile/0/000.p/01", 400),
+        ("/tile/0/1000", 400),
+        ("/tile/entries/x000/000", 400),
+        ("/tile/64/000", 400),
+        ("/tile/abc", 400),
+        ("/tile/0/000.p/1", 200),
+        ("/tile/entries/000.p/1", 200),
+        ("/tile/0/000.p/2", 404),
+        ("/tile/0/000", 404),
+        ("/tile/entries/001", 404),
+        ("/tile/1/000.p/1", 404),
+        ("/.tlogd/state", 404),
+        ("/nothing", 404),
+    ] {
+        let (s, _, _) = http.get(&format!("{u}{path}")).await.unwrap();
+        assert_eq!(s, want, "GET {path}");
+    }
+    let (s, h, _) = http.get(&format!("{u}/tile/0/000.p/1")).await.unwrap();
+    assert_eq!(s, 200);
+    assert!(h["cache-control"].contains("immutable"));
+    let (_, h, _) = http.get(&format!("{u}/checkpoint")).await.unwrap();
+    assert_eq!(h["cache-control"], "no-cache");
+    let (s, _, _) = http.get(&format!("{u}/add")).await.unwrap();
+    assert_eq!(s, 405);
+    let cp = http.wait_checkpoint(&u, 1).await;
+    assert_eq!(cp.size, 1, "only the valid entry was logged");
+    assert!(d.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overload_gets_503_with_retry_after() {
+    let dir = tempfile::tempdir().unwrap();
+    // Two entries in flight at most, and the integrator lingers 500 ms on a batch.
+    let mut d = Daemon::start(
+        dir.path(),
+        "[batching]\nmax_entries = 2\nmax_age_ms = 500\n[queue]\nmax_entries = 2\nretry_after_s = 3\n",
+    );
+    let http = Http::new();
+    d.wait_ready(&http).await;
+    let u = d.url.clone();
+    let first = {
+        let http = http.clone();
+        let u = u.clone();
+        tokio::spawn(async move { http.add(&u, Bytes::from_static(b"first")).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let second = {
+        let http = http.clone();
+        let u = u.clone();
+        tokio::spawn(async move { http.add(&u, Bytes::from_static(b"second")).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    match http.add(&u, Bytes::from_static(b"third")).await {
+        Err((503, h, body)) => {
+            assert_eq!(h["retry-after"], "3");
+            assert!(String::from_utf8_lossy(&body).contains("queue is full"));
+        }
+        other => panic!("expected 503, got {other:?}"),
+    }
+    let mut got = vec![first.await.unwrap().unwrap().0, second.await.unwrap().unwrap().0];
+    got.sort();
+    assert_eq!(got, vec![0, 1]);
+    // Pushback clears once the queue drains.
+    assert_eq!(http.add(&u, Bytes::from_static(b"third")).await.unwrap().0, 2);
+    assert!(d.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_daemon_on_the_same_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(dir.path(), "");
+    let http = Http::new();
+    d.wait_ready(&http).await;
+    let port = free_port();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tlogd"))
+        .args(["serve", "--metrics-listen", "", "--origin", ORIGIN])
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--storage-dir")
+        .arg(dir.path().join("log"))
+        .arg("--private-key-file")
+        .arg(dir.path().join("key"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("in use by another tlogd"), "{err}");
+    assert!(d.terminate().success());
+}
+
+/// SIGKILL under write load, restart, repeat: no acknowledged entry is lost and every
+/// checkpoint is consistent with all earlier ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_under_load_loses_no_acknowledged_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let http = Http::new();
+    let acked: Arc<Mutex<HashMap<u64, Vec<u8>>>> = Arc::default();
+    let mut checkpoints = Vec::new();
+    for round in 0..4u64 {
+        let mut d = Daemon::start(dir.path(), "");
+        d.wait_ready(&http).await;
+        let u = d.url.clone();
+        let cp = http.checkpoint(&u).await;
+        // Everything acknowledged before the crash is there, byte for byte.
+        let known: Vec<(u64, Vec<u8>)> = acked.lock().unwrap().iter().map(|(k, v)| (*k, v.clone())).collect();
+        let size = tlogd_size(&http, &u, &known).await;
+        for (idx, e) in &known {
+            assert!(*idx < size, "acknowledged index {idx} beyond the recovered tree {size}");
+            let n = idx / 256;
+            let bundle = http.bundle(&u, n, size).await;
+            assert_eq!(&bundle[(idx % 256) as usize], e, "entry {idx} after crash {round}");
+        }
+        checkpoints.push(cp);
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut writers = Vec::new();
+        for w in 0..16u64 {
+            let (http, u, acked, stop) = (http.clone(), u.clone(), acked.clone(), stop.clone());
+            writers.push(tokio::spawn(async move {
+                let mut i = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let e = format!("crash round {round} writer {w} entry {i}").into_bytes();
+                    if let Ok((idx, _)) = http.add(&u, Bytes::from(e.clone())).await {
+                        acked.lock().unwrap().insert(idx, e);
+                    }
+                    i += 1;
+                }
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(400 + 150 * round)).await;
+        d.kill();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for w in writers {
+            w.await.unwrap();
+        }
+    }
+    // Final restart: all checkpoints ever seen are consistent with the final one.
+    let mut d = Daemon::start(dir.path(), "");
+    d.wait_ready(&http).await;
+    let u = d.url.clone();
+    let n = acked.lock().unwrap().len() as u64;
+    assert!(n > 100, "the load acknowledged only {n} entries");
+    let last = http.checkpoint(&u).await;
+    for cp in &checkpoints {
+        http.verify_consistency(&u, cp, &last).await;
+    }
+    let known: Vec<(u64, Vec<u8>)> = acked.lock().unwrap().iter().map(|(k, v)| (*k, v.clone())).collect();
+    for (idx, e) in known.iter().step_by(13) {
+        http.verify_inclusion(&u, &last, *idx, e).await;
+    }
+    assert!(d.terminate().success());
+}
+
+/// The tree size the restarted daemon serves (its first checkpoint covers all of it).
+async fn tlogd_size(http: &Http, u: &str, _known: &[(u64, Vec<u8>)]) -> u64 {
+    http.checkpoint(u).await.size
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicates_return_the_original_index_across_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let http = Http::new();
+    let mut d = Daemon::start(dir.path(), "");
+    d.wait_ready(&http).await;
+    let u = d.url.clone();
+    let mut unique = 0u64;
+    let mut first_index = HashMap::new();
+    for i in 0..500u64 {
+        // Every tenth add resubmits an earlier entry.
+        let k = if i % 10 == 9 { i / 3 } else { i };
+        let e = format!("dup test {k}");
+        let (idx, dup) = http.add(&u, Bytes::from(e.clone())).await.unwrap();
+        match first_index.get(&e) {
+            Some(&orig) => {
+                assert_eq!(idx, orig, "resubmission of {e:?}");
+                assert!(dup, "duplicate header");
+            }
+            None => {
+                assert!(!dup);
+                first_index.insert(e, idx);
+                unique += 1;
+            }
+        }
+    }
+    let cp = http.wait_checkpoint(&u, unique).await;
+    assert_eq!(cp.size, unique, "the tree grew by exactly the unique entries");
+    assert!(d.terminate().success());
+    let mut d = Daemon::start(dir.path(), "");
+    d.wait_ready(&http).await;
+    let u = d.url.clone();
+    let (idx, dup) = http.add(&u, Bytes::from("dup test 5")).await.unwrap();
+    assert_eq!((idx, dup), (first_index["dup test 5"], true));
+    // Remove the index directory: the daemon rebuilds it from the log.
+    assert!(d.terminate().success());
+    std::fs::remove_dir_all(dir.path().join("log/.tlogd/dedup")).unwrap();
+    // max_lag = 0: adds get 503 until the rebuilt index has caught up.
+    let mut d = Daemon::start(dir.path(), "[dedup]\nmax_lag = 0\n");
+    d.wait_ready(&http).await;
+    let u = d.url.clone();
+    let mut got = None;
+    for _ in 0..200 {
+        let r = http.add(&u, Bytes::from("dup test 7")).await;
+        if let Ok(v) = r {
+            got = Some(v);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(got, Some((first_index["dup test 7"], true)));
+    assert!(d.terminate().success());
+}

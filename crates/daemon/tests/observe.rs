@@ -1,0 +1,102 @@
+//! Metrics and health endpoints of the real binary.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+
+fn metric(text: &str, name_and_labels: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(name_and_labels) && l[name_and_labels.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("metric {name_and_labels} not found in:\n{text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_what_was_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(
+        dir.path(),
+        "[batching]\nmax_entries = 2\nmax_age_ms = 300\n[queue]\nmax_entries = 2\n",
+    );
+    let http = Http::new();
+    d.wait_ready(&http).await;
+    let u = d.url.clone();
+    for i in 0..5 {
+        http.add(&u, Bytes::from(format!("m{i}"))).await.unwrap();
+    }
+    for i in 0..2 {
+        let (idx, dup) = http.add(&u, Bytes::from(format!("m{i}"))).await.unwrap();
+        assert_eq!((idx, dup), (i, true));
+    }
+    for _ in 0..3 {
+        let (s, _, _) = http.post(&format!("{u}/add"), Bytes::new()).await.unwrap();
+        assert_eq!(s, 400);
+    }
+    let (s, _, _) = http.post(&format!("{u}/add"), Bytes::from(vec![0u8; 70_000])).await.unwrap();
+    assert_eq!(s, 413);
+    // Pushback: two adds linger in the two-entry queue while a third arrives.
+    let slow: Vec<_> = [&b"slow1"[..], &b"slow2"[..]]
+        .into_iter()
+        .map(|e| {
+            let (http, u) = (http.clone(), u.clone());
+            tokio::spawn(async move { http.add(&u, Bytes::from_static(e)).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(matches!(http.add(&u, Bytes::from_static(b"rejected")).await, Err((503, _, _))));
+    for s in slow {
+        s.await.unwrap().unwrap();
+    }
+    http.wait_checkpoint(&u, 7).await;
+    let (s, _, _) = http.get(&format!("{u}/tile/0/000.p/1")).await.unwrap();
+    assert_eq!(s, 200);
+
+    let (s, _, body) = http.get(&format!("{}/metrics", d.metrics_url)).await.unwrap();
+    assert_eq!(s, 200);
+    let m = String::from_utf8(body.to_vec()).unwrap();
+    assert_eq!(metric(&m, "tlogd_add_requests_total{outcome=\"ok\"}"), 7.0);
+    assert_eq!(metric(&m, "tlogd_add_requests_total{outcome=\"duplicate\"}"), 2.0);
+    assert_eq!(metric(&m, "tlogd_add_requests_total{outcome=\"bad_request\"}"), 3.0);
+    assert_eq!(metric(&m, "tlogd_add_requests_total{outcome=\"too_large\"}"), 1.0);
+    assert_eq!(metric(&m, "tlogd_add_requests_total{outcome=\"pushback\"}"), 1.0);
+    assert_eq!(metric(&m, "tlogd_integrated_tree_size"), 7.0);
+    assert_eq!(metric(&m, "tlogd_checkpoint_size"), 7.0);
+    assert_eq!(metric(&m, "tlogd_read_requests_total{kind=\"tile\",status=\"200\"}"), 1.0);
+    assert_eq!(metric(&m, "tlogd_dedup_hits_total"), 2.0);
+    assert!(metric(&m, "tlogd_commit_duration_seconds_count{backend=\"posix\"}") >= 4.0);
+    assert!(m.contains("tlogd_build_info{version="));
+    assert!(m.contains("tlogd_add_duration_seconds_bucket"));
+    assert!(d.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_fails_when_storage_is_unwritable() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(dir.path(), "");
+    let http = Http::new();
+    d.wait_ready(&http).await;
+    let m = d.metrics_url.clone();
+    assert_eq!(http.get(&format!("{m}/healthz")).await.unwrap().0, 200);
+    assert_eq!(http.get(&format!("{m}/readyz")).await.unwrap().0, 200);
+    // Break the private temp directory (permissions do not stop root, a file does).
+    let tmp = dir.path().join("log/.tlogd/tmp");
+    std::fs::remove_dir_all(&tmp).unwrap();
+    std::fs::write(&tmp, b"not a directory").unwrap();
+    let (s, _, body) = http.get(&format!("{m}/readyz")).await.unwrap();
+    assert_eq!(s, 503, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(http.get(&format!("{m}/healthz")).await.unwrap().0, 200);
+    // Adds fail cleanly (500), and nothing is acknowledged.
+    match http.add(&d.url, Bytes::from_static(b"x")).await {
+        Err((500, _, _)) => {}
+        other => panic!("expected 500, got {other:?}"),
+    }
+    std::fs::remove_file(&tmp).unwrap();
+    std::fs::create_dir(&tmp).unwrap();
+    assert_eq!(http.get(&format!("{m}/readyz")).await.unwrap().0, 200);
+    assert_eq!(http.add(&d.url, Bytes::from_static(b"x")).await.unwrap().0, 0);
+    assert!(d.terminate().success());
+}

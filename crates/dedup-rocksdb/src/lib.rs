@@ -1,0 +1,185 @@
+//! A RocksDB-backed [`DedupIndex`] for tlogd.
+//!
+//! Kept out of `tlogd-core` because RocksDB is a heavy C++ build.
+//!
+//! * Keys: the full 32-byte SHA-256 of the entry; values: the index, 8 bytes big-endian.
+//! * "First index wins" is a merge operator that keeps the existing value, so a batch is
+//!   one blind `WriteBatch` with no read-before-write.
+//! * The "indexed up to" marker is written in the same `WriteBatch` as the entries it
+//!   covers, so the two never disagree. The WAL is on but not synced: a crash may lose
+//!   the newest index writes together with their marker, and the engine's follower then
+//!   re-indexes them from the log.
+//! * Memory is bounded by the block cache (index and filter blocks included) and the
+//!   write buffers; see [`DedupOptions`].
+
+use std::path::Path;
+
+use rocksdb::{
+    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DB, MergeOperands, Options, WriteBatch,
+    WriteOptions,
+};
+use tlogd_core::engine::{DedupError, DedupIndex, EntryHash};
+
+const CF_ENTRIES: &str = "entries";
+const CF_META: &str = "meta";
+const MARKER: &[u8] = b"indexed_up_to";
+
+/// Memory bounds of the index.
+#[derive(Clone, Debug)]
+pub struct DedupOptions {
+    /// LRU block cache, including index and Bloom filter blocks.
+    pub block_cache_bytes: usize,
+    /// Size of one memtable.
+    pub write_buffer_bytes: usize,
+    /// Memtables kept before writes stall.
+    pub max_write_buffers: i32,
+}
+
+impl Default for DedupOptions {
+    /// 32 MiB cache + 2 x 16 MiB memtables: ~64 MiB resident at most, plus RocksDB's
+    /// small fixed overhead.
+    fn default() -> Self {
+        DedupOptions {
+            block_cache_bytes: 32 << 20,
+            write_buffer_bytes: 16 << 20,
+            max_write_buffers: 2,
+        }
+    }
+}
+
+/// The RocksDB index.
+pub struct RocksDedup {
+    db: DB,
+    write_opts: WriteOptions,
+}
+
+fn keep_first(_key: &[u8], existing: Option<&[u8]>, operands: &MergeOperands) -> Option<Vec<u8>> {
+    match existing {
+        Some(v) => Some(v.to_vec()),
+        None => operands.iter().next().map(|v| v.to_vec()),
+    }
+}
+
+fn err(e: impl std::fmt::Display) -> DedupError {
+    DedupError(e.to_string())
+}
+
+impl RocksDedup {
+    /// Open or create the index at `path`.
+    pub fn open(path: &Path, opts: &DedupOptions) -> Result<Self, DedupError> {
+        let cache = Cache::new_lru_cache(opts.block_cache_bytes);
+        let mut table = BlockBasedOptions::default();
+        table.set_block_cache(&cache);
+        table.set_bloom_filter(10.0, false);
+        table.set_cache_index_and_filter_blocks(true);
+        table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+
+        let mut entries = Options::default();
+        entries.set_block_based_table_factory(&table);
+        // SHA-256 keys do not compress.
+        entries.set_compression_type(rocksdb::DBCompressionType::None);
+        entries.set_write_buffer_size(opts.write_buffer_bytes);
+        entries.set_max_write_buffer_number(opts.max_write_buffers.max(2));
+        entries.set_merge_operator("keep_first", keep_first, keep_first_partial);
+        entries.set_optimize_filters_for_hits(false);
+
+        let mut meta = Options::default();
+        meta.set_write_buffer_size(1 << 20);
+
+        let mut db_opts = Options::default();
+        db_opts.create_if_missing(true);
+        db_opts.create_missing_column_families(true);
+        db_opts.set_max_open_files(256);
+        db_opts.set_keep_log_file_num(4);
+        db_opts.set_max_background_jobs(2);
+        // Bound the total memtable memory across both column families.
+        db_opts.set_db_write_buffer_size(opts.write_buffer_bytes * opts.max_write_buffers.max(2) as usize);
+        let db = DB::open_cf_descriptors(
+            &db_opts,
+            path,
+            vec![
+                ColumnFamilyDescriptor::new(CF_ENTRIES, entries),
+                ColumnFamilyDescriptor::new(CF_META, meta),
+            ],
+        )
+        .map_err(|e| DedupError(format!("opening {}: {e}", path.display())))?;
+        let mut write_opts = WriteOptions::default();
+        write_opts.set_sync(false);
+        Ok(RocksDedup { db, write_opts })
+    }
+}
+
+fn keep_first_partial(
+    _key: &[u8],
+    existing: Option<&[u8]>,
+    operands: &MergeOperands,
+) -> Option<Vec<u8>> {
+    // Partial merges combine operands only: the oldest one wins.
+    match existing {
+        Some(v) => Some(v.to_vec()),
+        None => operands.iter().next().map(|v| v.to_vec()),
+    }
+}
+
+impl DedupIndex for RocksDedup {
+    fn get(&self, hash: &EntryHash) -> Result<Option<u64>, DedupError> {
+        let cf = self.db.cf_handle(CF_ENTRIES).ok_or_else(|| err("missing column family"))?;
+        match self.db.get_pinned_cf(&cf, hash).map_err(err)? {
+            None => Ok(None),
+            Some(v) => {
+                let b: [u8; 8] = v
+                    .as_ref()
+                    .try_into()
+                    .map_err(|_| err("corrupt value in dedup index"))?;
+                Ok(Some(u64::from_be_bytes(b)))
+            }
+        }
+    }
+
+    fn put_batch(&self, entries: &[(EntryHash, u64)], indexed_up_to: u64) -> Result<(), DedupError> {
+        let cf = self.db.cf_handle(CF_ENTRIES).ok_or_else(|| err("missing column family"))?;
+        let meta = self.db.cf_handle(CF_META).ok_or_else(|| err("missing column family"))?;
+        let mut batch = WriteBatch::default();
+        for (h, i) in entries {
+            batch.merge_cf(&cf, h, i.to_be_bytes());
+        }
+        batch.put_cf(&meta, MARKER, indexed_up_to.to_be_bytes());
+        self.db.write_opt(batch, &self.write_opts).map_err(err)
+    }
+
+    fn indexed_up_to(&self) -> Result<u64, DedupError> {
+        let meta = self.db.cf_handle(CF_META).ok_or_else(|| err("missing column family"))?;
+        match self.db.get_pinned_cf(&meta, MARKER).map_err(err)? {
+            None => Ok(0),
+            Some(v) => {
+                let b: [u8; 8] = v.as_ref().try_into().map_err(|_| err("corrupt marker"))?;
+                Ok(u64::from_be_bytes(b))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_index_wins_and_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dedup");
+        let a = [1u8; 32];
+        let b = [2u8; 32];
+        {
+            let idx = RocksDedup::open(&path, &DedupOptions::default()).unwrap();
+            assert_eq!(idx.indexed_up_to().unwrap(), 0);
+            idx.put_batch(&[(a, 0), (b, 1)], 2).unwrap();
+            idx.put_batch(&[(a, 5)], 6).unwrap();
+            assert_eq!(idx.get(&a).unwrap(), Some(0));
+        }
+        let idx = RocksDedup::open(&path, &DedupOptions::default()).unwrap();
+        assert_eq!(idx.get(&a).unwrap(), Some(0));
+        assert_eq!(idx.get(&b).unwrap(), Some(1));
+        assert_eq!(idx.get(&[3u8; 32]).unwrap(), None);
+        assert_eq!(idx.indexed_up_to().unwrap(), 6);
+    }
+}
