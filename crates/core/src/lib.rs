@@ -1,1 +1,17 @@
-//! stub
+//! tlogd-core: the C2SP tlog-tiles log in Rust.
+//!
+//! The format and math modules ([`hash`], [`tile`], [`bundle`], [`merkle`], [`proof`],
+//! [`note`], [`checkpoint`]) are pure: no I/O, no async runtime. The [`engine`] module
+//! (feature `engine`, on by default) is the generic sequencing queue, integrator and
+//! checkpoint publisher over the [`engine::LogStorage`] trait.
+
+pub mod bundle;
+pub mod checkpoint;
+pub mod hash;
+pub mod merkle;
+pub mod note;
+pub mod proof;
+pub mod tile;
+
+#[cfg(feature = "engine")]
+pub mod engine;

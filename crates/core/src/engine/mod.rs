@@ -147,6 +147,14 @@ pub enum EngineError {
     /// The dedup index failed.
     #[error(transparent)]
     Dedup(#[from] DedupError),
+    /// The dedup index covers entries the log does not have.
+    #[error("the dedup index covers {indexed} entries but the log has {size}; delete the index directory to rebuild it")]
+    DedupAhead {
+        /// The index's marker.
+        indexed: u64,
+        /// The committed tree size.
+        size: u64,
+    },
     /// The published checkpoint does not verify with the configured origin and key.
     #[error("the log's published checkpoint does not verify with the configured origin and key: {0}")]
     Checkpoint(String),
@@ -179,7 +187,6 @@ struct Inner<S> {
     /// Size named by the latest published checkpoint.
     published_size: AtomicU64,
     ready: AtomicBool,
-    committed_tx: watch::Sender<TreeState>,
 }
 
 /// The background tasks of a [`Log`]; await [`LogTasks::join`] after [`Log::shutdown`].
@@ -217,6 +224,14 @@ impl<S: LogStorage> Log<S> {
             Some(d) => d.indexed_up_to()?,
             None => 0,
         };
+        if indexed > state.size {
+            // The log was restored from an older copy: the index would hand out indices
+            // that do not hold the submitted bytes.
+            return Err(EngineError::DedupAhead {
+                indexed,
+                size: state.size,
+            });
+        }
         let published = match storage.read_checkpoint().await? {
             Some(bytes) => {
                 match Checkpoint::open(&bytes, &config.origin, &config.signer.verifier()) {
@@ -241,10 +256,9 @@ impl<S: LogStorage> Log<S> {
             work: Notify::new(),
             dedup,
             committed_size: AtomicU64::new(state.size),
-            indexed_size: AtomicU64::new(indexed.min(state.size)),
+            indexed_size: AtomicU64::new(indexed),
             published_size: AtomicU64::new(published),
             ready: AtomicBool::new(true),
-            committed_tx,
             config,
         });
         metrics::gauge!("tlogd_integrated_tree_size").set(state.size as f64);
@@ -256,7 +270,9 @@ impl<S: LogStorage> Log<S> {
             handles.push(tokio::spawn(async move { l.run_indexer(index_rx, indexed).await }));
         }
         let l = log.clone();
-        handles.push(tokio::spawn(async move { l.run_integrator(edge, index_tx).await }));
+        handles.push(tokio::spawn(async move {
+            l.run_integrator(edge, index_tx, committed_tx).await
+        }));
         let l = log.clone();
         handles.push(tokio::spawn(async move { l.run_publisher(committed_rx).await }));
         Ok((log, LogTasks { handles }))
@@ -321,14 +337,15 @@ impl<S: LogStorage> Log<S> {
                 let h = entry_hash(&entry);
                 metrics::counter!("tlogd_dedup_lookups_total").increment(1);
                 match d.get(&h) {
-                    Ok(Some(index)) => {
+                    // Never answer with an index the committed tree does not contain.
+                    Ok(Some(index)) if index < self.committed_size() => {
                         metrics::counter!("tlogd_dedup_hits_total").increment(1);
                         return Ok(AddOutcome {
                             index,
                             duplicate: true,
                         });
                     }
-                    Ok(None) => {}
+                    Ok(_) => {}
                     // Best effort: an unreadable index never blocks logging.
                     Err(e) => tracing::warn!(error = %e, "dedup lookup failed"),
                 }
@@ -371,29 +388,43 @@ impl<S: LogStorage> Log<S> {
         self.inner.work.notify_one();
     }
 
+    fn is_closed(&self) -> bool {
+        lock(&self.inner.queue).closed
+    }
+
     async fn next_batch(&self) -> Option<PendingBatch> {
+        enum Next {
+            Take,
+            Linger,
+            Wait,
+            Done,
+        }
         let inner = &self.inner;
         loop {
-            {
-                let mut q = lock(&inner.queue);
-                let front_full = q
-                    .batches
-                    .front()
-                    .is_some_and(|b| b.entries.len() >= inner.limits.batch_max_entries);
-                let linger = !inner.config.batch_max_age.is_zero() && !front_full && !q.closed;
-                if !q.batches.is_empty() && !linger {
-                    return q.batches.pop_front();
+            let next = {
+                let q = lock(&inner.queue);
+                match q.batches.front() {
+                    None if q.closed => Next::Done,
+                    None => Next::Wait,
+                    Some(b) => {
+                        let full = b.entries.len() >= inner.limits.batch_max_entries;
+                        if inner.config.batch_max_age.is_zero() || full || q.closed {
+                            Next::Take
+                        } else {
+                            Next::Linger
+                        }
+                    }
                 }
-                if q.batches.is_empty() && q.closed {
-                    return None;
-                }
-                if linger && !q.batches.is_empty() {
-                    drop(q);
+            };
+            match next {
+                Next::Take => return lock(&inner.queue).batches.pop_front(),
+                Next::Done => return None,
+                Next::Linger => {
                     tokio::time::sleep(inner.config.batch_max_age).await;
                     return lock(&inner.queue).batches.pop_front();
                 }
+                Next::Wait => inner.work.notified().await,
             }
-            inner.work.notified().await;
         }
     }
 
@@ -401,13 +432,14 @@ impl<S: LogStorage> Log<S> {
         self,
         edge: Edge,
         index_tx: mpsc::UnboundedSender<(u64, Vec<EntryHash>)>,
+        committed_tx: watch::Sender<TreeState>,
     ) {
         let inner = &self.inner;
         let mut edge = Some(edge);
         while let Some(batch) = self.next_batch().await {
             metrics::gauge!("tlogd_queue_depth").set(self.queue_depth() as f64);
             let n = batch.entries.len();
-            let result = self.commit_batch(&mut edge, &batch).await;
+            let result = self.commit_batch(&mut edge, &batch, &committed_tx).await;
             {
                 let mut q = lock(&inner.queue);
                 q.entries -= n;
@@ -430,12 +462,19 @@ impl<S: LogStorage> Log<S> {
             }
             batch.slot.complete(result);
         }
+        // Dropping the senders tells the publisher and the dedup follower to finish.
         drop(index_tx);
+        drop(committed_tx);
         tracing::info!(size = self.committed_size(), "integrator drained");
     }
 
     /// Integrate and commit one batch; Ok(first index).
-    async fn commit_batch(&self, edge: &mut Option<Edge>, batch: &PendingBatch) -> Result<u64, AddError> {
+    async fn commit_batch(
+        &self,
+        edge: &mut Option<Edge>,
+        batch: &PendingBatch,
+        committed_tx: &watch::Sender<TreeState>,
+    ) -> Result<u64, AddError> {
         let inner = &self.inner;
         let backend = inner.storage.backend_name();
         for _attempt in 0..8 {
@@ -468,7 +507,7 @@ impl<S: LogStorage> Log<S> {
                 Ok(()) => {
                     metrics::histogram!("tlogd_batch_size").record(batch.entries.len() as f64);
                     *edge = Some(next_edge);
-                    self.advance(next);
+                    self.advance(next, committed_tx);
                     return Ok(prev.size);
                 }
                 Err(StorageError::Conflict { expected, found }) => {
@@ -483,7 +522,7 @@ impl<S: LogStorage> Log<S> {
                     return match Edge::load(&*inner.storage).await {
                         Ok(reloaded) if reloaded.state() == next => {
                             *edge = Some(reloaded);
-                            self.advance(next);
+                            self.advance(next, committed_tx);
                             Ok(prev.size)
                         }
                         Ok(reloaded) => {
@@ -504,10 +543,10 @@ impl<S: LogStorage> Log<S> {
         Err(AddError::Storage("tree state kept changing under us".into()))
     }
 
-    fn advance(&self, next: TreeState) {
+    fn advance(&self, next: TreeState, committed_tx: &watch::Sender<TreeState>) {
         self.inner.committed_size.store(next.size, Ordering::Release);
         metrics::gauge!("tlogd_integrated_tree_size").set(next.size as f64);
-        self.inner.committed_tx.send_replace(next);
+        committed_tx.send_replace(next);
     }
 
     async fn run_publisher(self, mut rx: watch::Receiver<TreeState>) {
@@ -522,15 +561,14 @@ impl<S: LogStorage> Log<S> {
             }
             // Rate-limit: at most one checkpoint per interval, but wake early to publish
             // the final state on shutdown.
-            let closed = || lock(&inner.queue).closed;
-            if !closed() {
+            if !self.is_closed() {
                 let deadline = tokio::time::sleep(inner.config.checkpoint_interval);
                 tokio::pin!(deadline);
                 loop {
                     tokio::select! {
                         _ = &mut deadline => break,
                         _ = tokio::time::sleep(Duration::from_millis(50)) => {
-                            if closed() { break; }
+                            if self.is_closed() { break; }
                         }
                     }
                 }
@@ -606,6 +644,10 @@ impl<S: LogStorage> Log<S> {
                         .collect();
                     let upto = indexed + batch.len() as u64;
                     if let (_, Err(e)) = put_blocking(&index, batch, upto).await {
+                        if self.is_closed() {
+                            tracing::error!(error = %e, "dedup catch-up abandoned at shutdown");
+                            return;
+                        }
                         tracing::error!(error = %e, "dedup catch-up write failed; retrying");
                         tokio::time::sleep(Duration::from_secs(1)).await;
                         continue;
@@ -615,6 +657,10 @@ impl<S: LogStorage> Log<S> {
                     metrics::gauge!("tlogd_dedup_lag").set(self.dedup_lag() as f64);
                 }
                 Err(e) => {
+                    if self.is_closed() {
+                        tracing::error!(error = %e, "dedup catch-up abandoned at shutdown");
+                        return;
+                    }
                     tracing::error!(error = %e, "dedup catch-up read failed; retrying");
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
@@ -641,6 +687,11 @@ impl<S: LogStorage> Log<S> {
                 batch = back;
                 match result {
                     Ok(()) => break,
+                    Err(e) if self.is_closed() => {
+                        // The follower catches up from the log at the next start.
+                        tracing::error!(error = %e, "dedup index write abandoned at shutdown");
+                        return;
+                    }
                     Err(e) => {
                         tracing::error!(error = %e, "dedup index write failed; retrying");
                         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -785,7 +836,8 @@ impl Edge {
             bundle::append_entry(&mut self.bundle, e)?;
             count += 1;
             if count == TILE_WIDTH {
-                let full = std::mem::replace(&mut self.bundle, Vec::with_capacity(self.bundle.capacity()));
+                let cap = self.bundle.capacity();
+                let full = std::mem::replace(&mut self.bundle, Vec::with_capacity(cap));
                 tiles.push((TileId::entries(n, TILE_WIDTH as u16), full));
                 n += 1;
                 count = 0;
