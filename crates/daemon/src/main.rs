@@ -227,8 +227,8 @@ async fn run<S: LogStorage>(
     if let Some(t) = metrics_task {
         t.abort();
     }
-    tracing::info!(size = log.committed_size(), checkpoint = log.published_size(), "stopped");
-    if log.published_size() != log.committed_size() {
+    tracing::info!(size = log.committed_size(), checkpoint = ?log.published_size(), "stopped");
+    if log.published_size() != Some(log.committed_size()) {
         bail!("final checkpoint was not published");
     }
     Ok(())

@@ -140,7 +140,7 @@ async fn every_intermediate_state_of_the_small_log_matches() {
         let log = log.clone();
         async move {
             for _ in 0..500 {
-                if log.published_size() == n {
+                if log.published_size() == Some(n) {
                     return;
                 }
                 tokio::time::sleep(Duration::from_millis(2)).await;

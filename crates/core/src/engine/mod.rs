@@ -184,8 +184,8 @@ struct Inner<S> {
     committed_size: AtomicU64,
     /// Persistent dedup index marker.
     indexed_size: AtomicU64,
-    /// Size named by the latest published checkpoint.
-    published_size: AtomicU64,
+    /// 1 + the size named by the latest published checkpoint; 0 when none is.
+    published: AtomicU64,
     ready: AtomicBool,
 }
 
@@ -235,7 +235,7 @@ impl<S: LogStorage> Log<S> {
         let published = match storage.read_checkpoint().await? {
             Some(bytes) => {
                 match Checkpoint::open(&bytes, &config.origin, &config.signer.verifier()) {
-                    Ok((cp, _)) => cp.size,
+                    Ok((cp, _)) => cp.size + 1,
                     // A checkpoint this key cannot open means the wrong key or origin is
                     // configured for this log: never overwrite it.
                     Err(e) => return Err(EngineError::Checkpoint(e.to_string())),
@@ -243,6 +243,13 @@ impl<S: LogStorage> Log<S> {
             }
             None => 0,
         };
+        if published > state.size + 1 {
+            return Err(EngineError::Storage(StorageError::Corrupt(format!(
+                "published checkpoint size {} is ahead of the committed tree size {}",
+                published - 1,
+                state.size
+            ))));
+        }
         let (committed_tx, committed_rx) = watch::channel(state);
         let limits = QueueLimits {
             batch_max_entries: config.batch_max_entries.max(1),
@@ -257,7 +264,7 @@ impl<S: LogStorage> Log<S> {
             dedup,
             committed_size: AtomicU64::new(state.size),
             indexed_size: AtomicU64::new(indexed),
-            published_size: AtomicU64::new(published),
+            published: AtomicU64::new(published),
             ready: AtomicBool::new(true),
             config,
         });
@@ -294,8 +301,8 @@ impl<S: LogStorage> Log<S> {
     }
 
     /// Size named by the latest published checkpoint.
-    pub fn published_size(&self) -> u64 {
-        self.inner.published_size.load(Ordering::Acquire)
+    pub fn published_size(&self) -> Option<u64> {
+        self.inner.published.load(Ordering::Acquire).checked_sub(1)
     }
 
     /// Entries committed but not yet in the persistent dedup index.
@@ -553,7 +560,7 @@ impl<S: LogStorage> Log<S> {
         let inner = &self.inner;
         loop {
             let state = *rx.borrow_and_update();
-            if state.size != self.published_size() || self.published_size() == 0 {
+            if self.published_size() != Some(state.size) {
                 self.publish(state).await;
             }
             if rx.changed().await.is_err() {
@@ -576,7 +583,7 @@ impl<S: LogStorage> Log<S> {
         }
         // Sender dropped with the integrator: publish the final state.
         let state = *rx.borrow();
-        if state.size != self.published_size() {
+        if self.published_size() != Some(state.size) {
             self.publish(state).await;
         }
     }
@@ -602,7 +609,7 @@ impl<S: LogStorage> Log<S> {
             Ok(()) => {
                 metrics::histogram!("tlogd_storage_op_duration_seconds", "backend" => backend, "op" => "publish_checkpoint")
                     .record(started.elapsed().as_secs_f64());
-                inner.published_size.store(state.size, Ordering::Release);
+                inner.published.store(state.size + 1, Ordering::Release);
                 metrics::gauge!("tlogd_checkpoint_size").set(state.size as f64);
                 metrics::gauge!("tlogd_checkpoint_published_timestamp_seconds").set(
                     std::time::SystemTime::now()
