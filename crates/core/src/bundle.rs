@@ -64,9 +64,15 @@ mod tests {
         let mut b = Vec::new();
         append_entry(&mut b, b"one").unwrap();
         append_entry(&mut b, &[7u8; 65535]).unwrap();
-        assert_eq!(parse_bundle(&b).unwrap(), vec![&b"one"[..], &[7u8; 65535][..]]);
+        assert_eq!(
+            parse_bundle(&b).unwrap(),
+            vec![&b"one"[..], &[7u8; 65535][..]]
+        );
         assert_eq!(append_entry(&mut b, b""), Err(BundleError::BadEntrySize(0)));
-        assert_eq!(append_entry(&mut b, &[0u8; 65536]), Err(BundleError::BadEntrySize(65536)));
+        assert_eq!(
+            append_entry(&mut b, &[0u8; 65536]),
+            Err(BundleError::BadEntrySize(65536))
+        );
         assert_eq!(parse_bundle(&[0, 3, b'a']), Err(BundleError::Truncated(0)));
         assert_eq!(parse_bundle(&[0]), Err(BundleError::Truncated(0)));
         assert_eq!(parse_bundle(&[0, 0]), Err(BundleError::EmptyEntry(0)));

@@ -41,7 +41,12 @@ pub enum CheckpointError {
 impl Checkpoint {
     /// The note text: `origin\nsize\nbase64(root)\n` then one line per extension.
     pub fn to_text(&self) -> String {
-        let mut s = format!("{}\n{}\n{}\n", self.origin, self.size, B64.encode(self.root));
+        let mut s = format!(
+            "{}\n{}\n{}\n",
+            self.origin,
+            self.size,
+            B64.encode(self.root)
+        );
         for e in &self.extensions {
             s.push_str(e);
             s.push('\n');
@@ -51,23 +56,36 @@ impl Checkpoint {
 
     /// Parse a note text strictly.
     pub fn parse(text: &str) -> Result<Checkpoint, CheckpointError> {
-        let body = text.strip_suffix('\n').ok_or(CheckpointError::Malformed("text must end with a newline"))?;
+        let body = text
+            .strip_suffix('\n')
+            .ok_or(CheckpointError::Malformed("text must end with a newline"))?;
         let mut lines = body.split('\n');
-        let origin = lines.next().filter(|o| !o.is_empty()).ok_or(CheckpointError::Malformed("empty origin"))?;
-        let size_s = lines.next().ok_or(CheckpointError::Malformed("missing size"))?;
+        let origin = lines
+            .next()
+            .filter(|o| !o.is_empty())
+            .ok_or(CheckpointError::Malformed("empty origin"))?;
+        let size_s = lines
+            .next()
+            .ok_or(CheckpointError::Malformed("missing size"))?;
         let canonical = !size_s.is_empty()
             && size_s.bytes().all(|b| b.is_ascii_digit())
             && (size_s == "0" || !size_s.starts_with('0'));
         if !canonical {
             return Err(CheckpointError::Malformed("size is not canonical decimal"));
         }
-        let size = size_s.parse().map_err(|_| CheckpointError::Malformed("size out of range"))?;
-        let root_s = lines.next().ok_or(CheckpointError::Malformed("missing root hash"))?;
+        let size = size_s
+            .parse()
+            .map_err(|_| CheckpointError::Malformed("size out of range"))?;
+        let root_s = lines
+            .next()
+            .ok_or(CheckpointError::Malformed("missing root hash"))?;
         let root: Hash = B64
             .decode(root_s)
             .ok()
             .and_then(|r| r.try_into().ok())
-            .ok_or(CheckpointError::Malformed("root hash is not base64 of 32 bytes"))?;
+            .ok_or(CheckpointError::Malformed(
+                "root hash is not base64 of 32 bytes",
+            ))?;
         let extensions: Vec<String> = lines.map(str::to_string).collect();
         if extensions.iter().any(|e| e.is_empty()) {
             return Err(CheckpointError::Malformed("empty extension line"));
@@ -86,7 +104,11 @@ impl Checkpoint {
     }
 
     /// Verify a signed checkpoint of the log `origin`.
-    pub fn open(bytes: &[u8], origin: &str, verifier: &NoteVerifier) -> Result<(Checkpoint, Note), CheckpointError> {
+    pub fn open(
+        bytes: &[u8],
+        origin: &str,
+        verifier: &NoteVerifier,
+    ) -> Result<(Checkpoint, Note), CheckpointError> {
         let note = open_note(bytes, &[verifier])?;
         let cp = Checkpoint::parse(&note.text)?;
         if cp.origin != origin {

@@ -49,7 +49,11 @@ impl TileTree {
     pub fn from_edge(size: u64, mut edge: Vec<Vec<Hash>>) -> Result<Self, MerkleError> {
         let levels = levels_for(size);
         for (level, hashes) in edge.iter().enumerate() {
-            let want = if level < levels { width_at(size, level) } else { 0 };
+            let want = if level < levels {
+                width_at(size, level)
+            } else {
+                0
+            };
             if hashes.len() != want {
                 return Err(MerkleError::EdgeWidth {
                     level,
@@ -61,7 +65,11 @@ impl TileTree {
         for level in edge.len()..levels {
             let want = width_at(size, level);
             if want != 0 {
-                return Err(MerkleError::EdgeWidth { level, got: 0, want });
+                return Err(MerkleError::EdgeWidth {
+                    level,
+                    got: 0,
+                    want,
+                });
             }
         }
         edge.resize(levels, Vec::new());
@@ -104,16 +112,26 @@ impl TileTree {
         r
     }
 
-    fn push_level(&mut self, level: usize, h: Hash, new_size: u64, out: &mut Vec<(TileId, Vec<u8>)>) {
+    fn push_level(
+        &mut self,
+        level: usize,
+        h: Hash,
+        new_size: u64,
+        out: &mut Vec<(TileId, Vec<u8>)>,
+    ) {
         if self.edges.len() <= level {
-            self.edges.resize_with(level + 1, || Vec::with_capacity(TILE_WIDTH as usize));
+            self.edges
+                .resize_with(level + 1, || Vec::with_capacity(TILE_WIDTH as usize));
         }
         let e = &mut self.edges[level];
         e.push(h);
         if e.len() as u64 == TILE_WIDTH {
             let count = new_size >> (TILE_HEIGHT * level as u32);
             let index = (count - 1) / TILE_WIDTH;
-            out.push((TileId::hash(level as u8, index, TILE_WIDTH as u16), e.as_flattened().to_vec()));
+            out.push((
+                TileId::hash(level as u8, index, TILE_WIDTH as u16),
+                e.as_flattened().to_vec(),
+            ));
             e.clear();
         }
     }
@@ -136,7 +154,7 @@ impl TileTree {
                 node = node_hash(&left, &node);
                 height += 1;
                 s >>= 1;
-                if height % TILE_HEIGHT == 0 {
+                if height.is_multiple_of(TILE_HEIGHT) {
                     self.push_level((height / TILE_HEIGHT) as usize, node, new_size, out);
                 }
             }
@@ -200,7 +218,9 @@ mod tests {
     use std::collections::HashMap;
 
     fn leaves(n: u64) -> Vec<Hash> {
-        (0..n).map(|i| leaf_hash(format!("leaf {i}").as_bytes())).collect()
+        (0..n)
+            .map(|i| leaf_hash(format!("leaf {i}").as_bytes()))
+            .collect()
     }
 
     #[test]

@@ -61,11 +61,17 @@ fn split_key(s: &str) -> Result<(&str, u32, Vec<u8>), NoteError> {
     if !valid_name(name) {
         return Err(NoteError::BadKey("invalid key name"));
     }
-    if hash.len() != 8 || !hash.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()) {
+    if hash.len() != 8
+        || !hash
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    {
         return Err(NoteError::BadKey("key id is not 8 lowercase hex digits"));
     }
     let id = u32::from_str_radix(hash, 16).map_err(|_| NoteError::BadKey("bad key id"))?;
-    let key = B64.decode(key).map_err(|_| NoteError::BadKey("key is not base64"))?;
+    let key = B64
+        .decode(key)
+        .map_err(|_| NoteError::BadKey("key is not base64"))?;
     Ok((name, id, key))
 }
 
@@ -79,7 +85,9 @@ pub struct NoteSigner {
 impl NoteSigner {
     /// Parse `PRIVATE+KEY+<name>+<hex key id>+<base64(0x01 || 32-byte seed)>`.
     pub fn from_skey(s: &str) -> Result<Self, NoteError> {
-        let rest = s.strip_prefix("PRIVATE+KEY+").ok_or(NoteError::BadKey("missing PRIVATE+KEY+ prefix"))?;
+        let rest = s
+            .strip_prefix("PRIVATE+KEY+")
+            .ok_or(NoteError::BadKey("missing PRIVATE+KEY+ prefix"))?;
         let (name, id, key) = split_key(rest)?;
         if key.len() != 33 || key[0] != ALG_ED25519 {
             return Err(NoteError::BadKey("not an Ed25519 private key"));
@@ -145,7 +153,8 @@ impl NoteVerifier {
         }
         let mut pk = [0u8; 32];
         pk.copy_from_slice(&key[1..]);
-        let key = VerifyingKey::from_bytes(&pk).map_err(|_| NoteError::BadKey("invalid Ed25519 public key"))?;
+        let key = VerifyingKey::from_bytes(&pk)
+            .map_err(|_| NoteError::BadKey("invalid Ed25519 public key"))?;
         if ed25519_key_id(name, &key) != id {
             return Err(NoteError::BadKey("key id does not match the key"));
         }
@@ -227,7 +236,9 @@ impl Note {
             return Err(NoteError::Malformed("control character"));
         }
         // The text is separated from the signatures by the last empty line.
-        let split = s.rfind("\n\n").ok_or(NoteError::Malformed("no blank line before signatures"))?;
+        let split = s
+            .rfind("\n\n")
+            .ok_or(NoteError::Malformed("no blank line before signatures"))?;
         let text = &s[..split + 1];
         let sigs = &s[split + 2..];
         if sigs.is_empty() || !sigs.ends_with('\n') {
@@ -238,12 +249,18 @@ impl Note {
             if signatures.len() == MAX_SIGNATURES {
                 return Err(NoteError::Malformed("too many signatures"));
             }
-            let rest = line.strip_prefix("\u{2014} ").ok_or(NoteError::Malformed("signature line without em dash"))?;
-            let (name, b64) = rest.split_once(' ').ok_or(NoteError::Malformed("signature line without key name"))?;
+            let rest = line
+                .strip_prefix("\u{2014} ")
+                .ok_or(NoteError::Malformed("signature line without em dash"))?;
+            let (name, b64) = rest
+                .split_once(' ')
+                .ok_or(NoteError::Malformed("signature line without key name"))?;
             if !valid_name(name) {
                 return Err(NoteError::Malformed("invalid key name"));
             }
-            let raw = B64.decode(b64).map_err(|_| NoteError::Malformed("signature is not base64"))?;
+            let raw = B64
+                .decode(b64)
+                .map_err(|_| NoteError::Malformed("signature is not base64"))?;
             if raw.len() < 5 {
                 return Err(NoteError::Malformed("signature too short"));
             }
@@ -306,7 +323,10 @@ pub fn open_note(bytes: &[u8], verifiers: &[&NoteVerifier]) -> Result<Note, Note
     let note = Note::parse(bytes)?;
     let mut verified = 0;
     for sig in &note.signatures {
-        let Some(v) = verifiers.iter().find(|v| v.name == sig.name && v.id == sig.key_id) else {
+        let Some(v) = verifiers
+            .iter()
+            .find(|v| v.name == sig.name && v.id == sig.key_id)
+        else {
             continue;
         };
         if !v.verify(note.text.as_bytes(), &sig.signature) {
@@ -325,7 +345,8 @@ mod tests {
     use super::*;
 
     const SKEY: &str = "PRIVATE+KEY+example.com/log/testdata+33d7b496+AeymY/SZAX0jZcJ8enZ5FY1Dz+wTML2yWSkK+9DSF3eg";
-    const VKEY: &str = "example.com/log/testdata+33d7b496+AeHTu4Q3hEIMHNqc6fASMsq3rKNx280NI+oO5xCFkkSx";
+    const VKEY: &str =
+        "example.com/log/testdata+33d7b496+AeHTu4Q3hEIMHNqc6fASMsq3rKNx280NI+oO5xCFkkSx";
 
     #[test]
     fn test_key_matches_its_verifier() {
@@ -349,21 +370,52 @@ mod tests {
         assert_eq!(Note::parse(&note).unwrap().to_bytes(), note);
         assert_eq!(open_note(&note, &[&ov, &v]).unwrap().text, "hello\nworld\n");
         let only_other = sign_note("hello\n", &[&other]).unwrap();
-        assert_eq!(open_note(&only_other, &[&v]), Err(NoteError::NoKnownSignature));
+        assert_eq!(
+            open_note(&only_other, &[&v]),
+            Err(NoteError::NoKnownSignature)
+        );
         let mut bad = note.clone();
         bad[0] = b'j';
-        assert!(matches!(open_note(&bad, &[&v]), Err(NoteError::BadSignature(_))));
+        assert!(matches!(
+            open_note(&bad, &[&v]),
+            Err(NoteError::BadSignature(_))
+        ));
     }
 
     #[test]
     fn malformed_notes_and_keys() {
         let v = NoteSigner::from_skey(SKEY).unwrap().verifier();
-        for bad in [&b"no blank line\n"[..], b"text\n\n", b"text\n\nnot a sig\n", b"text\n\n\xe2\x80\x94 name sig", b"t\x01\n\n\xe2\x80\x94 a AAAAAAA=\n"] {
-            assert!(open_note(bad, &[&v]).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        for bad in [
+            &b"no blank line\n"[..],
+            b"text\n\n",
+            b"text\n\nnot a sig\n",
+            b"text\n\n\xe2\x80\x94 name sig",
+            b"t\x01\n\n\xe2\x80\x94 a AAAAAAA=\n",
+        ] {
+            assert!(
+                open_note(bad, &[&v]).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
         }
-        assert!(NoteSigner::from_skey("PRIVATE+KEY+a+00000000+AeymY/SZAX0jZcJ8enZ5FY1Dz+wTML2yWSkK+9DSF3eg").is_err());
-        assert!(NoteVerifier::from_vkey("example.com/log/testdata+33d7b497+AeHTu4Q3hEIMHNqc6fASMsq3rKNx280NI+oO5xCFkkSx").is_err());
-        assert!(NoteVerifier::from_vkey("bad name+33d7b496+AeHTu4Q3hEIMHNqc6fASMsq3rKNx280NI+oO5xCFkkSx").is_err());
+        assert!(
+            NoteSigner::from_skey(
+                "PRIVATE+KEY+a+00000000+AeymY/SZAX0jZcJ8enZ5FY1Dz+wTML2yWSkK+9DSF3eg"
+            )
+            .is_err()
+        );
+        assert!(
+            NoteVerifier::from_vkey(
+                "example.com/log/testdata+33d7b497+AeHTu4Q3hEIMHNqc6fASMsq3rKNx280NI+oO5xCFkkSx"
+            )
+            .is_err()
+        );
+        assert!(
+            NoteVerifier::from_vkey(
+                "bad name+33d7b496+AeHTu4Q3hEIMHNqc6fASMsq3rKNx280NI+oO5xCFkkSx"
+            )
+            .is_err()
+        );
         assert!(sign_note("no newline", &[]).is_err());
     }
 }

@@ -35,7 +35,9 @@ pub trait TileSource {
 
 impl TileSource for HashMap<TileId, Vec<Hash>> {
     fn tile_hashes(&self, id: &TileId) -> Option<&[Hash]> {
-        self.get(id).or_else(|| self.get(&id.full())).map(|v| v.as_slice())
+        self.get(id)
+            .or_else(|| self.get(&id.full()))
+            .map(|v| v.as_slice())
     }
 }
 
@@ -53,9 +55,13 @@ fn node_tile(h: u32, i: u64, size: u64) -> (TileId, usize, usize) {
 
 /// Hash of the range `[a, b)` of leaves (RFC 6962 MTH), where every perfect subtree
 /// met is fetched with `node(height, index)`.
-fn range_hash<E>(a: u64, b: u64, node: &mut impl FnMut(u32, u64) -> Result<Hash, E>) -> Result<Hash, E> {
+fn range_hash<E>(
+    a: u64,
+    b: u64,
+    node: &mut impl FnMut(u32, u64) -> Result<Hash, E>,
+) -> Result<Hash, E> {
     let n = b - a;
-    if n.is_power_of_two() && a % n == 0 {
+    if n.is_power_of_two() && a.is_multiple_of(n) {
         let h = n.trailing_zeros();
         return node(h, a >> h);
     }
@@ -114,7 +120,10 @@ fn subproof<E>(
     Ok(())
 }
 
-fn collect_tiles(size: u64, run: impl FnOnce(&mut dyn FnMut(u32, u64) -> Result<Hash, ()>)) -> Vec<TileId> {
+fn collect_tiles(
+    size: u64,
+    run: impl FnOnce(&mut dyn FnMut(u32, u64) -> Result<Hash, ()>),
+) -> Vec<TileId> {
     let mut tiles: Vec<TileId> = Vec::new();
     let mut record = |h: u32, i: u64| -> Result<Hash, ()> {
         let (id, _, _) = node_tile(h, i, size);
@@ -127,7 +136,10 @@ fn collect_tiles(size: u64, run: impl FnOnce(&mut dyn FnMut(u32, u64) -> Result<
     tiles
 }
 
-fn reader<'a, S: TileSource>(size: u64, tiles: &'a S) -> impl FnMut(u32, u64) -> Result<Hash, ProofError> + 'a {
+fn reader<'a, S: TileSource>(
+    size: u64,
+    tiles: &'a S,
+) -> impl FnMut(u32, u64) -> Result<Hash, ProofError> + 'a {
     move |h, i| {
         let (id, start, n) = node_tile(h, i, size);
         let hashes = tiles
@@ -150,7 +162,11 @@ pub fn inclusion_proof_tiles(index: u64, size: u64) -> Result<Vec<TileId>, Proof
 }
 
 /// The RFC 6962 inclusion proof of `index` in the tree of `size`.
-pub fn inclusion_proof(index: u64, size: u64, tiles: &impl TileSource) -> Result<Vec<Hash>, ProofError> {
+pub fn inclusion_proof(
+    index: u64,
+    size: u64,
+    tiles: &impl TileSource,
+) -> Result<Vec<Hash>, ProofError> {
     if index >= size {
         return Err(ProofError::Range("index not below tree size"));
     }
@@ -174,7 +190,11 @@ pub fn consistency_proof_tiles(old: u64, new: u64) -> Result<Vec<TileId>, ProofE
 }
 
 /// The RFC 6962 consistency proof from `old` to `new` (empty when `old` is 0 or `new`).
-pub fn consistency_proof(old: u64, new: u64, tiles: &impl TileSource) -> Result<Vec<Hash>, ProofError> {
+pub fn consistency_proof(
+    old: u64,
+    new: u64,
+    tiles: &impl TileSource,
+) -> Result<Vec<Hash>, ProofError> {
     if old > new {
         return Err(ProofError::Range("old size above new size"));
     }
@@ -206,7 +226,13 @@ pub fn tree_root(size: u64, tiles: &impl TileSource) -> Result<Hash, ProofError>
 }
 
 /// RFC 9162 section 2.1.3.2: verify an inclusion proof.
-pub fn verify_inclusion(leaf: &Hash, index: u64, size: u64, proof: &[Hash], root: &Hash) -> Result<(), ProofError> {
+pub fn verify_inclusion(
+    leaf: &Hash,
+    index: u64,
+    size: u64,
+    proof: &[Hash],
+    root: &Hash,
+) -> Result<(), ProofError> {
     if index >= size {
         return Err(ProofError::Range("index not below tree size"));
     }
@@ -255,7 +281,11 @@ pub fn verify_consistency(
         };
     }
     if old == 0 {
-        return if proof.is_empty() { Ok(()) } else { Err(ProofError::Invalid) };
+        return if proof.is_empty() {
+            Ok(())
+        } else {
+            Err(ProofError::Invalid)
+        };
     }
     let mut path: Vec<Hash> = Vec::with_capacity(proof.len() + 1);
     if old.is_power_of_two() {
@@ -323,12 +353,19 @@ mod tests {
     #[test]
     fn inclusion_and_consistency_at_many_sizes() {
         let (leaves, tiles, roots) = build(1300);
-        for size in (1..=1300u64).step_by(37).chain([1, 2, 255, 256, 257, 512, 1024, 1300]) {
+        for size in (1..=1300u64)
+            .step_by(37)
+            .chain([1, 2, 255, 256, 257, 512, 1024, 1300])
+        {
             // Tiles as they exist at `size`: partials of that width (kept, never GC'd here).
             for index in (0..size).step_by(11).chain([0, size - 1]) {
                 let needed = inclusion_proof_tiles(index, size).unwrap();
                 for id in &needed {
-                    assert!(tiles.tile_hashes(id).is_some(), "{} not produced", id.path());
+                    assert!(
+                        tiles.tile_hashes(id).is_some(),
+                        "{} not produced",
+                        id.path()
+                    );
                 }
                 let p = inclusion_proof(index, size, &tiles).unwrap();
                 let root = roots[size as usize];
@@ -336,7 +373,10 @@ mod tests {
                 if let Some(first) = p.first() {
                     let mut bad = p.clone();
                     bad[0] = node_hash(first, first);
-                    assert!(verify_inclusion(&leaves[index as usize], index, size, &bad, &root).is_err());
+                    assert!(
+                        verify_inclusion(&leaves[index as usize], index, size, &bad, &root)
+                            .is_err()
+                    );
                 }
                 let other = leaf_hash(b"not in the tree");
                 assert!(verify_inclusion(&other, index, size, &p, &root).is_err());
@@ -362,7 +402,14 @@ mod tests {
         let size = 65536 + 3;
         for index in [0u64, 255, 256, 65535, 65536, 65538] {
             let p = inclusion_proof(index, size, &tiles).unwrap();
-            verify_inclusion(&leaves[index as usize], index, size, &p, &roots[size as usize]).unwrap();
+            verify_inclusion(
+                &leaves[index as usize],
+                index,
+                size,
+                &p,
+                &roots[size as usize],
+            )
+            .unwrap();
         }
         for old in [1u64, 256, 300, 65536, 65537] {
             let p = consistency_proof(old, size, &tiles).unwrap();

@@ -95,8 +95,12 @@ impl TileId {
     /// Parse a path produced by [`TileId::path`]; anything else is an error
     /// (non-canonical numbers, missing or extra `x` prefixes, widths 0 or 256, ...).
     pub fn parse(path: &str) -> Result<TileId, PathError> {
-        let rest = path.strip_prefix("tile/").ok_or(PathError::Syntax("missing tile/ prefix"))?;
-        let (kind_s, rest) = rest.split_once('/').ok_or(PathError::Syntax("missing index"))?;
+        let rest = path
+            .strip_prefix("tile/")
+            .ok_or(PathError::Syntax("missing tile/ prefix"))?;
+        let (kind_s, rest) = rest
+            .split_once('/')
+            .ok_or(PathError::Syntax("missing index"))?;
         let kind = if kind_s == "entries" {
             TileKind::Entries
         } else {
@@ -252,7 +256,10 @@ mod tests {
 
     #[test]
     fn paths_match_the_spec_examples() {
-        assert_eq!(TileId::hash(0, 1_234_067, 256).path(), "tile/0/x001/x234/067");
+        assert_eq!(
+            TileId::hash(0, 1_234_067, 256).path(),
+            "tile/0/x001/x234/067"
+        );
         assert_eq!(TileId::entries(0, 256).path(), "tile/entries/000");
         assert_eq!(TileId::hash(1, 0, 17).path(), "tile/1/000.p/17");
         assert_eq!(TileId::hash(0, 273, 112).path(), "tile/0/273.p/112");
@@ -262,10 +269,21 @@ mod tests {
     #[test]
     fn parse_is_the_exact_inverse_of_path() {
         let mut ns: Vec<u64> = (0..2100).collect();
-        ns.extend([999_999, 1_000_000, 1_234_067, u64::MAX / 256, u64::MAX - 1, u64::MAX]);
+        ns.extend([
+            999_999,
+            1_000_000,
+            1_234_067,
+            u64::MAX / 256,
+            u64::MAX - 1,
+            u64::MAX,
+        ]);
         for n in ns {
             for w in [1u16, 17, 255, 256] {
-                for id in [TileId::hash(0, n, w), TileId::hash(63, n, w), TileId::entries(n, w)] {
+                for id in [
+                    TileId::hash(0, n, w),
+                    TileId::hash(63, n, w),
+                    TileId::entries(n, w),
+                ] {
                     assert_eq!(TileId::parse(&id.path()), Ok(id), "{}", id.path());
                 }
             }
@@ -308,7 +326,11 @@ mod tests {
         // The tlog-tiles "Partial Tiles" example.
         assert_eq!(
             edge_tiles(70_000),
-            vec![TileId::hash(0, 273, 112), TileId::hash(1, 1, 17), TileId::hash(2, 0, 1)]
+            vec![
+                TileId::hash(0, 273, 112),
+                TileId::hash(1, 1, 17),
+                TileId::hash(2, 0, 1)
+            ]
         );
         assert_eq!(edge_tiles(256), vec![TileId::hash(1, 0, 1)]);
         assert_eq!(edge_tiles(0), vec![]);

@@ -32,15 +32,24 @@ pub fn router<S: LogStorage>(log: Log<S>) -> Router {
 fn text(status: StatusCode, msg: impl Into<String>) -> Response {
     let mut body = msg.into();
     body.push('\n');
-    (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response()
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        body,
+    )
+        .into_response()
 }
 
 fn outcome(o: &'static str, started: Instant) {
     metrics::counter!("tlogd_add_requests_total", "outcome" => o).increment(1);
-    metrics::histogram!("tlogd_add_duration_seconds", "outcome" => o).record(started.elapsed().as_secs_f64());
+    metrics::histogram!("tlogd_add_duration_seconds", "outcome" => o)
+        .record(started.elapsed().as_secs_f64());
 }
 
-async fn add<S: LogStorage>(State(log): State<Log<S>>, body: Result<Bytes, BytesRejection>) -> Response {
+async fn add<S: LogStorage>(
+    State(log): State<Log<S>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     let started = Instant::now();
     let body = match body {
         Ok(b) => b,
@@ -59,7 +68,10 @@ async fn add<S: LogStorage>(State(log): State<Log<S>>, body: Result<Bytes, Bytes
     match log.add(body).await {
         Ok(o) => {
             let mut headers = HeaderMap::new();
-            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; charset=utf-8"),
+            );
             if o.duplicate {
                 headers.insert(DUPLICATE_HEADER, HeaderValue::from_static("true"));
                 outcome("duplicate", started);
@@ -79,7 +91,8 @@ async fn add<S: LogStorage>(State(log): State<Log<S>>, body: Result<Bytes, Bytes
             let mut resp = text(status, e.to_string());
             if status == StatusCode::SERVICE_UNAVAILABLE {
                 let secs = log.config().retry_after.as_secs().max(1);
-                resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+                resp.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(secs));
             }
             resp
         }
@@ -127,7 +140,12 @@ async fn tile<S: LogStorage>(State(log): State<Log<S>>, Path(rest): Path<String>
     };
     let (kind, available) = match id.kind {
         TileKind::Entries => ("entries", log.committed_size()),
-        TileKind::Hash { level } => ("tile", log.committed_size().checked_shr(8 * level as u32).unwrap_or(0)),
+        TileKind::Hash { level } => (
+            "tile",
+            log.committed_size()
+                .checked_shr(8 * level as u32)
+                .unwrap_or(0),
+        ),
     };
     // Only serve what a committed tree contains: files of a batch that was written but
     // never committed (before a crash) must not be cached forever by readers.

@@ -1,6 +1,5 @@
 //! `tlogd`: a C2SP tlog-tiles transparency log daemon.
 
-
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -147,7 +146,11 @@ fn load_signer(c: &Config, origin: &str) -> anyhow::Result<NoteSigner> {
     };
     let signer = NoteSigner::from_skey(text.trim()).context("parsing the private key")?;
     if signer.name() != origin {
-        tracing::warn!(key_name = signer.name(), origin, "the signing key's name differs from the origin");
+        tracing::warn!(
+            key_name = signer.name(),
+            origin,
+            "the signing key's name differs from the origin"
+        );
     }
     Ok(signer)
 }
@@ -157,10 +160,15 @@ async fn serve(c: Config) -> anyhow::Result<()> {
     let signer = Arc::new(load_signer(&c, &origin)?);
     let dir = c.storage.dir.clone().unwrap_or_default();
     let storage = Arc::new(
-        PosixStorage::open(&dir, &origin).with_context(|| format!("opening log directory {}", dir.display()))?,
+        PosixStorage::open(&dir, &origin)
+            .with_context(|| format!("opening log directory {}", dir.display()))?,
     );
     let dedup: Option<Arc<dyn DedupIndex>> = if c.dedup.enabled {
-        let path = c.dedup.path.clone().unwrap_or_else(|| storage.private_dir().join("dedup"));
+        let path = c
+            .dedup
+            .path
+            .clone()
+            .unwrap_or_else(|| storage.private_dir().join("dedup"));
         let opts = DedupOptions {
             block_cache_bytes: c.dedup.block_cache_mib << 20,
             write_buffer_bytes: c.dedup.write_buffer_mib << 20,
@@ -191,7 +199,9 @@ async fn run<S: LogStorage>(
     c: &Config,
 ) -> anyhow::Result<()> {
     let metrics = observe::install_metrics()?;
-    let (log, tasks) = Log::open(storage, dedup, lc).await.context("opening the log")?;
+    let (log, tasks) = Log::open(storage, dedup, lc)
+        .await
+        .context("opening the log")?;
     let listener = tokio::net::TcpListener::bind(c.listen)
         .await
         .with_context(|| format!("listening on {}", c.listen))?;

@@ -16,9 +16,13 @@ use crate::config::LogFormatConfig;
 pub fn init_logging(c: &LogFormatConfig) -> anyhow::Result<()> {
     let filter = match std::env::var("RUST_LOG") {
         Ok(f) if !f.is_empty() => EnvFilter::try_new(f).context("parsing RUST_LOG")?,
-        _ => EnvFilter::try_new(&c.level).with_context(|| format!("`log.level` = {:?}", c.level))?,
+        _ => {
+            EnvFilter::try_new(&c.level).with_context(|| format!("`log.level` = {:?}", c.level))?
+        }
     };
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if c.format == "json" {
         builder.json().init();
     } else {
@@ -70,7 +74,10 @@ async fn render<S: LogStorage>(State(ops): State<std::sync::Arc<Ops<S>>>) -> Res
 
 async fn ready<S: LogStorage>(State(ops): State<std::sync::Arc<Ops<S>>>) -> Response {
     if !ops.log.is_ready() {
-        return (StatusCode::SERVICE_UNAVAILABLE, "not ready: the tree could not be reloaded from storage\n")
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: the tree could not be reloaded from storage\n",
+        )
             .into_response();
     }
     match ops.log.storage().check_writable().await {

@@ -42,7 +42,10 @@ async fn thousands_of_concurrent_adds_verify() {
     for t in tasks {
         cps.push(http.checkpoint(&url).await);
         for (idx, e) in t.await.unwrap() {
-            assert!(acked.insert(idx, e).is_none(), "index {idx} handed out twice");
+            assert!(
+                acked.insert(idx, e).is_none(),
+                "index {idx} handed out twice"
+            );
         }
     }
     let mut idx: Vec<u64> = acked.keys().copied().collect();
@@ -56,7 +59,12 @@ async fn thousands_of_concurrent_adds_verify() {
     }
     // Every entry is in its bundle and has an inclusion proof.
     for n in 0..N.div_ceil(256) {
-        for (i, e) in http.bundle(&url, n, last.size).await.into_iter().enumerate() {
+        for (i, e) in http
+            .bundle(&url, n, last.size)
+            .await
+            .into_iter()
+            .enumerate()
+        {
             assert_eq!(acked[&(n * 256 + i as u64)], e);
         }
     }
@@ -76,11 +84,23 @@ async fn bad_input_gets_clear_errors_and_changes_nothing() {
     let (s, _, body) = http.post(&format!("{u}/add"), Bytes::new()).await.unwrap();
     assert_eq!(s, 400, "empty body");
     assert_eq!(std::str::from_utf8(&body).unwrap().lines().count(), 1);
-    let (s, _, _) = http.post(&format!("{u}/add"), Bytes::from(vec![b'a'; 65536])).await.unwrap();
+    let (s, _, _) = http
+        .post(&format!("{u}/add"), Bytes::from(vec![b'a'; 65536]))
+        .await
+        .unwrap();
     assert_eq!(s, 413, "65536 bytes");
-    let (s, _, _) = http.post(&format!("{u}/add"), Bytes::from(vec![b'a'; 1 << 20])).await.unwrap();
+    let (s, _, _) = http
+        .post(&format!("{u}/add"), Bytes::from(vec![b'a'; 1 << 20]))
+        .await
+        .unwrap();
     assert_eq!(s, 413, "1 MiB");
-    assert_eq!(http.add(&u, Bytes::from(vec![b'a'; 65535])).await.unwrap().0, 0);
+    assert_eq!(
+        http.add(&u, Bytes::from(vec![b'a'; 65535]))
+            .await
+            .unwrap()
+            .0,
+        0
+    );
     for (path, want) in [
         ("/tile/0/0", 400),
         ("/tile/0/000.p/0", 400),
@@ -144,11 +164,17 @@ async fn overload_gets_503_with_retry_after() {
         }
         other => panic!("expected 503, got {other:?}"),
     }
-    let mut got = vec![first.await.unwrap().unwrap().0, second.await.unwrap().unwrap().0];
+    let mut got = vec![
+        first.await.unwrap().unwrap().0,
+        second.await.unwrap().unwrap().0,
+    ];
     got.sort();
     assert_eq!(got, vec![0, 1]);
     // Pushback clears once the queue drains.
-    assert_eq!(http.add(&u, Bytes::from_static(b"third")).await.unwrap().0, 2);
+    assert_eq!(
+        http.add(&u, Bytes::from_static(b"third")).await.unwrap().0,
+        2
+    );
     assert!(d.terminate().success());
 }
 
@@ -189,13 +215,25 @@ async fn crash_under_load_loses_no_acknowledged_entry() {
         let u = d.url.clone();
         let cp = http.checkpoint(&u).await;
         // Everything acknowledged before the crash is there, byte for byte.
-        let known: Vec<(u64, Vec<u8>)> = acked.lock().unwrap().iter().map(|(k, v)| (*k, v.clone())).collect();
+        let known: Vec<(u64, Vec<u8>)> = acked
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .collect();
         let size = tlogd_size(&http, &u, &known).await;
         for (idx, e) in &known {
-            assert!(*idx < size, "acknowledged index {idx} beyond the recovered tree {size}");
+            assert!(
+                *idx < size,
+                "acknowledged index {idx} beyond the recovered tree {size}"
+            );
             let n = idx / 256;
             let bundle = http.bundle(&u, n, size).await;
-            assert_eq!(&bundle[(idx % 256) as usize], e, "entry {idx} after crash {round}");
+            assert_eq!(
+                &bundle[(idx % 256) as usize],
+                e,
+                "entry {idx} after crash {round}"
+            );
         }
         checkpoints.push(cp);
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -230,7 +268,12 @@ async fn crash_under_load_loses_no_acknowledged_entry() {
     for cp in &checkpoints {
         http.verify_consistency(&u, cp, &last).await;
     }
-    let known: Vec<(u64, Vec<u8>)> = acked.lock().unwrap().iter().map(|(k, v)| (*k, v.clone())).collect();
+    let known: Vec<(u64, Vec<u8>)> = acked
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (*k, v.clone()))
+        .collect();
     for (idx, e) in known.iter().step_by(13) {
         http.verify_inclusion(&u, &last, *idx, e).await;
     }
@@ -269,7 +312,10 @@ async fn duplicates_return_the_original_index_across_restarts() {
         }
     }
     let cp = http.wait_checkpoint(&u, unique).await;
-    assert_eq!(cp.size, unique, "the tree grew by exactly the unique entries");
+    assert_eq!(
+        cp.size, unique,
+        "the tree grew by exactly the unique entries"
+    );
     assert!(d.terminate().success());
     let mut d = Daemon::start(dir.path(), "");
     d.wait_ready(&http).await;

@@ -36,7 +36,10 @@ async fn metrics_count_what_was_sent() {
         let (s, _, _) = http.post(&format!("{u}/add"), Bytes::new()).await.unwrap();
         assert_eq!(s, 400);
     }
-    let (s, _, _) = http.post(&format!("{u}/add"), Bytes::from(vec![0u8; 70_000])).await.unwrap();
+    let (s, _, _) = http
+        .post(&format!("{u}/add"), Bytes::from(vec![0u8; 70_000]))
+        .await
+        .unwrap();
     assert_eq!(s, 413);
     // Pushback: two adds linger in the two-entry queue while a third arrives.
     let slow: Vec<_> = [&b"slow1"[..], &b"slow2"[..]]
@@ -47,7 +50,10 @@ async fn metrics_count_what_was_sent() {
         })
         .collect();
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(matches!(http.add(&u, Bytes::from_static(b"rejected")).await, Err((503, _, _))));
+    assert!(matches!(
+        http.add(&u, Bytes::from_static(b"rejected")).await,
+        Err((503, _, _))
+    ));
     for s in slow {
         s.await.unwrap().unwrap();
     }
@@ -55,17 +61,38 @@ async fn metrics_count_what_was_sent() {
     let (s, _, _) = http.get(&format!("{u}/tile/0/000.p/1")).await.unwrap();
     assert_eq!(s, 200);
 
-    let (s, _, body) = http.get(&format!("{}/metrics", d.metrics_url)).await.unwrap();
+    let (s, _, body) = http
+        .get(&format!("{}/metrics", d.metrics_url))
+        .await
+        .unwrap();
     assert_eq!(s, 200);
     let m = String::from_utf8(body.to_vec()).unwrap();
     assert_eq!(metric(&m, "tlogd_add_requests_total{outcome=\"ok\"}"), 7.0);
-    assert_eq!(metric(&m, "tlogd_add_requests_total{outcome=\"duplicate\"}"), 2.0);
-    assert_eq!(metric(&m, "tlogd_add_requests_total{outcome=\"bad_request\"}"), 3.0);
-    assert_eq!(metric(&m, "tlogd_add_requests_total{outcome=\"too_large\"}"), 1.0);
-    assert_eq!(metric(&m, "tlogd_add_requests_total{outcome=\"pushback\"}"), 1.0);
+    assert_eq!(
+        metric(&m, "tlogd_add_requests_total{outcome=\"duplicate\"}"),
+        2.0
+    );
+    assert_eq!(
+        metric(&m, "tlogd_add_requests_total{outcome=\"bad_request\"}"),
+        3.0
+    );
+    assert_eq!(
+        metric(&m, "tlogd_add_requests_total{outcome=\"too_large\"}"),
+        1.0
+    );
+    assert_eq!(
+        metric(&m, "tlogd_add_requests_total{outcome=\"pushback\"}"),
+        1.0
+    );
     assert_eq!(metric(&m, "tlogd_integrated_tree_size"), 7.0);
     assert_eq!(metric(&m, "tlogd_checkpoint_size"), 7.0);
-    assert_eq!(metric(&m, "tlogd_read_requests_total{kind=\"tile\",status=\"200\"}"), 1.0);
+    assert_eq!(
+        metric(
+            &m,
+            "tlogd_read_requests_total{kind=\"tile\",status=\"200\"}"
+        ),
+        1.0
+    );
     assert_eq!(metric(&m, "tlogd_dedup_hits_total"), 2.0);
     assert!(metric(&m, "tlogd_commit_duration_seconds_count{backend=\"posix\"}") >= 4.0);
     assert!(m.contains("tlogd_build_info{version="));
@@ -97,6 +124,9 @@ async fn readyz_fails_when_storage_is_unwritable() {
     std::fs::remove_file(&tmp).unwrap();
     std::fs::create_dir(&tmp).unwrap();
     assert_eq!(http.get(&format!("{m}/readyz")).await.unwrap().0, 200);
-    assert_eq!(http.add(&d.url, Bytes::from_static(b"x")).await.unwrap().0, 0);
+    assert_eq!(
+        http.add(&d.url, Bytes::from_static(b"x")).await.unwrap().0,
+        0
+    );
     assert!(d.terminate().success());
 }

@@ -93,7 +93,9 @@ impl RocksDedup {
         db_opts.set_keep_log_file_num(4);
         db_opts.set_max_background_jobs(2);
         // Bound the total memtable memory across both column families.
-        db_opts.set_db_write_buffer_size(opts.write_buffer_bytes * opts.max_write_buffers.max(2) as usize);
+        db_opts.set_db_write_buffer_size(
+            opts.write_buffer_bytes * opts.max_write_buffers.max(2) as usize,
+        );
         let db = DB::open_cf_descriptors(
             &db_opts,
             path,
@@ -123,7 +125,10 @@ fn keep_first_partial(
 
 impl DedupIndex for RocksDedup {
     fn get(&self, hash: &EntryHash) -> Result<Option<u64>, DedupError> {
-        let cf = self.db.cf_handle(CF_ENTRIES).ok_or_else(|| err("missing column family"))?;
+        let cf = self
+            .db
+            .cf_handle(CF_ENTRIES)
+            .ok_or_else(|| err("missing column family"))?;
         match self.db.get_pinned_cf(&cf, hash).map_err(err)? {
             None => Ok(None),
             Some(v) => {
@@ -136,9 +141,19 @@ impl DedupIndex for RocksDedup {
         }
     }
 
-    fn put_batch(&self, entries: &[(EntryHash, u64)], indexed_up_to: u64) -> Result<(), DedupError> {
-        let cf = self.db.cf_handle(CF_ENTRIES).ok_or_else(|| err("missing column family"))?;
-        let meta = self.db.cf_handle(CF_META).ok_or_else(|| err("missing column family"))?;
+    fn put_batch(
+        &self,
+        entries: &[(EntryHash, u64)],
+        indexed_up_to: u64,
+    ) -> Result<(), DedupError> {
+        let cf = self
+            .db
+            .cf_handle(CF_ENTRIES)
+            .ok_or_else(|| err("missing column family"))?;
+        let meta = self
+            .db
+            .cf_handle(CF_META)
+            .ok_or_else(|| err("missing column family"))?;
         let mut batch = WriteBatch::default();
         for (h, i) in entries {
             batch.merge_cf(&cf, h, i.to_be_bytes());
@@ -148,7 +163,10 @@ impl DedupIndex for RocksDedup {
     }
 
     fn indexed_up_to(&self) -> Result<u64, DedupError> {
-        let meta = self.db.cf_handle(CF_META).ok_or_else(|| err("missing column family"))?;
+        let meta = self
+            .db
+            .cf_handle(CF_META)
+            .ok_or_else(|| err("missing column family"))?;
         match self.db.get_pinned_cf(&meta, MARKER).map_err(err)? {
             None => Ok(0),
             Some(v) => {

@@ -289,11 +289,14 @@ impl Inner {
         })?;
         // 3. The commit point.
         let state_path = self.private.join("state");
-        self.put_durable(&state_path, format_state(&self.origin, &batch.next).as_bytes())
-            .map_err(|e| {
-                self.poisoned.store(true, Ordering::Release);
-                StorageError::Backend(format!("writing {}: {e}", state_path.display()))
-            })?;
+        self.put_durable(
+            &state_path,
+            format_state(&self.origin, &batch.next).as_bytes(),
+        )
+        .map_err(|e| {
+            self.poisoned.store(true, Ordering::Release);
+            StorageError::Backend(format!("writing {}: {e}", state_path.display()))
+        })?;
         *state = Some(batch.next);
         drop(state);
         // 4. Partials of tiles that are now full are no longer needed.
@@ -326,7 +329,10 @@ impl LogStorage for PosixStorage {
         match tokio::fs::read(&path).await {
             Ok(b) => Ok(Some(b)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(StorageError::Backend(format!("reading {}: {e}", path.display()))),
+            Err(e) => Err(StorageError::Backend(format!(
+                "reading {}: {e}",
+                path.display()
+            ))),
         }
     }
 
@@ -346,7 +352,10 @@ impl LogStorage for PosixStorage {
         match tokio::fs::read(&path).await {
             Ok(b) => Ok(Some(b)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(StorageError::Backend(format!("reading {}: {e}", path.display()))),
+            Err(e) => Err(StorageError::Backend(format!(
+                "reading {}: {e}",
+                path.display()
+            ))),
         }
     }
 
@@ -356,7 +365,9 @@ impl LogStorage for PosixStorage {
             let path = inner.temp_path();
             let r = File::create(&path).and_then(|mut f| f.write_all(b"probe"));
             let _ = fs::remove_file(&path);
-            r.map_err(|e| StorageError::Backend(format!("{} is not writable: {e}", inner.private.display())))
+            r.map_err(|e| {
+                StorageError::Backend(format!("{} is not writable: {e}", inner.private.display()))
+            })
         })
         .await
     }

@@ -19,7 +19,11 @@ fn vectors() -> PathBuf {
     let p = std::env::var_os("TLOGD_VECTORS_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/vectors"));
-    assert!(p.join("README.md").exists(), "test vectors not found at {}", p.display());
+    assert!(
+        p.join("README.md").exists(),
+        "test vectors not found at {}",
+        p.display()
+    );
     p
 }
 
@@ -93,16 +97,22 @@ async fn seventy_thousand_entries_match_the_go_reference_byte_for_byte() {
     for batch in [256usize, 1000, 4096] {
         let dir = tempfile::tempdir().unwrap();
         let storage = Arc::new(PosixStorage::open(dir.path(), ORIGIN).unwrap());
-        let (log, tasks) = Log::open(storage.clone(), None, config(batch)).await.unwrap();
+        let (log, tasks) = Log::open(storage.clone(), None, config(batch))
+            .await
+            .unwrap();
         // In two halves, so the second starts from a reloaded partial edge.
-        let entries: Vec<Bytes> = (0..70_000).map(|i| Bytes::from(format!("entry {i}"))).collect();
+        let entries: Vec<Bytes> = (0..70_000)
+            .map(|i| Bytes::from(format!("entry {i}")))
+            .collect();
         add_in_order(&log, entries[..33_333].to_vec(), 0).await;
         log.shutdown();
         tasks.join().await;
         drop(log);
         drop(storage);
         let storage = Arc::new(PosixStorage::open(dir.path(), ORIGIN).unwrap());
-        let (log, tasks) = Log::open(storage.clone(), None, config(batch)).await.unwrap();
+        let (log, tasks) = Log::open(storage.clone(), None, config(batch))
+            .await
+            .unwrap();
         add_in_order(&log, entries[33_333..].to_vec(), 33_333).await;
         log.shutdown();
         tasks.join().await;
@@ -110,7 +120,11 @@ async fn seventy_thousand_entries_match_the_go_reference_byte_for_byte() {
             let got = std::fs::read(dir.path().join(f))
                 .unwrap_or_else(|e| panic!("batch {batch}: {} missing: {e}", f.display()));
             let exp = std::fs::read(want_dir.join(f)).unwrap();
-            assert!(got == exp, "batch {batch}: {} differs from the Go reference", f.display());
+            assert!(
+                got == exp,
+                "batch {batch}: {} differs from the Go reference",
+                f.display()
+            );
         }
         // Partials of full tiles were garbage-collected; what remains beyond the
         // reference's files are partials of the still-partial edge tiles, which
@@ -120,8 +134,13 @@ async fn seventy_thousand_entries_match_the_go_reference_byte_for_byte() {
                 continue;
             }
             let s = f.to_string_lossy().into_owned();
-            let (full, _) = s.split_once(".p/").unwrap_or_else(|| panic!("batch {batch}: unexpected {s}"));
-            assert!(!dir.path().join(full).exists(), "batch {batch}: {s} kept beside its full tile");
+            let (full, _) = s
+                .split_once(".p/")
+                .unwrap_or_else(|| panic!("batch {batch}: unexpected {s}"));
+            assert!(
+                !dir.path().join(full).exists(),
+                "batch {batch}: {s} kept beside its full tile"
+            );
         }
         let verifier = NoteSigner::from_skey(SKEY).unwrap().verifier();
         let report = check_log(&*storage, ORIGIN, &verifier, None).await.unwrap();
@@ -132,7 +151,8 @@ async fn seventy_thousand_entries_match_the_go_reference_byte_for_byte() {
 #[tokio::test(flavor = "current_thread")]
 async fn every_intermediate_state_of_the_small_log_matches() {
     let v = vectors().join("tessera-testdata-log");
-    let words = "one two three four five six seven eit nain ten ileven twelf threeten fourten fivten";
+    let words =
+        "one two three four five six seven eit nain ten ileven twelf threeten fourten fivten";
     let dir = tempfile::tempdir().unwrap();
     let storage = Arc::new(PosixStorage::open(dir.path(), ORIGIN).unwrap());
     let (log, tasks) = Log::open(storage.clone(), None, config(1)).await.unwrap();
@@ -150,15 +170,33 @@ async fn every_intermediate_state_of_the_small_log_matches() {
     };
     wait_checkpoint(0).await;
     let cp = std::fs::read(dir.path().join("checkpoint")).unwrap();
-    assert_eq!(cp, std::fs::read(v.join("checkpoint.0")).unwrap(), "empty checkpoint");
+    assert_eq!(
+        cp,
+        std::fs::read(v.join("checkpoint.0")).unwrap(),
+        "empty checkpoint"
+    );
     for (i, w) in words.split(' ').enumerate() {
         let n = i as u64 + 1;
-        assert_eq!(log.add(Bytes::from(w.to_string())).await.unwrap().index, i as u64);
+        assert_eq!(
+            log.add(Bytes::from(w.to_string())).await.unwrap().index,
+            i as u64
+        );
         wait_checkpoint(n).await;
-        for rel in [format!("tile/0/000.p/{n}"), format!("tile/entries/000.p/{n}"), "checkpoint".into()] {
-            let want_name = if rel == "checkpoint" { format!("checkpoint.{n}") } else { rel.clone() };
+        for rel in [
+            format!("tile/0/000.p/{n}"),
+            format!("tile/entries/000.p/{n}"),
+            "checkpoint".into(),
+        ] {
+            let want_name = if rel == "checkpoint" {
+                format!("checkpoint.{n}")
+            } else {
+                rel.clone()
+            };
             let got = std::fs::read(dir.path().join(&rel)).unwrap();
-            assert!(got == std::fs::read(v.join(&want_name)).unwrap(), "{rel} at size {n}");
+            assert!(
+                got == std::fs::read(v.join(&want_name)).unwrap(),
+                "{rel} at size {n}"
+            );
         }
     }
     log.shutdown();

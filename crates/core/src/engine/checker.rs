@@ -23,12 +23,15 @@ pub struct LogReport {
     pub checkpoint_size: u64,
 }
 
+/// Called with every entry's index and bytes while [`check_log`] reads the log.
+pub type EntryVisitor<'a> = &'a mut dyn FnMut(u64, &[u8]);
+
 /// Check a whole log. `entries`, when given, is called with every entry in order.
 pub async fn check_log<S: LogStorage>(
     storage: &S,
     origin: &str,
     verifier: &NoteVerifier,
-    mut entries: Option<&mut dyn FnMut(u64, &[u8])>,
+    mut entries: Option<EntryVisitor<'_>>,
 ) -> Result<LogReport, StorageError> {
     let corrupt = |m: String| StorageError::Corrupt(m);
     let state = storage.load_state().await?.unwrap_or_else(TreeState::empty);
@@ -60,9 +63,14 @@ pub async fn check_log<S: LogStorage>(
             .read_tile(&id)
             .await?
             .ok_or_else(|| corrupt(format!("missing {}", id.path())))?;
-        let parsed = bundle::parse_bundle(&bytes).map_err(|e| corrupt(format!("{}: {e}", id.path())))?;
+        let parsed =
+            bundle::parse_bundle(&bytes).map_err(|e| corrupt(format!("{}: {e}", id.path())))?;
         if parsed.len() != width as usize {
-            return Err(corrupt(format!("{} holds {} entries", id.path(), parsed.len())));
+            return Err(corrupt(format!(
+                "{} holds {} entries",
+                id.path(),
+                parsed.len()
+            )));
         }
         leaves.clear();
         for (i, e) in parsed.iter().enumerate() {
@@ -115,7 +123,10 @@ pub async fn check_log<S: LogStorage>(
             .await?
             .ok_or_else(|| corrupt(format!("missing {}", id.path())))?;
         if got != want {
-            return Err(corrupt(format!("{} differs from the tile recomputed from the entries", id.path())));
+            return Err(corrupt(format!(
+                "{} differs from the tile recomputed from the entries",
+                id.path()
+            )));
         }
     }
     Ok(LogReport {

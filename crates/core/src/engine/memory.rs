@@ -50,7 +50,9 @@ impl MemoryStorage {
 
     /// Overwrite a stored tile, as an attacker or a bit flip would.
     pub fn tamper(&self, id: &TileId, bytes: Vec<u8>) {
-        self.lock().tiles.insert((id.kind, id.index, id.width), bytes);
+        self.lock()
+            .tiles
+            .insert((id.kind, id.index, id.width), bytes);
     }
 
     /// Advance the stored state behind the engine's back (another frontend).
@@ -108,7 +110,11 @@ impl LogStorage for MemoryStorage {
     }
 
     async fn read_tile(&self, id: &TileId) -> Result<Option<Vec<u8>>, StorageError> {
-        Ok(self.lock().tiles.get(&(id.kind, id.index, id.width)).cloned())
+        Ok(self
+            .lock()
+            .tiles
+            .get(&(id.kind, id.index, id.width))
+            .cloned())
     }
 
     async fn publish_checkpoint(&self, signed: &[u8]) -> Result<(), StorageError> {

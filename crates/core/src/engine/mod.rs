@@ -32,7 +32,6 @@ mod dedup;
 mod queue;
 mod storage;
 
-
 pub use dedup::{DedupError, DedupIndex, EntryHash, entry_hash};
 pub use storage::{CommitBatch, LogStorage, StorageError, TreeState};
 
@@ -148,7 +147,9 @@ pub enum EngineError {
     #[error(transparent)]
     Dedup(#[from] DedupError),
     /// The dedup index covers entries the log does not have.
-    #[error("the dedup index covers {indexed} entries but the log has {size}; delete the index directory to rebuild it")]
+    #[error(
+        "the dedup index covers {indexed} entries but the log has {size}; delete the index directory to rebuild it"
+    )]
     DedupAhead {
         /// The index's marker.
         indexed: u64,
@@ -156,7 +157,9 @@ pub enum EngineError {
         size: u64,
     },
     /// The published checkpoint does not verify with the configured origin and key.
-    #[error("the log's published checkpoint does not verify with the configured origin and key: {0}")]
+    #[error(
+        "the log's published checkpoint does not verify with the configured origin and key: {0}"
+    )]
     Checkpoint(String),
 }
 
@@ -274,14 +277,18 @@ impl<S: LogStorage> Log<S> {
         let (index_tx, index_rx) = mpsc::unbounded_channel();
         if log.inner.dedup.is_some() {
             let l = log.clone();
-            handles.push(tokio::spawn(async move { l.run_indexer(index_rx, indexed).await }));
+            handles.push(tokio::spawn(async move {
+                l.run_indexer(index_rx, indexed).await
+            }));
         }
         let l = log.clone();
         handles.push(tokio::spawn(async move {
             l.run_integrator(edge, index_tx, committed_tx).await
         }));
         let l = log.clone();
-        handles.push(tokio::spawn(async move { l.run_publisher(committed_rx).await }));
+        handles.push(tokio::spawn(
+            async move { l.run_publisher(committed_rx).await },
+        ));
         Ok((log, LogTasks { handles }))
     }
 
@@ -519,7 +526,11 @@ impl<S: LogStorage> Log<S> {
                 }
                 Err(StorageError::Conflict { expected, found }) => {
                     metrics::counter!("tlogd_storage_errors_total", "backend" => backend, "op" => "commit_conflict").increment(1);
-                    tracing::info!(expected, found, "tree advanced by another writer; reloading");
+                    tracing::info!(
+                        expected,
+                        found,
+                        "tree advanced by another writer; reloading"
+                    );
                     // Loop: reload the edge and re-integrate the batch on top of it.
                 }
                 Err(e) => {
@@ -547,11 +558,15 @@ impl<S: LogStorage> Log<S> {
                 }
             }
         }
-        Err(AddError::Storage("tree state kept changing under us".into()))
+        Err(AddError::Storage(
+            "tree state kept changing under us".into(),
+        ))
     }
 
     fn advance(&self, next: TreeState, committed_tx: &watch::Sender<TreeState>) {
-        self.inner.committed_size.store(next.size, Ordering::Release);
+        self.inner
+            .committed_size
+            .store(next.size, Ordering::Release);
         metrics::gauge!("tlogd_integrated_tree_size").set(next.size as f64);
         committed_tx.send_replace(next);
     }
@@ -639,7 +654,11 @@ impl<S: LogStorage> Log<S> {
         // Catch up from the bundles of entries committed before the index saw them.
         let target = self.committed_size();
         if indexed < target {
-            tracing::info!(from = indexed, to = target, "dedup index catching up from the log");
+            tracing::info!(
+                from = indexed,
+                to = target,
+                "dedup index catching up from the log"
+            );
         }
         while indexed < target {
             match self.read_hashes(indexed, target).await {
@@ -677,7 +696,10 @@ impl<S: LogStorage> Log<S> {
         while let Some((first, hashes)) = rx.recv().await {
             batch.clear();
             let mut take = |first: u64, hashes: Vec<EntryHash>| {
-                let fresh = hashes.into_iter().enumerate().map(|(i, h)| (h, first + i as u64));
+                let fresh = hashes
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, h)| (h, first + i as u64));
                 // Entries below the marker were covered by the catch-up.
                 batch.extend(fresh.filter(|(_, i)| *i >= indexed));
             };
@@ -800,8 +822,9 @@ impl Edge {
             levels[level] = hashes;
         }
         let level0 = levels.first().cloned().unwrap_or_default();
-        let tree = TileTree::from_edge(state.size, levels)
-            .map_err(|e| StorageError::Corrupt(format!("edge tiles at size {}: {e}", state.size)))?;
+        let tree = TileTree::from_edge(state.size, levels).map_err(|e| {
+            StorageError::Corrupt(format!("edge tiles at size {}: {e}", state.size))
+        })?;
         if tree.root() != state.root {
             return Err(StorageError::Corrupt(format!(
                 "edge tiles at size {} do not hash to the committed root",
@@ -810,10 +833,9 @@ impl Edge {
         }
         let mut bundle = Vec::new();
         if let Some(id) = tile::edge_bundle(state.size) {
-            bundle = storage
-                .read_tile(&id)
-                .await?
-                .ok_or_else(|| StorageError::Corrupt(format!("missing edge bundle {}", id.path())))?;
+            bundle = storage.read_tile(&id).await?.ok_or_else(|| {
+                StorageError::Corrupt(format!("missing edge bundle {}", id.path()))
+            })?;
             let entries = bundle::parse_bundle(&bundle)
                 .map_err(|e| StorageError::Corrupt(format!("{}: {e}", id.path())))?;
             let matches = entries.len() == level0.len()

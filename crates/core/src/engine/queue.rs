@@ -136,7 +136,8 @@ impl Queue {
         if self.entries >= limits.max_entries || self.bytes + entry.len() > limits.max_bytes {
             return Err(AddError::QueueFull);
         }
-        let open = matches!(self.batches.back(), Some(b) if b.entries.len() < limits.batch_max_entries);
+        let open =
+            matches!(self.batches.back(), Some(b) if b.entries.len() < limits.batch_max_entries);
         if !open {
             self.batches.push_back(PendingBatch::with_capacity(
                 limits.batch_max_entries.min(4096),

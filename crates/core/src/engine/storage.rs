@@ -131,7 +131,8 @@ pub trait LogStorage: Send + Sync + 'static {
     ) -> impl Future<Output = Result<(), StorageError>> + Send;
 
     /// The public signed checkpoint, if any was published.
-    fn read_checkpoint(&self) -> impl Future<Output = Result<Option<Vec<u8>>, StorageError>> + Send;
+    fn read_checkpoint(&self)
+    -> impl Future<Output = Result<Option<Vec<u8>>, StorageError>> + Send;
 
     /// Cheap liveness probe for `/readyz`: can the store take writes right now?
     fn check_writable(&self) -> impl Future<Output = Result<(), StorageError>> + Send;

@@ -67,7 +67,10 @@ async fn concurrent_adds_get_contiguous_indices() {
         let (i, r) = h.await.unwrap();
         let out = r.unwrap();
         assert!(!out.duplicate);
-        assert!(seen[out.index as usize].replace(i).is_none(), "index reused");
+        assert!(
+            seen[out.index as usize].replace(i).is_none(),
+            "index reused"
+        );
     }
     log.shutdown();
     tasks.join().await;
@@ -144,7 +147,11 @@ async fn reopen_refuses_a_tampered_edge() {
     tasks.join().await;
     storage.tamper(&TileId::hash(0, 0, 5), vec![7u8; 5 * 32]);
     assert!(Log::open(storage.clone(), None, cfg.clone()).await.is_err());
-    assert!(check_log(&*storage, ORIGIN, &cfg.signer.verifier(), None).await.is_err());
+    assert!(
+        check_log(&*storage, ORIGIN, &cfg.signer.verifier(), None)
+            .await
+            .is_err()
+    );
 }
 
 #[tokio::test]
@@ -179,7 +186,11 @@ async fn full_queue_pushes_back() {
     for h in handles {
         h.await.unwrap().unwrap();
     }
-    assert_eq!(log.add(entry(99)).await.unwrap().index, 4, "pushback clears");
+    assert_eq!(
+        log.add(entry(99)).await.unwrap().index,
+        4,
+        "pushback clears"
+    );
     log.shutdown();
     tasks.join().await;
 }
@@ -196,7 +207,9 @@ async fn duplicates_return_the_first_index() {
     let mut handles = Vec::new();
     for _ in 0..50 {
         let log = log.clone();
-        handles.push(tokio::spawn(async move { log.add(entry(7)).await.unwrap() }));
+        handles.push(tokio::spawn(
+            async move { log.add(entry(7)).await.unwrap() },
+        ));
     }
     let outs: Vec<AddOutcome> = {
         let mut v = Vec::new();
@@ -277,7 +290,9 @@ async fn dedup_lag_pushes_back() {
             Ok(0)
         }
     }
-    let (log, _tasks) = Log::open(storage.clone(), Some(Arc::new(Stuck)), cfg).await.unwrap();
+    let (log, _tasks) = Log::open(storage.clone(), Some(Arc::new(Stuck)), cfg)
+        .await
+        .unwrap();
     assert_eq!(log.add(entry(1000)).await, Err(AddError::DedupLag));
     assert!(AddError::DedupLag.is_pushback());
     log.shutdown();

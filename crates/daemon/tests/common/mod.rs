@@ -27,7 +27,11 @@ pub fn verifier() -> NoteVerifier {
 }
 
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 pub struct Daemon {
@@ -64,13 +68,12 @@ impl Daemon {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("spawn tlogd");
-        let d = Daemon {
+        Daemon {
             child,
             url: format!("http://127.0.0.1:{port}"),
             metrics_url: format!("http://127.0.0.1:{mport}"),
             dir: dir.to_path_buf(),
-        };
-        d
+        }
     }
 
     pub async fn wait_ready(&mut self, http: &Http) {
@@ -100,7 +103,10 @@ impl Daemon {
             if let Some(s) = self.child.try_wait().unwrap() {
                 return s;
             }
-            assert!(Instant::now() < deadline, "tlogd did not stop after SIGTERM");
+            assert!(
+                Instant::now() < deadline,
+                "tlogd did not stop after SIGTERM"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -113,7 +119,10 @@ impl Drop for Daemon {
 }
 
 fn unsafe_kill(pid: u32, sig: i32) {
-    let _ = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status();
+    let _ = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status();
 }
 
 #[derive(Clone)]
@@ -145,12 +154,19 @@ impl Http {
             .iter()
             .map(|(k, v)| (k.as_str().to_string(), v.to_str().unwrap_or("").to_string()))
             .collect();
-        let body = resp.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
         Ok((status, headers, body))
     }
 
     pub async fn get(&self, url: &str) -> Result<Resp, String> {
-        let req = hyper::Request::get(url).body(Full::new(Bytes::new())).unwrap();
+        let req = hyper::Request::get(url)
+            .body(Full::new(Bytes::new()))
+            .unwrap();
         self.send(req).await
     }
 
@@ -175,7 +191,9 @@ impl Http {
     pub async fn checkpoint(&self, base: &str) -> Checkpoint {
         let (status, _, body) = self.get(&format!("{base}/checkpoint")).await.unwrap();
         assert_eq!(status, 200);
-        Checkpoint::open(&body, ORIGIN, &verifier()).expect("checkpoint verifies").0
+        Checkpoint::open(&body, ORIGIN, &verifier())
+            .expect("checkpoint verifies")
+            .0
     }
 
     pub async fn tile_hashes(&self, base: &str, id: &TileId) -> Vec<Hash> {
