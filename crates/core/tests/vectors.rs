@@ -58,7 +58,7 @@ fn rebuild(
         for (i, e) in batch.iter().enumerate() {
             append_entry(&mut bundle, e).unwrap();
             let size = (pos + i + 1) as u64;
-            if size % 256 == 0 {
+            if size.is_multiple_of(256) {
                 files.insert(
                     TileId::entries(size / 256 - 1, 256).path(),
                     std::mem::take(&mut bundle),
@@ -66,7 +66,7 @@ fn rebuild(
             }
         }
         pos += n;
-        if pos % 256 != 0 {
+        if !pos.is_multiple_of(256) {
             files.insert(
                 TileId::entries(pos as u64 / 256, (pos % 256) as u16).path(),
                 bundle.clone(),
@@ -211,18 +211,18 @@ fn every_state_of_the_small_log_verifies_and_rebuilds() {
         };
         assert_eq!(mine.sign(&signer).unwrap(), want, "checkpoint.{n} bytes");
         // Consecutive checkpoints are consistent, proven from the Go log's own tiles.
-        if let Some(p) = prev {
-            if p.size > 0 {
-                let mut tiles = HashMap::new();
-                for id in proof::consistency_proof_tiles(p.size, cp.size).unwrap() {
-                    tiles.insert(
-                        id,
-                        parse_hash_tile(&read(&dir, &id.path()), id.width).unwrap(),
-                    );
-                }
-                let pr = proof::consistency_proof(p.size, cp.size, &tiles).unwrap();
-                proof::verify_consistency(p.size, cp.size, &p.root, &cp.root, &pr).unwrap();
+        if let Some(p) = prev
+            && p.size > 0
+        {
+            let mut tiles = HashMap::new();
+            for id in proof::consistency_proof_tiles(p.size, cp.size).unwrap() {
+                tiles.insert(
+                    id,
+                    parse_hash_tile(&read(&dir, &id.path()), id.width).unwrap(),
+                );
             }
+            let pr = proof::consistency_proof(p.size, cp.size, &tiles).unwrap();
+            proof::verify_consistency(p.size, cp.size, &p.root, &cp.root, &pr).unwrap();
         }
         prev = Some(cp);
     }
