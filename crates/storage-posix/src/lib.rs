@@ -20,8 +20,9 @@
 //! 3. Compare-and-swap the state: check the on-disk state is the batch's `prev` (we
 //!    hold the only lock, so the in-memory copy is authoritative), write `state` to a
 //!    temp file, fsync it, rename it over `.tlogd/state`, fsync `.tlogd/`. Committed.
-//! 4. Garbage-collect the partials of tiles that became full in this batch (tlog-tiles
-//!    "Partial Tiles": readers fall back to the full tile). Best effort.
+//! 4. Garbage-collect the partials of tiles that became full in the previous batch
+//!    (tlog-tiles "Partial Tiles": readers fall back to the full tile, which is served
+//!    by then). Best effort.
 
 use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
@@ -77,6 +78,9 @@ struct Inner {
     state: Mutex<Option<TreeState>>,
     /// Directories known to exist (saves a mkdir per tile).
     dirs: Mutex<HashSet<PathBuf>>,
+    /// Partial-tile directories of tiles that became full in the previous commit.
+    /// Deleted one commit later, when the engine is sure to serve the full tiles.
+    gc: Mutex<Vec<PathBuf>>,
     tmp_seq: AtomicU64,
     /// Set after a failed sync: the page cache may then hold data the disk does not,
     /// so nothing more is committed until the daemon restarts and re-reads the disk.
@@ -138,6 +142,7 @@ impl PosixStorage {
                 _lock: lock,
                 state: Mutex::new(state),
                 dirs: Mutex::new(HashSet::new()),
+                gc: Mutex::new(Vec::new()),
                 tmp_seq: AtomicU64::new(0),
                 poisoned: AtomicBool::new(false),
             }),
@@ -299,13 +304,25 @@ impl Inner {
         })?;
         *state = Some(batch.next);
         drop(state);
-        // 4. Partials of tiles that are now full are no longer needed.
-        for (id, _) in &batch.tiles {
-            if id.is_full() {
+        // 4. Partials of tiles that became full in the previous commit are no longer
+        //    needed: by now the engine has acknowledged that commit and serves the full
+        //    tiles, so a reader falling back from a partial always finds the full one.
+        let full_now: Vec<PathBuf> = batch
+            .tiles
+            .iter()
+            .filter(|(id, _)| id.is_full())
+            .map(|(id, _)| {
                 let mut p = self.tile_path(id).into_os_string();
                 p.push(".p");
-                let _ = fs::remove_dir_all(PathBuf::from(p));
-            }
+                PathBuf::from(p)
+            })
+            .collect();
+        let previous = std::mem::replace(
+            &mut *self.gc.lock().unwrap_or_else(|e| e.into_inner()),
+            full_now,
+        );
+        for dir in previous {
+            let _ = fs::remove_dir_all(dir);
         }
         Ok(())
     }

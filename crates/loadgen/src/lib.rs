@@ -1,0 +1,840 @@
+//! tlog-loadgen: a verifying load generator for any C2SP tlog-tiles log that accepts
+//! `POST /add` (tlogd, Tessera's conformance servers).
+//!
+//! Writers add entries over keep-alive HTTP/1.1; a checkpoint follower verifies every
+//! checkpoint (signature, consistency with the previous one) and, once a checkpoint
+//! covers a written entry, checks the bytes at its index and its inclusion proof;
+//! full readers recompute every hash tile from the bundles; random readers verify an
+//! inclusion proof for every entry they read. Any verification failure fails the run
+//! and is named in the report.
+
+pub mod client;
+pub mod machine;
+pub mod reader;
+pub mod report;
+pub mod stats;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use bytes::Bytes;
+use hyper::{Method, StatusCode};
+use serde::Serialize;
+use tlogd_core::checkpoint::Checkpoint;
+use tlogd_core::hash::leaf_hash;
+use tlogd_core::merkle::TileTree;
+use tlogd_core::note::NoteVerifier;
+use tlogd_core::tile::{TILE_WIDTH, TileId};
+use tokio::sync::mpsc;
+
+use crate::client::{BaseUrl, Client};
+use crate::reader::LogReader;
+use crate::stats::{OpRow, Sample, Stats};
+
+/// Command-line arguments (also built directly by tests).
+#[derive(clap::Parser, Clone, Debug)]
+#[command(version, about = "A verifying load generator for C2SP tlog-tiles logs")]
+pub struct Args {
+    /// Base URL for reads (checkpoint, tiles, bundles).
+    #[arg(long, required_unless_present = "dry_run_endpoint", default_value = "")]
+    pub log_url: String,
+    /// Base URL(s) for POST /add; repeat for several frontends (round-robin).
+    /// Default: --log-url.
+    #[arg(long)]
+    pub write_log_url: Vec<String>,
+    /// The log's verifier key (`name+hex+base64`).
+    #[arg(long)]
+    pub log_public_key: Option<String>,
+    /// Checkpoint origin [default: the verifier key's name].
+    #[arg(long)]
+    pub origin: Option<String>,
+    /// Bearer token sent with every request.
+    #[arg(long)]
+    pub bearer_token: Option<String>,
+    /// Bearer token for writes only (overrides --bearer-token for POST).
+    #[arg(long)]
+    pub bearer_token_write: Option<String>,
+    /// Concurrent writers.
+    #[arg(long, default_value_t = 64)]
+    pub writers: usize,
+    /// Global write rate limit in adds/s (0 = unlimited).
+    #[arg(long, default_value_t = 0.0)]
+    pub write_rate: f64,
+    /// Minimum leaf size in bytes.
+    #[arg(long, default_value_t = 64)]
+    pub leaf_min_size: usize,
+    /// Probability that an add resubmits an earlier leaf.
+    #[arg(long, default_value_t = 0.0)]
+    pub dup_chance: f64,
+    /// Random readers (verify an inclusion proof for each entry read).
+    #[arg(long, default_value_t = 0)]
+    pub readers_random: usize,
+    /// Full readers (read every bundle in order and recompute every hash tile).
+    #[arg(long, default_value_t = 0)]
+    pub readers_full: usize,
+    /// Global read rate limit in reads/s (0 = unlimited).
+    #[arg(long, default_value_t = 0.0)]
+    pub read_rate: f64,
+    /// Stop writing after this many seconds (0 = no limit).
+    #[arg(long, default_value_t = 0.0)]
+    pub duration: f64,
+    /// Stop writing after this many acknowledged adds (0 = no goal).
+    #[arg(long, default_value_t = 0)]
+    pub leaf_write_goal: u64,
+    /// Hard limit on the whole run, verification included (seconds).
+    #[arg(long, default_value_t = 300.0)]
+    pub max_runtime: f64,
+    /// Fraction of written entries whose bytes and inclusion proof are verified.
+    #[arg(long, default_value_t = 1.0)]
+    pub verify_fraction: f64,
+    /// HTTP timeout in seconds.
+    #[arg(long, default_value_t = 10.0)]
+    pub http_timeout: f64,
+    /// How often to poll the checkpoint (ms).
+    #[arg(long, default_value_t = 100)]
+    pub checkpoint_poll_ms: u64,
+    /// Write the full report as JSON.
+    #[arg(long)]
+    pub report_json: Option<PathBuf>,
+    /// Write a self-contained HTML report with charts.
+    #[arg(long)]
+    pub report_html: Option<PathBuf>,
+    /// Measure the filesystem type and fsync latency of this directory for the report.
+    #[arg(long)]
+    pub probe_dir: Option<PathBuf>,
+    /// No per-second status output.
+    #[arg(long)]
+    pub quiet: bool,
+    /// Drive a trivial in-process endpoint (measures the loadgen itself; no verification).
+    #[arg(long)]
+    pub dry_run_endpoint: bool,
+}
+
+/// The outcome of a run: every figure, for the table, JSON and HTML.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// Whether the run succeeded.
+    pub ok: bool,
+    /// Why it failed.
+    pub failure_reasons: Vec<String>,
+    /// Seconds spent writing.
+    pub write_seconds: f64,
+    /// Seconds in all.
+    pub total_seconds: f64,
+    /// Adds acknowledged with a new index.
+    pub writes_new: u64,
+    /// Adds acknowledged as duplicates.
+    pub writes_duplicate: u64,
+    /// 503/429 answers.
+    pub pushback: u64,
+    /// Failed adds.
+    pub write_errors: u64,
+    /// Acknowledged adds per second.
+    pub write_rate_per_s: f64,
+    /// Entries whose bytes and inclusion proof were verified.
+    pub verified_entries: u64,
+    /// Written entries sampled for verification.
+    pub sampled_entries: u64,
+    /// Verification failures, each naming the resource.
+    pub verification_failures: Vec<String>,
+    /// Sample of transport/status errors.
+    pub error_samples: Vec<String>,
+    /// Tree size at start.
+    pub tree_size_start: u64,
+    /// Tree size of the last verified checkpoint.
+    pub tree_size_end: u64,
+    /// Tree growth (end - start).
+    pub tree_growth: u64,
+    /// The headline: tree growth per second of writing.
+    pub tree_growth_per_s: f64,
+    /// Successful reads.
+    pub reads_ok: u64,
+    /// Failed reads.
+    pub read_errors: u64,
+    /// One row per operation.
+    pub operations: Vec<OpRow>,
+    /// Per-second samples.
+    pub timeline: Vec<Sample>,
+    /// Machine and storage.
+    pub machine: machine::Machine,
+    /// Loadgen CPU time per acknowledged add (µs), from /proc/self/stat.
+    pub loadgen_cpu_us_per_add: f64,
+}
+
+/// A written entry on its way to verification.
+struct Written {
+    index: u64,
+    sent: Instant,
+    /// The bytes, when sampled for verification.
+    leaf: Option<Bytes>,
+}
+
+/// splitmix64: a tiny deterministic generator for leaf choice and sampling.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn chance(&mut self, p: f64) -> bool {
+        p > 0.0 && ((self.next() >> 11) as f64 / ((1u64 << 53) as f64)) < p
+    }
+}
+
+/// Paces operations to a global rate: each takes the next slot of a shared clock.
+struct Pacer {
+    start: Instant,
+    interval_ns: u64,
+    next_ns: AtomicU64,
+}
+
+impl Pacer {
+    fn new(rate: f64) -> Option<Arc<Self>> {
+        (rate > 0.0).then(|| {
+            Arc::new(Pacer {
+                start: Instant::now(),
+                interval_ns: (1e9 / rate) as u64,
+                next_ns: AtomicU64::new(0),
+            })
+        })
+    }
+
+    async fn wait(&self) {
+        let slot = self.next_ns.fetch_add(self.interval_ns, Ordering::Relaxed);
+        let now = self.start.elapsed().as_nanos() as u64;
+        if slot > now {
+            tokio::time::sleep(Duration::from_nanos(slot - now)).await;
+        } else if now - slot > 1_000_000_000 {
+            // Do not build up an unbounded burst after a stall.
+            self.next_ns.store(now, Ordering::Relaxed);
+        }
+    }
+}
+
+fn cpu_seconds() -> f64 {
+    // utime + stime of this process, in clock ticks (100/s on Linux).
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+struct Ctx {
+    args: Args,
+    stats: Stats,
+    stop_writing: AtomicBool,
+    stop_all: AtomicBool,
+    sampled: AtomicU64,
+    origin: String,
+    verifier: Option<NoteVerifier>,
+    read_base: BaseUrl,
+    write_bases: Vec<BaseUrl>,
+    timeout: Duration,
+    write_pacer: Option<Arc<Pacer>>,
+}
+
+impl Ctx {
+    fn reader(&self) -> anyhow::Result<LogReader> {
+        let verifier = self
+            .verifier
+            .clone()
+            .context("--log-public-key is required")?;
+        let client = Client::new(
+            self.read_base.clone(),
+            self.args.bearer_token.as_deref(),
+            self.timeout,
+        )?;
+        Ok(LogReader::new(client, self.origin.clone(), verifier))
+    }
+}
+
+/// Run the load and verification; the report says whether it succeeded.
+pub async fn run(mut args: Args) -> anyhow::Result<Report> {
+    let started = Instant::now();
+    let cpu_start = cpu_seconds();
+    let mut _dry = None;
+    if args.dry_run_endpoint {
+        let (addr, handle) = dry_run_endpoint().await?;
+        args.log_url = format!("http://{addr}");
+        args.write_log_url = vec![];
+        _dry = Some(handle);
+    }
+    let verifier = match &args.log_public_key {
+        Some(k) => Some(NoteVerifier::from_vkey(k).context("--log-public-key")?),
+        None if args.dry_run_endpoint => None,
+        None => bail!("--log-public-key is required (verification is not optional)"),
+    };
+    let origin = args
+        .origin
+        .clone()
+        .or_else(|| verifier.as_ref().map(|v| v.name().to_string()))
+        .unwrap_or_default();
+    let read_base = BaseUrl::parse(&args.log_url)?;
+    let write_bases = if args.write_log_url.is_empty() {
+        vec![read_base.clone()]
+    } else {
+        args.write_log_url
+            .iter()
+            .map(|u| BaseUrl::parse(u))
+            .collect::<Result<_, _>>()?
+    };
+    if !(0.0..=1.0).contains(&args.dup_chance) || !(0.0..=1.0).contains(&args.verify_fraction) {
+        bail!("--dup-chance and --verify-fraction must be within 0..=1");
+    }
+    if args.duration <= 0.0 && args.leaf_write_goal == 0 && args.max_runtime <= 0.0 {
+        bail!("give --duration, --leaf-write-goal or --max-runtime");
+    }
+    let machine = machine::describe(args.probe_dir.as_deref());
+    let ctx = Arc::new(Ctx {
+        timeout: Duration::from_secs_f64(args.http_timeout.max(0.1)),
+        write_pacer: Pacer::new(args.write_rate),
+        args,
+        stats: Stats::default(),
+        stop_writing: AtomicBool::new(false),
+        stop_all: AtomicBool::new(false),
+        sampled: AtomicU64::new(0),
+        origin,
+        verifier,
+        read_base,
+        write_bases,
+    });
+
+    // The starting checkpoint seeds leaf generation, so reruns never collide.
+    let start_cp = if ctx.verifier.is_some() {
+        Some(
+            ctx.reader()?
+                .checkpoint()
+                .await
+                .context("reading the starting checkpoint")?,
+        )
+    } else {
+        None
+    };
+    let start_size = start_cp.as_ref().map(|c| c.size).unwrap_or(0);
+    ctx.stats.tree_size.store(start_size, Ordering::Relaxed);
+    let seed = start_size ^ (std::process::id() as u64) << 40;
+
+    let (tx, rx) = mpsc::unbounded_channel::<Written>();
+    let mut tasks = Vec::new();
+    let verifier_task = start_cp.map(|cp| {
+        let ctx = ctx.clone();
+        tokio::spawn(async move { follow_checkpoints(ctx, cp, rx).await })
+    });
+    for w in 0..ctx.args.writers.max(1) {
+        let (ctx, tx) = (ctx.clone(), tx.clone());
+        tasks.push(tokio::spawn(async move { writer(ctx, w, seed, tx).await }));
+    }
+    drop(tx);
+    let read_pacer = Pacer::new(ctx.args.read_rate);
+    let mut readers = Vec::new();
+    for _ in 0..ctx.args.readers_full {
+        let (ctx, p) = (ctx.clone(), read_pacer.clone());
+        readers.push(tokio::spawn(async move { full_reader(ctx, p).await }));
+    }
+    for r in 0..ctx.args.readers_random {
+        let (ctx, p) = (ctx.clone(), read_pacer.clone());
+        readers.push(tokio::spawn(async move {
+            random_reader(ctx, p, seed ^ r as u64).await
+        }));
+    }
+
+    // Stop conditions and the per-second status.
+    let mut timeline = Vec::new();
+    let max_runtime = Duration::from_secs_f64(ctx.args.max_runtime.max(0.0));
+    let duration = Duration::from_secs_f64(ctx.args.duration.max(0.0));
+    let tty = !ctx.args.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let (mut last_w, mut last_size) = (0u64, start_size);
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.tick().await;
+    let mut write_end: Option<Duration> = None;
+    loop {
+        let ticked = tokio::select! {
+            _ = tick.tick() => true,
+            _ = tokio::time::sleep(Duration::from_millis(20)) => false,
+        };
+        if write_end.is_none() && !goal_or_time(&ctx, started, duration, max_runtime) {
+            ctx.stop_writing.store(true, Ordering::Relaxed);
+            write_end = Some(started.elapsed());
+        }
+        if write_end.is_some() && tasks.iter().all(|t| t.is_finished()) {
+            break;
+        }
+        if !ticked {
+            continue;
+        }
+        let s = &ctx.stats;
+        let w = s.writes_new.load(Ordering::Relaxed) + s.writes_dup.load(Ordering::Relaxed);
+        let size = s.tree_size.load(Ordering::Relaxed);
+        let (p50, p99) = s.take_tick();
+        let sample = Sample {
+            t: started.elapsed().as_secs_f64(),
+            writes_per_s: (w - last_w) as f64,
+            growth_per_s: size.saturating_sub(last_size) as f64,
+            p50_ms: p50,
+            p99_ms: p99,
+            in_flight: s.in_flight.load(Ordering::Relaxed),
+            pushback: s.pushback.load(Ordering::Relaxed),
+        };
+        (last_w, last_size) = (w, size);
+        if !ctx.args.quiet {
+            report::status_line(&sample, s, tty);
+        }
+        timeline.push(sample);
+    }
+    let write_seconds = write_end.unwrap_or_else(|| started.elapsed()).as_secs_f64();
+    for t in tasks {
+        let _ = t.await;
+    }
+    // Let the follower verify what was written, within the runtime limit.
+    if let Some(v) = verifier_task {
+        let left = max_runtime
+            .saturating_sub(started.elapsed())
+            .max(Duration::from_secs(1));
+        if tokio::time::timeout(left, v).await.is_err() {
+            ctx.stats.fail(format!(
+                "entries written were not covered by a verified checkpoint within --max-runtime {:?}",
+                max_runtime
+            ));
+        }
+    }
+    ctx.stop_all.store(true, Ordering::Relaxed);
+    for r in readers {
+        let _ = r.await;
+    }
+    if tty {
+        eprintln!();
+    }
+    let s = &ctx.stats;
+    let total = started.elapsed().as_secs_f64();
+    let writes_new = s.writes_new.load(Ordering::Relaxed);
+    let writes_dup = s.writes_dup.load(Ordering::Relaxed);
+    let write_errors = s.write_errors.load(Ordering::Relaxed);
+    let end_size = s.tree_size.load(Ordering::Relaxed);
+    let failures = s.failures();
+    let mut reasons = failures.clone();
+    if write_errors > 0 {
+        reasons.push(format!("{write_errors} adds failed"));
+    }
+    if ctx.args.leaf_write_goal > 0 && writes_new + writes_dup < ctx.args.leaf_write_goal {
+        reasons.push(format!(
+            "write goal missed: {} of {} adds acknowledged",
+            writes_new + writes_dup,
+            ctx.args.leaf_write_goal
+        ));
+    }
+    let read_errors = s.read_errors.load(Ordering::Relaxed);
+    if read_errors > 0 {
+        reasons.push(format!("{read_errors} reads failed"));
+    }
+    let cpu = cpu_seconds() - cpu_start;
+    let report = Report {
+        ok: reasons.is_empty(),
+        failure_reasons: reasons,
+        write_seconds,
+        total_seconds: total,
+        writes_new,
+        writes_duplicate: writes_dup,
+        pushback: s.pushback.load(Ordering::Relaxed),
+        write_errors,
+        write_rate_per_s: (writes_new + writes_dup) as f64 / write_seconds.max(1e-9),
+        verified_entries: s.verified.load(Ordering::Relaxed),
+        sampled_entries: ctx.sampled.load(Ordering::Relaxed),
+        verification_failures: failures,
+        error_samples: s
+            .error_samples
+            .lock()
+            .map(|e| e.clone())
+            .unwrap_or_default(),
+        tree_size_start: start_size,
+        tree_size_end: end_size,
+        tree_growth: end_size.saturating_sub(start_size),
+        tree_growth_per_s: end_size.saturating_sub(start_size) as f64 / write_seconds.max(1e-9),
+        reads_ok: s.reads_ok.load(Ordering::Relaxed),
+        read_errors,
+        operations: vec![
+            s.row("add (time in queue)", &s.add_latency, write_seconds),
+            s.row("time to integrate", &s.integrate_latency, write_seconds),
+            s.row("read tile/bundle", &s.read_latency, total),
+        ],
+        timeline,
+        machine,
+        loadgen_cpu_us_per_add: cpu * 1e6 / ((writes_new + writes_dup).max(1)) as f64,
+    };
+    if let Some(p) = &ctx.args.report_json {
+        std::fs::write(p, serde_json::to_vec_pretty(&report)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    if let Some(p) = &ctx.args.report_html {
+        std::fs::write(p, report::html(&report))
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(report)
+}
+
+fn goal_or_time(ctx: &Ctx, started: Instant, duration: Duration, max_runtime: Duration) -> bool {
+    let s = &ctx.stats;
+    let acked = s.writes_new.load(Ordering::Relaxed) + s.writes_dup.load(Ordering::Relaxed);
+    let e = started.elapsed();
+    !(ctx.stop_writing.load(Ordering::Relaxed)
+        || (ctx.args.leaf_write_goal > 0 && acked >= ctx.args.leaf_write_goal)
+        || (!duration.is_zero() && e >= duration)
+        || e >= max_runtime)
+}
+
+async fn writer(ctx: Arc<Ctx>, w: usize, seed: u64, tx: mpsc::UnboundedSender<Written>) {
+    let args = &ctx.args;
+    let bases = &ctx.write_bases;
+    let bearer = args
+        .bearer_token_write
+        .as_deref()
+        .or(args.bearer_token.as_deref());
+    let mut clients: Vec<Client> = match bases
+        .iter()
+        .map(|b| Client::new(b.clone(), bearer, ctx.timeout))
+        .collect::<Result<_, _>>()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            ctx.stats.error(e.to_string());
+            return;
+        }
+    };
+    let pacer = ctx.write_pacer.clone();
+    let mut rng = Rng(seed ^ (w as u64).wrapping_mul(0x1234_5678_9abc_def1));
+    let mut recent: Vec<Bytes> = Vec::with_capacity(64);
+    let mut i = 0u64;
+    let mut turn = w;
+    let s = &ctx.stats;
+    loop {
+        if ctx.stop_writing.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Some(p) = &pacer {
+            p.wait().await;
+        }
+        let leaf = if !recent.is_empty() && rng.chance(args.dup_chance) {
+            recent[(rng.next() % recent.len() as u64) as usize].clone()
+        } else {
+            let mut s = format!("tlog-loadgen seed {seed:x} writer {w} leaf {i} ");
+            while s.len() < args.leaf_min_size {
+                s.push('.');
+            }
+            i += 1;
+            let b = Bytes::from(s);
+            if recent.len() < 64 {
+                recent.push(b.clone());
+            } else {
+                let k = (rng.next() % 64) as usize;
+                recent[k] = b.clone();
+            }
+            b
+        };
+        turn = (turn + 1) % clients.len();
+        let sent = Instant::now();
+        s.in_flight.fetch_add(1, Ordering::Relaxed);
+        let resp = clients[turn].send(Method::POST, "add", leaf.clone()).await;
+        s.in_flight.fetch_sub(1, Ordering::Relaxed);
+        match resp {
+            Ok(r) if r.status == StatusCode::OK => {
+                let index = std::str::from_utf8(&r.body)
+                    .ok()
+                    .and_then(|t| t.trim().parse::<u64>().ok());
+                let Some(index) = index else {
+                    s.write_errors.fetch_add(1, Ordering::Relaxed);
+                    s.error(format!(
+                        "POST /add: unparseable index {:?}",
+                        String::from_utf8_lossy(&r.body)
+                    ));
+                    continue;
+                };
+                s.add_done(sent.elapsed().as_micros() as u64);
+                if r.duplicate {
+                    s.writes_dup.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    s.writes_new.fetch_add(1, Ordering::Relaxed);
+                }
+                let sampled = rng.chance(args.verify_fraction) || args.verify_fraction >= 1.0;
+                if sampled {
+                    ctx.sampled.fetch_add(1, Ordering::Relaxed);
+                }
+                let _ = tx.send(Written {
+                    index,
+                    sent,
+                    leaf: sampled.then_some(leaf),
+                });
+            }
+            Ok(r)
+                if r.status == StatusCode::SERVICE_UNAVAILABLE
+                    || r.status == StatusCode::TOO_MANY_REQUESTS =>
+            {
+                s.pushback.fetch_add(1, Ordering::Relaxed);
+                let wait = Duration::from_secs(r.retry_after.unwrap_or(1).min(30));
+                tokio::time::sleep(wait).await;
+            }
+            Ok(r) => {
+                s.write_errors.fetch_add(1, Ordering::Relaxed);
+                s.error(format!(
+                    "POST /add: HTTP {} {}",
+                    r.status,
+                    String::from_utf8_lossy(&r.body).trim()
+                ));
+            }
+            Err(e) => {
+                s.write_errors.fetch_add(1, Ordering::Relaxed);
+                s.error(format!("POST /add: {e:#}"));
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// Follow checkpoints: verify each and its consistency with the previous one; verify
+/// written entries once covered. Ends when writers are done and all is covered.
+async fn follow_checkpoints(
+    ctx: Arc<Ctx>,
+    start: Checkpoint,
+    mut rx: mpsc::UnboundedReceiver<Written>,
+) {
+    let s = &ctx.stats;
+    let mut reader = match ctx.reader() {
+        Ok(r) => r,
+        Err(e) => return s.fail(e.to_string()),
+    };
+    let mut prev = start;
+    let mut pending: BTreeMap<u64, Vec<Written>> = BTreeMap::new();
+    let mut writers_done = false;
+    let poll = Duration::from_millis(ctx.args.checkpoint_poll_ms.max(1));
+    let mut bundle_cache: Option<(u64, u64, Vec<Vec<u8>>)> = None;
+    loop {
+        while let Ok(w) = rx.try_recv() {
+            pending.entry(w.index).or_default().push(w);
+        }
+        if rx.is_closed() && rx.is_empty() {
+            writers_done = true;
+        }
+        if writers_done && pending.is_empty() {
+            return;
+        }
+        if ctx.stop_all.load(Ordering::Relaxed) {
+            return;
+        }
+        tokio::time::sleep(poll).await;
+        let cp = match reader.checkpoint().await {
+            Ok(cp) => cp,
+            Err(e) => {
+                s.fail(format!("{e:#}"));
+                continue;
+            }
+        };
+        if let Err(e) = reader.verify_consistency(&prev, &cp).await {
+            s.fail(format!("{e:#}"));
+            continue;
+        }
+        let covered_at = Instant::now();
+        s.tree_size.store(cp.size, Ordering::Relaxed);
+        while let Some(entry) = pending.first_entry() {
+            if *entry.key() >= cp.size {
+                break;
+            }
+            let (index, ws) = entry.remove_entry();
+            for w in ws {
+                s.integrated(covered_at.duration_since(w.sent).as_micros() as u64);
+                let Some(leaf) = w.leaf else { continue };
+                let n = index / TILE_WIDTH;
+                let fresh =
+                    matches!(&bundle_cache, Some((bn, size, _)) if *bn == n && *size == cp.size);
+                if !fresh {
+                    let t = Instant::now();
+                    match reader.bundle(n, cp.size).await {
+                        Ok(b) => {
+                            s.read_done(t.elapsed().as_micros() as u64, true);
+                            bundle_cache = Some((n, cp.size, b));
+                        }
+                        Err(e) => {
+                            s.fail(format!("{e:#}"));
+                            continue;
+                        }
+                    }
+                }
+                let Some((_, _, bundle)) = &bundle_cache else {
+                    continue;
+                };
+                let at = bundle.get((index % TILE_WIDTH) as usize);
+                if at.map(|e| e.as_slice()) != Some(&leaf[..]) {
+                    s.fail(format!(
+                        "{}: entry {index} is not the bytes that were written",
+                        TileId::entries(n, (cp.size - n * TILE_WIDTH).min(TILE_WIDTH) as u16)
+                            .path()
+                    ));
+                    continue;
+                }
+                match reader.verify_inclusion(&cp, index, &leaf_hash(&leaf)).await {
+                    Ok(()) => {
+                        s.verified.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => s.fail(format!("{e:#}")),
+                }
+            }
+        }
+        prev = cp;
+    }
+}
+
+/// Read every bundle in order, recompute the hash tiles and root, compare with the log.
+async fn full_reader(ctx: Arc<Ctx>, pacer: Option<Arc<Pacer>>) {
+    let s = &ctx.stats;
+    let mut reader = match ctx.reader() {
+        Ok(r) => r,
+        Err(e) => return s.fail(e.to_string()),
+    };
+    let mut tree = TileTree::empty();
+    let mut out = Vec::new();
+    while !ctx.stop_all.load(Ordering::Relaxed) {
+        let cp = match reader.checkpoint().await {
+            Ok(c) => c,
+            Err(e) => return s.fail(format!("full reader: {e:#}")),
+        };
+        // Full bundles extend the permanent tree; the tail is checked on a copy.
+        while tree.size() + TILE_WIDTH <= cp.size && !ctx.stop_all.load(Ordering::Relaxed) {
+            if let Some(p) = &pacer {
+                p.wait().await;
+            }
+            let n = tree.size() / TILE_WIDTH;
+            if let Err(e) = read_and_check(&mut reader, s, &mut tree, &mut out, n, cp.size).await {
+                return s.fail(format!("full reader: {e:#}"));
+            }
+        }
+        if cp.size % TILE_WIDTH != 0 {
+            let mut tail = tree.clone();
+            let n = tail.size() / TILE_WIDTH;
+            if let Err(e) = read_and_check(&mut reader, s, &mut tail, &mut out, n, cp.size).await {
+                return s.fail(format!("full reader: {e:#}"));
+            }
+            if tail.root() != cp.root {
+                return s.fail(format!(
+                    "full reader: the bundles hash to another root than checkpoint {}",
+                    cp.size
+                ));
+            }
+        } else if tree.size() == cp.size && tree.root() != cp.root {
+            return s.fail(format!(
+                "full reader: the bundles hash to another root than checkpoint {}",
+                cp.size
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(ctx.args.checkpoint_poll_ms.max(1))).await;
+    }
+}
+
+async fn read_and_check(
+    reader: &mut LogReader,
+    s: &Stats,
+    tree: &mut TileTree,
+    out: &mut Vec<(TileId, Vec<u8>)>,
+    n: u64,
+    size: u64,
+) -> anyhow::Result<()> {
+    let t = Instant::now();
+    let entries = reader.bundle(n, size).await?;
+    s.read_done(t.elapsed().as_micros() as u64, true);
+    let leaves: Vec<_> = entries.iter().map(|e| leaf_hash(e)).collect();
+    out.clear();
+    tree.append(&leaves, out);
+    let bundle = TileId::entries(n, leaves.len() as u16).path();
+    for (id, want) in out.drain(..) {
+        let t = Instant::now();
+        let (got_id, got) = reader.raw(&id).await?;
+        s.read_done(t.elapsed().as_micros() as u64, true);
+        let prefix = got.get(..want.len());
+        if got_id.width < id.width || prefix != Some(&want[..]) {
+            bail!(
+                "{} differs from the tile recomputed from {bundle} and the entries before it",
+                id.path()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Read random entries and verify an inclusion proof for each.
+async fn random_reader(ctx: Arc<Ctx>, pacer: Option<Arc<Pacer>>, seed: u64) {
+    let s = &ctx.stats;
+    let mut reader = match ctx.reader() {
+        Ok(r) => r,
+        Err(e) => return s.fail(e.to_string()),
+    };
+    let mut rng = Rng(seed);
+    let mut cp = None;
+    let mut reads = 0u64;
+    while !ctx.stop_all.load(Ordering::Relaxed) {
+        if let Some(p) = &pacer {
+            p.wait().await;
+        }
+        if reads % 64 == 0 || cp.is_none() {
+            match reader.checkpoint().await {
+                Ok(c) => cp = Some(c),
+                Err(e) => return s.fail(format!("random reader: {e:#}")),
+            }
+        }
+        reads += 1;
+        let Some(c) = &cp else { continue };
+        if c.size == 0 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            cp = None;
+            continue;
+        }
+        let index = rng.next() % c.size;
+        let t = Instant::now();
+        let bundle = match reader.bundle(index / TILE_WIDTH, c.size).await {
+            Ok(b) => b,
+            Err(e) => return s.fail(format!("random reader: {e:#}")),
+        };
+        s.read_done(t.elapsed().as_micros() as u64, true);
+        let Some(entry) = bundle.get((index % TILE_WIDTH) as usize) else {
+            return s.fail(format!(
+                "random reader: entry {index} missing from its bundle"
+            ));
+        };
+        if let Err(e) = reader.verify_inclusion(c, index, &leaf_hash(entry)).await {
+            return s.fail(format!(
+                "random reader: {e:#} (entry read from {})",
+                TileId::entries(
+                    index / TILE_WIDTH,
+                    (c.size - index / TILE_WIDTH * TILE_WIDTH).min(TILE_WIDTH) as u16
+                )
+                .path()
+            ));
+        }
+        s.verified.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A trivial endpoint answering every `POST /add` with the next index: measures the
+/// load generator alone.
+async fn dry_run_endpoint() -> anyhow::Result<(std::net::SocketAddr, tokio::task::JoinHandle<()>)> {
+    use axum::routing::post;
+    let next = Arc::new(AtomicU64::new(0));
+    let app = axum::Router::new().route(
+        "/add",
+        post(move || {
+            let next = next.clone();
+            async move { next.fetch_add(1, Ordering::Relaxed).to_string() }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let h = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Ok((addr, h))
+}
