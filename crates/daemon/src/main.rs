@@ -199,6 +199,18 @@ async fn run<S: LogStorage>(
     c: &Config,
 ) -> anyhow::Result<()> {
     let metrics = observe::install_metrics()?;
+    // Histograms buffer raw samples until drained: drain them even if nobody scrapes,
+    // so memory stays bounded.
+    let upkeep = {
+        let handle = metrics.clone();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                every.tick().await;
+                handle.run_upkeep();
+            }
+        })
+    };
     let (log, tasks) = Log::open(storage, dedup, lc)
         .await
         .context("opening the log")?;
@@ -237,6 +249,7 @@ async fn run<S: LogStorage>(
     if let Some(t) = metrics_task {
         t.abort();
     }
+    upkeep.abort();
     tracing::info!(size = log.committed_size(), checkpoint = ?log.published_size(), "stopped");
     if log.published_size() != Some(log.committed_size()) {
         bail!("final checkpoint was not published");

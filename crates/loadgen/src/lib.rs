@@ -780,7 +780,7 @@ async fn random_reader(ctx: Arc<Ctx>, pacer: Option<Arc<Pacer>>, seed: u64) {
         if let Some(p) = &pacer {
             p.wait().await;
         }
-        if reads % 64 == 0 || cp.is_none() {
+        if reads.is_multiple_of(64) || cp.is_none() {
             match reader.checkpoint().await {
                 Ok(c) => cp = Some(c),
                 Err(e) => return s.fail(format!("random reader: {e:#}")),

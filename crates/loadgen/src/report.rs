@@ -115,8 +115,11 @@ fn escape(s: &str) -> String {
         .replace('>', "&gt;")
 }
 
+/// A named, coloured series of (seconds, value) points.
+type Series<'a> = (&'a str, &'a str, Vec<(f64, f64)>);
+
 /// An inline SVG line chart of several series over time.
-fn chart(title: &str, unit: &str, series: &[(&str, &str, Vec<(f64, f64)>)]) -> String {
+fn chart(title: &str, unit: &str, series: &[Series<'_>]) -> String {
     let (w, h, pad) = (760.0, 260.0, 48.0);
     let tmax = series
         .iter()
