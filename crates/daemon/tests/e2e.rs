@@ -137,10 +137,11 @@ async fn bad_input_gets_clear_errors_and_changes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overload_gets_503_with_retry_after() {
     let dir = tempfile::tempdir().unwrap();
-    // Two entries in flight at most, and the integrator lingers 500 ms on a batch.
+    // Two entries in flight at most, and the integrator lingers 1.5 s on a batch (wide
+    // margins: other tests load the same 2 cores).
     let mut d = Daemon::start(
         dir.path(),
-        "[batching]\nmax_entries = 2\nmax_age_ms = 500\n[queue]\nmax_entries = 2\nretry_after_s = 3\n",
+        "[batching]\nmax_entries = 2\nmax_age_ms = 1500\n[queue]\nmax_entries = 2\nretry_after_s = 3\n",
     );
     let http = Http::new();
     d.wait_ready(&http).await;

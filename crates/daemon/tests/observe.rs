@@ -20,7 +20,7 @@ async fn metrics_count_what_was_sent() {
     let dir = tempfile::tempdir().unwrap();
     let mut d = Daemon::start(
         dir.path(),
-        "[batching]\nmax_entries = 2\nmax_age_ms = 300\n[queue]\nmax_entries = 2\n",
+        "[batching]\nmax_entries = 2\nmax_age_ms = 1000\n[queue]\nmax_entries = 2\n",
     );
     let http = Http::new();
     d.wait_ready(&http).await;

@@ -715,6 +715,10 @@ async fn full_reader(ctx: Arc<Ctx>, pacer: Option<Arc<Pacer>>) {
                 return s.fail(format!("full reader: {e:#}"));
             }
         }
+        if ctx.stop_all.load(Ordering::Relaxed) {
+            // Stopped part-way through: the tree does not reach `cp` yet.
+            return;
+        }
         if cp.size % TILE_WIDTH != 0 {
             let mut tail = tree.clone();
             let n = tail.size() / TILE_WIDTH;

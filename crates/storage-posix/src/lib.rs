@@ -328,6 +328,18 @@ impl Inner {
     }
 }
 
+/// A file's bytes, or `None` if it does not exist.
+async fn read_optional(path: &Path) -> Result<Option<Vec<u8>>, StorageError> {
+    match tokio::fs::read(path).await {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(StorageError::Backend(format!(
+            "reading {}: {e}",
+            path.display()
+        ))),
+    }
+}
+
 impl LogStorage for PosixStorage {
     fn backend_name(&self) -> &'static str {
         "posix"
@@ -342,15 +354,7 @@ impl LogStorage for PosixStorage {
     }
 
     async fn read_tile(&self, id: &TileId) -> Result<Option<Vec<u8>>, StorageError> {
-        let path = self.inner.tile_path(id);
-        match tokio::fs::read(&path).await {
-            Ok(b) => Ok(Some(b)),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(StorageError::Backend(format!(
-                "reading {}: {e}",
-                path.display()
-            ))),
-        }
+        read_optional(&self.inner.tile_path(id)).await
     }
 
     async fn publish_checkpoint(&self, signed: &[u8]) -> Result<(), StorageError> {
@@ -365,15 +369,7 @@ impl LogStorage for PosixStorage {
     }
 
     async fn read_checkpoint(&self) -> Result<Option<Vec<u8>>, StorageError> {
-        let path = self.inner.root.join("checkpoint");
-        match tokio::fs::read(&path).await {
-            Ok(b) => Ok(Some(b)),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(StorageError::Backend(format!(
-                "reading {}: {e}",
-                path.display()
-            ))),
-        }
+        read_optional(&self.inner.root.join("checkpoint")).await
     }
 
     async fn check_writable(&self) -> Result<(), StorageError> {

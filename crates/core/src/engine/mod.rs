@@ -515,8 +515,10 @@ impl<S: LogStorage> Log<S> {
             let commit = CommitBatch { prev, next, tiles };
             let started = Instant::now();
             let outcome = inner.storage.commit(commit).await;
-            metrics::histogram!("tlogd_commit_duration_seconds", "backend" => backend)
-                .record(started.elapsed().as_secs_f64());
+            let took = started.elapsed().as_secs_f64();
+            metrics::histogram!("tlogd_commit_duration_seconds", "backend" => backend).record(took);
+            metrics::histogram!("tlogd_storage_op_duration_seconds", "backend" => backend, "op" => "commit")
+                .record(took);
             match outcome {
                 Ok(()) => {
                     metrics::histogram!("tlogd_batch_size").record(batch.entries.len() as f64);

@@ -297,3 +297,62 @@ async fn dedup_lag_pushes_back() {
     assert!(AddError::DedupLag.is_pushback());
     log.shutdown();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dedup_lag_pushback_triggers_and_clears() {
+    let storage = Arc::new(MemoryStorage::new());
+    let cfg = config();
+    let (log, tasks) = Log::open(storage.clone(), None, cfg.clone()).await.unwrap();
+    for i in 0..100 {
+        log.add(entry(i)).await.unwrap();
+    }
+    log.shutdown();
+    tasks.join().await;
+    // An index whose writes wait behind a gate: while closed, the follower cannot
+    // catch up and the lag stays at 100.
+    struct Gated {
+        open: std::sync::atomic::AtomicBool,
+        inner: MapIndex,
+    }
+    impl DedupIndex for Gated {
+        fn get(&self, h: &EntryHash) -> Result<Option<u64>, DedupError> {
+            self.inner.get(h)
+        }
+        fn put_batch(&self, e: &[(EntryHash, u64)], upto: u64) -> Result<(), DedupError> {
+            while !self.open.load(std::sync::atomic::Ordering::Acquire) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            self.inner.put_batch(e, upto)
+        }
+        fn indexed_up_to(&self) -> Result<u64, DedupError> {
+            self.inner.indexed_up_to()
+        }
+    }
+    let gated = Arc::new(Gated {
+        open: std::sync::atomic::AtomicBool::new(false),
+        inner: MapIndex::default(),
+    });
+    let mut cfg = cfg;
+    cfg.dedup_max_lag = 10;
+    let (log, tasks) = Log::open(storage.clone(), Some(gated.clone()), cfg)
+        .await
+        .unwrap();
+    assert_eq!(log.dedup_lag(), 100);
+    assert_eq!(log.add(entry(1000)).await, Err(AddError::DedupLag));
+    gated.open.store(true, std::sync::atomic::Ordering::Release);
+    for _ in 0..400 {
+        if log.dedup_lag() <= 10 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let out = log
+        .add(entry(1000))
+        .await
+        .expect("pushback clears once the index caught up");
+    assert_eq!(out.index, 100);
+    let dup = log.add(entry(42)).await.unwrap();
+    assert_eq!((dup.index, dup.duplicate), (42, true));
+    log.shutdown();
+    tasks.join().await;
+}
