@@ -52,6 +52,19 @@ fn entry(i: u64) -> Bytes {
     Bytes::from(format!("entry {i}"))
 }
 
+/// A log of `n` entries (`entry 0` ..), written without dedup and closed.
+async fn prefilled(n: u64) -> (Arc<MemoryStorage>, LogConfig) {
+    let storage = Arc::new(MemoryStorage::new());
+    let cfg = config();
+    let (log, tasks) = Log::open(storage.clone(), None, cfg.clone()).await.unwrap();
+    for i in 0..n {
+        log.add(entry(i)).await.unwrap();
+    }
+    log.shutdown();
+    tasks.join().await;
+    (storage, cfg)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_adds_get_contiguous_indices() {
     let storage = Arc::new(MemoryStorage::new());
@@ -238,14 +251,7 @@ async fn duplicates_return_the_first_index() {
 
 #[tokio::test]
 async fn dedup_index_catches_up_from_the_log() {
-    let storage = Arc::new(MemoryStorage::new());
-    let cfg = config();
-    let (log, tasks) = Log::open(storage.clone(), None, cfg.clone()).await.unwrap();
-    for i in 0..600 {
-        log.add(entry(i)).await.unwrap();
-    }
-    log.shutdown();
-    tasks.join().await;
+    let (storage, cfg) = prefilled(600).await;
     // A fresh (deleted) index: the follower rebuilds it from the bundles.
     let index = Arc::new(MapIndex::default());
     let (log, tasks) = Log::open(storage.clone(), Some(index.clone()), cfg.clone())
@@ -267,14 +273,7 @@ async fn dedup_index_catches_up_from_the_log() {
 
 #[tokio::test]
 async fn dedup_lag_pushes_back() {
-    let storage = Arc::new(MemoryStorage::new());
-    let cfg = config();
-    let (log, tasks) = Log::open(storage.clone(), None, cfg.clone()).await.unwrap();
-    for i in 0..100 {
-        log.add(entry(i)).await.unwrap();
-    }
-    log.shutdown();
-    tasks.join().await;
+    let (storage, cfg) = prefilled(100).await;
     let mut cfg = cfg;
     cfg.dedup_max_lag = 10;
     // An index that is stuck far behind: writes fail, so the lag never clears.
@@ -300,14 +299,7 @@ async fn dedup_lag_pushes_back() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dedup_lag_pushback_triggers_and_clears() {
-    let storage = Arc::new(MemoryStorage::new());
-    let cfg = config();
-    let (log, tasks) = Log::open(storage.clone(), None, cfg.clone()).await.unwrap();
-    for i in 0..100 {
-        log.add(entry(i)).await.unwrap();
-    }
-    log.shutdown();
-    tasks.join().await;
+    let (storage, cfg) = prefilled(100).await;
     // An index whose writes wait behind a gate: while closed, the follower cannot
     // catch up and the lag stays at 100.
     struct Gated {
