@@ -259,7 +259,11 @@ mod tests {
 
     #[test]
     fn example_configs_parse_and_validate() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/posix.toml");
+        // Read at run time: the binary may come from a build in another clone.
+        let dir = std::env::var_os("CARGO_MANIFEST_DIR")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
+        let path = dir.join("../../config/posix.toml");
         let c = Config::load(&path).unwrap();
         c.validate().unwrap();
         assert_eq!(
