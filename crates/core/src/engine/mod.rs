@@ -583,18 +583,15 @@ impl<S: LogStorage> Log<S> {
             if rx.changed().await.is_err() {
                 break;
             }
-            // Rate-limit: at most one checkpoint per interval, but wake early to publish
-            // the final state on shutdown.
-            if !self.is_closed() {
-                let deadline = tokio::time::sleep(inner.config.checkpoint_interval);
-                tokio::pin!(deadline);
-                loop {
-                    tokio::select! {
-                        _ = &mut deadline => break,
-                        _ = tokio::time::sleep(Duration::from_millis(50)) => {
-                            if self.is_closed() { break; }
-                        }
-                    }
+            // Rate-limit: at most one checkpoint per interval, but stop waiting as soon
+            // as the integrator has drained and dropped its sender, so the final state
+            // is published at once.
+            let deadline = tokio::time::sleep(inner.config.checkpoint_interval);
+            tokio::pin!(deadline);
+            loop {
+                tokio::select! {
+                    _ = &mut deadline => break,
+                    changed = rx.changed() => if changed.is_err() { break },
                 }
             }
         }
