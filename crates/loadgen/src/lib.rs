@@ -564,7 +564,7 @@ async fn writer(ctx: Arc<Ctx>, w: usize, seed: u64, tx: mpsc::UnboundedSender<Wr
                 } else {
                     s.writes_new.fetch_add(1, Ordering::Relaxed);
                 }
-                let sampled = rng.chance(args.verify_fraction) || args.verify_fraction >= 1.0;
+                let sampled = rng.chance(args.verify_fraction);
                 if sampled {
                     ctx.sampled.fetch_add(1, Ordering::Relaxed);
                 }
