@@ -2,7 +2,7 @@
 //! v1.0.4), and rebuild them byte for byte from their entries in several batchings.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use tlogd_core::bundle::{append_entry, parse_bundle};
 use tlogd_core::checkpoint::Checkpoint;
@@ -17,25 +17,9 @@ const SKEY: &str =
 const VKEY: &str = "example.com/log/testdata+33d7b496+AeHTu4Q3hEIMHNqc6fASMsq3rKNx280NI+oO5xCFkkSx";
 const ORIGIN: &str = "example.com/log/testdata";
 
-/// The crate directory, read at run time: a test binary reused from a build in another
-/// clone (shared target dir) must not look for files in that clone.
-fn manifest_dir() -> PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
-}
-
-fn vectors() -> PathBuf {
-    let p = std::env::var_os("TLOGD_VECTORS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| manifest_dir().join("../../../shared/vectors"));
-    assert!(
-        p.join("README.md").exists(),
-        "test vectors not found at {}",
-        p.display()
-    );
-    p
-}
+#[path = "support/vectors_dir.rs"]
+mod vectors_dir;
+use vectors_dir::vectors;
 
 fn read(dir: &Path, rel: &str) -> Vec<u8> {
     std::fs::read(dir.join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))

@@ -38,6 +38,15 @@ impl DedupIndex for MapIndex {
 }
 
 async fn serve_log(dedup: bool) -> (String, Arc<MemoryStorage>, Log<MemoryStorage>) {
+    serve_log_with(dedup, |app| app).await
+}
+
+/// A real log (engine + HTTP router over the in-memory backend) on 127.0.0.1, its
+/// router passed through `wrap` first.
+async fn serve_log_with(
+    dedup: bool,
+    wrap: impl FnOnce(axum::Router) -> axum::Router,
+) -> (String, Arc<MemoryStorage>, Log<MemoryStorage>) {
     let storage = Arc::new(MemoryStorage::new());
     let mut cfg = LogConfig::new(ORIGIN, Arc::new(NoteSigner::from_skey(SKEY).unwrap()));
     cfg.checkpoint_interval = Duration::from_millis(20);
@@ -47,7 +56,7 @@ async fn serve_log(dedup: bool) -> (String, Arc<MemoryStorage>, Log<MemoryStorag
         None
     };
     let (log, _tasks) = Log::open(storage.clone(), index, cfg).await.unwrap();
-    let app = tlogd::http::router(log.clone());
+    let app = wrap(tlogd::http::router(log.clone()));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -201,37 +210,30 @@ async fn pushback_is_honoured_not_counted_as_errors() {
     use axum::http::{StatusCode, header};
     use axum::response::IntoResponse;
     // A real log behind a layer that answers the first five adds with 503.
-    let storage = Arc::new(MemoryStorage::new());
-    let mut cfg = LogConfig::new(ORIGIN, Arc::new(NoteSigner::from_skey(SKEY).unwrap()));
-    cfg.checkpoint_interval = Duration::from_millis(20);
-    let (log, _tasks) = Log::open(storage, None, cfg).await.unwrap();
     let n = Arc::new(AtomicU64::new(0));
-    let app = tlogd::http::router(log).layer(axum::middleware::from_fn(
-        move |req: axum::extract::Request, next: axum::middleware::Next| {
-            let n = n.clone();
-            async move {
-                if req.uri().path() == "/add" && n.fetch_add(1, Ordering::SeqCst) < 5 {
-                    return (
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        [(header::RETRY_AFTER, "1")],
-                        "busy",
-                    )
-                        .into_response();
+    let (url, _storage, _log) = serve_log_with(false, |app| {
+        app.layer(axum::middleware::from_fn(
+            move |req: axum::extract::Request, next: axum::middleware::Next| {
+                let n = n.clone();
+                async move {
+                    if req.uri().path() == "/add" && n.fetch_add(1, Ordering::SeqCst) < 5 {
+                        return (
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            [(header::RETRY_AFTER, "1")],
+                            "busy",
+                        )
+                            .into_response();
+                    }
+                    next.run(req).await
                 }
-                next.run(req).await
-            }
-        },
-    ));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+            },
+        ))
+    })
+    .await;
     let started = std::time::Instant::now();
-    let r = run(args(
-        &format!("http://{addr}"),
-        &["--writers", "5", "--leaf-write-goal", "20"],
-    ))
-    .await
-    .unwrap();
+    let r = run(args(&url, &["--writers", "5", "--leaf-write-goal", "20"]))
+        .await
+        .unwrap();
     assert!(r.ok, "{:?}", r.failure_reasons);
     assert_eq!(r.pushback, 5);
     assert_eq!(r.write_errors, 0);

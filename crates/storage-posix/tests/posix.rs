@@ -15,25 +15,9 @@ const SKEY: &str =
     "PRIVATE+KEY+example.com/log/testdata+33d7b496+AeymY/SZAX0jZcJ8enZ5FY1Dz+wTML2yWSkK+9DSF3eg";
 const ORIGIN: &str = "example.com/log/testdata";
 
-/// The crate directory, read at run time: a test binary reused from a build in another
-/// clone (shared target dir) must not look for files in that clone.
-fn manifest_dir() -> PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
-}
-
-fn vectors() -> PathBuf {
-    let p = std::env::var_os("TLOGD_VECTORS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| manifest_dir().join("../../../shared/vectors"));
-    assert!(
-        p.join("README.md").exists(),
-        "test vectors not found at {}",
-        p.display()
-    );
-    p
-}
+#[path = "../../core/tests/support/vectors_dir.rs"]
+mod vectors_dir;
+use vectors_dir::vectors;
 
 fn config(batch: usize) -> LogConfig {
     let signer = Arc::new(NoteSigner::from_skey(SKEY).unwrap());
