@@ -136,4 +136,13 @@ pub trait LogStorage: Send + Sync + 'static {
 
     /// Cheap liveness probe for `/readyz`: can the store take writes right now?
     fn check_writable(&self) -> impl Future<Output = Result<(), StorageError>> + Send;
+
+    /// Whether [`read_tile`](Self::read_tile) only ever returns tiles of a committed
+    /// tree. POSIX files of a batch are visible before its state commits, so the
+    /// daemon must fence reads at its own committed size (the default, `false`). A
+    /// transactional store (MySQL) returns `true`, so a frontend also serves tiles that
+    /// another frontend sharing the store committed.
+    fn reads_are_committed(&self) -> bool {
+        false
+    }
 }

@@ -196,10 +196,24 @@ impl Http {
             .0
     }
 
-    pub async fn tile_hashes(&self, base: &str, id: &TileId) -> Vec<Hash> {
+    /// The bytes of tile or bundle `id`, as a tlog-tiles client fetches them: a partial
+    /// that is gone falls back to the full tile (tlog-tiles "Partial Tiles": a log MAY
+    /// delete a partial once the full tile exists). Returns the id actually served.
+    pub async fn fetch_tile(&self, base: &str, id: &TileId) -> (TileId, Bytes) {
         let (status, _, body) = self.get(&format!("{base}/{}", id.path())).await.unwrap();
+        if status == 404 && !id.is_full() {
+            let full = id.full();
+            let (status, _, body) = self.get(&format!("{base}/{}", full.path())).await.unwrap();
+            assert_eq!(status, 200, "{} and its full tile", id.path());
+            return (full, body);
+        }
         assert_eq!(status, 200, "{}", id.path());
-        parse_hash_tile(&body, id.width).unwrap()
+        (*id, body)
+    }
+
+    pub async fn tile_hashes(&self, base: &str, id: &TileId) -> Vec<Hash> {
+        let (got, body) = self.fetch_tile(base, id).await;
+        parse_hash_tile(&body, got.width).unwrap()
     }
 
     /// Verify that `entry` is at `index` in the tree of `cp` with a proof from tiles.
@@ -236,12 +250,11 @@ impl Http {
     /// The entries of bundle `n` at tree size `size`.
     pub async fn bundle(&self, base: &str, n: u64, size: u64) -> Vec<Vec<u8>> {
         let width = (size - n * 256).min(256) as u16;
-        let id = TileId::entries(n, width);
-        let (status, _, body) = self.get(&format!("{base}/{}", id.path())).await.unwrap();
-        assert_eq!(status, 200, "{}", id.path());
+        let (_, body) = self.fetch_tile(base, &TileId::entries(n, width)).await;
         tlogd_core::bundle::parse_bundle(&body)
             .unwrap()
             .into_iter()
+            .take(width as usize)
             .map(|e| e.to_vec())
             .collect()
     }

@@ -1,0 +1,1 @@
+//! MySQL/MariaDB storage for tlogd (work in progress).
