@@ -2,7 +2,10 @@
 # Install the system packages tlogd needs to build and test on Debian/Ubuntu.
 # Idempotent: installs only what is missing. Needs root (or sudo).
 set -euo pipefail
+# `deps.sh test` adds what the test suite needs: mariadb-server, from which the MySQL
+# backend's tests start private MariaDB servers (never the system one).
 pkgs=(libclang-dev clang)
+[ "${1:-}" = test ] && pkgs+=(mariadb-server)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -3,7 +3,7 @@
 # Tests and benches share the release profile so RocksDB is compiled once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/deps.sh
+bash scripts/deps.sh test
 source scripts/env.sh
 cargo fmt --all --check
 cargo clippy --release --workspace --all-targets -- -D warnings

@@ -7,26 +7,31 @@
 //! batch commits, the next accumulates; an idle integrator takes a lone entry at once).
 //! For every batch:
 //!
-//! 1. **Integrate in memory.** Append the leaf hashes and entries to the right edge,
+//! 1. **Lock and read.** Take the store's sequencing lock
+//!    ([`LogStorage::acquire_sequencer`]; a no-op for single-writer stores) and read the
+//!    committed state. If another frontend advanced it, reload the edge from storage.
+//! 2. **Integrate in memory.** Append the leaf hashes and entries to the right edge,
 //!    producing every changed hash tile and entry bundle and the new root. No storage
 //!    reads.
-//! 2. **Stage and compare-and-swap** ([`LogStorage::commit`]). The backend makes every
+//! 3. **Stage and compare-and-swap** ([`LogStorage::commit`]). The backend makes every
 //!    tile durable, then atomically advances the tree state from `prev` to `next`. The
-//!    state is the commit point.
-//! 3. **Acknowledge.** Only now does any `add` of the batch resolve to an index.
-//! 4. **Index.** The batch's entry hashes go to the dedup follower, which writes them
+//!    state is the commit point. Then release the sequencing lock.
+//! 4. **Acknowledge.** Only now does any `add` of the batch resolve to an index.
+//! 5. **Index.** The batch's entry hashes go to the dedup follower, which writes them
 //!    to the persistent index in batches, off the commit path.
-//! 5. **Publish.** The publisher signs a checkpoint for the latest committed state at
+//! 6. **Publish.** The publisher signs a checkpoint for the latest committed state at
 //!    most once per checkpoint interval and stores it; a checkpoint never names a state
 //!    that is not durable.
 //!
-//! If step 2 fails, the outcome is uncertain, so the integrator drops its in-memory
-//! edge and reloads it from storage before the next batch: if the reloaded state is the
-//! batch's `next`, the batch did persist and is acknowledged; otherwise its adds fail
-//! (HTTP 500) and nothing was acknowledged. On [`StorageError::Conflict`] (another
-//! frontend advanced the tree) the batch is re-integrated on the reloaded edge and
-//! retried. A crash at any instant thus loses no acknowledged entry and never forks the
-//! tree: the state only moves by compare-and-swap from the state the batch was built on.
+//! If step 3 fails, the outcome is uncertain, so the integrator reloads the edge from
+//! storage: if the reloaded state is the batch's `next`, the batch did persist and is
+//! acknowledged; otherwise nothing of it was, and the batch is retried from step 1 with
+//! backoff for up to [`LogConfig::commit_retry`] (a database restart, a dropped
+//! connection), after which its adds fail (HTTP 500) and nothing was acknowledged. On
+//! [`StorageError::Conflict`] (another frontend advanced the tree) the batch is
+//! re-integrated on the reloaded edge at once. A crash at any instant thus loses no
+//! acknowledged entry and never forks the tree: the state only moves by
+//! compare-and-swap from the state the batch was built on.
 
 mod dedup;
 mod queue;
@@ -73,6 +78,9 @@ pub struct LogConfig {
     pub dedup_max_lag: u64,
     /// The `Retry-After` hint given with pushback.
     pub retry_after: Duration,
+    /// How long a batch whose commit did not persist (storage down, connection lost)
+    /// is retried before its adds fail. Zero: fail at once.
+    pub commit_retry: Duration,
 }
 
 impl LogConfig {
@@ -88,6 +96,7 @@ impl LogConfig {
             max_pending_bytes: 256 << 20,
             dedup_max_lag: 200_000,
             retry_after: Duration::from_secs(1),
+            commit_retry: Duration::from_secs(10),
         }
     }
 }
@@ -482,87 +491,133 @@ impl<S: LogStorage> Log<S> {
         tracing::info!(size = self.committed_size(), "integrator drained");
     }
 
-    /// Integrate and commit one batch; Ok(first index).
+    /// Integrate and commit one batch; Ok(first index). Holds the store's sequencing
+    /// lock (shared stores) for the whole attempt.
     async fn commit_batch(
         &self,
         edge: &mut Option<Edge>,
         batch: &PendingBatch,
         committed_tx: &watch::Sender<TreeState>,
     ) -> Result<u64, AddError> {
+        let storage = &self.inner.storage;
+        let deadline = Instant::now() + self.inner.config.commit_retry;
+        let mut backoff = Duration::from_millis(20);
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            let result = match storage.acquire_sequencer().await {
+                Ok(()) => {
+                    let r = self.try_commit(edge, batch, committed_tx).await;
+                    storage.release_sequencer().await;
+                    r
+                }
+                Err(e) => Err(Retry::Transient(e.to_string())),
+            };
+            let reason = match result {
+                Ok(first) => return Ok(first),
+                Err(Retry::Conflict) if attempt < 64 => continue,
+                Err(Retry::Conflict) => "tree state kept changing under us".to_string(),
+                Err(Retry::Transient(reason)) => reason,
+            };
+            // Nothing of the batch persisted. Retry while the caller can still get an
+            // answer in time (a database restart, a dropped connection); then fail.
+            if Instant::now() + backoff > deadline {
+                return Err(AddError::Storage(reason));
+            }
+            tracing::warn!(attempt, error = %reason, "batch not committed; retrying");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    /// One attempt: reload the edge if it is stale or unknown, integrate, commit.
+    /// `Err` only when the batch is known not to have persisted.
+    async fn try_commit(
+        &self,
+        edge: &mut Option<Edge>,
+        batch: &PendingBatch,
+        committed_tx: &watch::Sender<TreeState>,
+    ) -> Result<u64, Retry> {
         let inner = &self.inner;
         let backend = inner.storage.backend_name();
-        for _attempt in 0..8 {
-            let current = match edge.take() {
-                Some(e) => e,
-                None => match Edge::load(&*inner.storage).await {
-                    Ok(e) => {
-                        inner.ready.store(true, Ordering::Release);
-                        e
-                    }
-                    Err(e) => {
-                        inner.ready.store(false, Ordering::Release);
-                        tracing::error!(error = %e, "cannot reload the tree from storage");
-                        return Err(AddError::Storage(e.to_string()));
-                    }
-                },
-            };
-            let prev = current.state();
-            let mut next_edge = current.clone();
-            let tiles = next_edge
-                .append(&batch.entries, &batch.leaves)
-                .map_err(|e| AddError::Internal(e.to_string()))?;
-            let next = next_edge.state();
-            let commit = CommitBatch { prev, next, tiles };
-            let started = Instant::now();
-            let outcome = inner.storage.commit(commit).await;
-            let took = started.elapsed().as_secs_f64();
-            metrics::histogram!("tlogd_commit_duration_seconds", "backend" => backend).record(took);
-            metrics::histogram!("tlogd_storage_op_duration_seconds", "backend" => backend, "op" => "commit")
-                .record(took);
-            match outcome {
-                Ok(()) => {
-                    metrics::histogram!("tlogd_batch_size").record(batch.entries.len() as f64);
-                    *edge = Some(next_edge);
-                    self.advance(next, committed_tx);
-                    return Ok(prev.size);
-                }
-                Err(StorageError::Conflict { expected, found }) => {
-                    metrics::counter!("tlogd_storage_errors_total", "backend" => backend, "op" => "commit_conflict").increment(1);
-                    tracing::info!(
-                        expected,
-                        found,
-                        "tree advanced by another writer; reloading"
-                    );
-                    // Loop: reload the edge and re-integrate the batch on top of it.
+        // Under the sequencing lock the stored state is current: if another frontend
+        // advanced it, our edge is stale. (One cheap read; POSIX answers from memory.)
+        let stored = inner
+            .storage
+            .load_state()
+            .await
+            .map_err(|e| Retry::Transient(e.to_string()))?
+            .unwrap_or_else(TreeState::empty);
+        let current = match edge.take() {
+            Some(e) if e.state() == stored => e,
+            _ => match Edge::load(&*inner.storage).await {
+                Ok(e) => {
+                    inner.ready.store(true, Ordering::Release);
+                    e
                 }
                 Err(e) => {
-                    metrics::counter!("tlogd_storage_errors_total", "backend" => backend, "op" => "commit").increment(1);
-                    tracing::error!(error = %e, size = prev.size, "commit failed; reloading the tree");
-                    // Uncertain outcome: learn it from the committed state.
-                    return match Edge::load(&*inner.storage).await {
-                        Ok(reloaded) if reloaded.state() == next => {
-                            *edge = Some(reloaded);
-                            self.advance(next, committed_tx);
-                            Ok(prev.size)
-                        }
-                        Ok(reloaded) => {
-                            *edge = Some(reloaded);
-                            Err(AddError::Storage(format!(
-                                "batch {}..{} was not committed: {e}",
-                                prev.size, next.size
-                            )))
-                        }
-                        Err(e2) => {
-                            inner.ready.store(false, Ordering::Release);
-                            Err(AddError::Storage(format!("{e}; reload: {e2}")))
-                        }
-                    };
+                    inner.ready.store(false, Ordering::Release);
+                    tracing::error!(error = %e, "cannot reload the tree from storage");
+                    return Err(Retry::Transient(e.to_string()));
+                }
+            },
+        };
+        let prev = current.state();
+        let mut next_edge = current.clone();
+        let tiles = next_edge
+            .append(&batch.entries, &batch.leaves)
+            .map_err(|e| Retry::Transient(format!("internal error: {e}")))?;
+        let next = next_edge.state();
+        let started = Instant::now();
+        let outcome = inner
+            .storage
+            .commit(CommitBatch { prev, next, tiles })
+            .await;
+        let took = started.elapsed().as_secs_f64();
+        metrics::histogram!("tlogd_commit_duration_seconds", "backend" => backend).record(took);
+        metrics::histogram!("tlogd_storage_op_duration_seconds", "backend" => backend, "op" => "commit")
+            .record(took);
+        match outcome {
+            Ok(()) => {
+                metrics::histogram!("tlogd_batch_size").record(batch.entries.len() as f64);
+                *edge = Some(next_edge);
+                self.advance(next, committed_tx);
+                Ok(prev.size)
+            }
+            Err(StorageError::Conflict { expected, found }) => {
+                metrics::counter!("tlogd_storage_errors_total", "backend" => backend, "op" => "commit_conflict").increment(1);
+                tracing::info!(
+                    expected,
+                    found,
+                    "tree advanced by another writer; reloading"
+                );
+                Err(Retry::Conflict)
+            }
+            Err(e) => {
+                metrics::counter!("tlogd_storage_errors_total", "backend" => backend, "op" => "commit").increment(1);
+                tracing::error!(error = %e, size = prev.size, "commit failed; reloading the tree");
+                // Uncertain outcome ("fail but persist" or not): learn it from the
+                // committed state.
+                match Edge::load(&*inner.storage).await {
+                    Ok(reloaded) if reloaded.state() == next => {
+                        *edge = Some(reloaded);
+                        self.advance(next, committed_tx);
+                        Ok(prev.size)
+                    }
+                    Ok(reloaded) => {
+                        *edge = Some(reloaded);
+                        Err(Retry::Transient(format!(
+                            "batch {}..{} was not committed: {e}",
+                            prev.size, next.size
+                        )))
+                    }
+                    Err(e2) => {
+                        inner.ready.store(false, Ordering::Release);
+                        Err(Retry::Transient(format!("{e}; reload: {e2}")))
+                    }
                 }
             }
         }
-        Err(AddError::Storage(
-            "tree state kept changing under us".into(),
-        ))
     }
 
     fn advance(&self, next: TreeState, committed_tx: &watch::Sender<TreeState>) {
@@ -766,6 +821,14 @@ impl<S: LogStorage> Log<S> {
         }
         Ok(out)
     }
+}
+
+/// Why a commit attempt did not persist.
+enum Retry {
+    /// Another writer advanced the tree: re-integrate on the new edge at once.
+    Conflict,
+    /// Storage failed; retry after a pause while time allows.
+    Transient(String),
 }
 
 async fn put_blocking(

@@ -137,6 +137,24 @@ pub trait LogStorage: Send + Sync + 'static {
     /// Cheap liveness probe for `/readyz`: can the store take writes right now?
     fn check_writable(&self) -> impl Future<Output = Result<(), StorageError>> + Send;
 
+    /// Take the sequencing lock shared by every frontend of this store, before the
+    /// integrator reads the state and integrates a batch. Compare-and-swap alone keeps
+    /// the tree from forking; the lock keeps frontends from starving each other (without
+    /// it, a busy frontend advances the state between another's reload and its commit,
+    /// every time). Held until [`release_sequencer`](Self::release_sequencer); only the
+    /// one integrator of a process calls these. Default: a single-writer store needs no
+    /// lock.
+    fn acquire_sequencer(&self) -> impl Future<Output = Result<(), StorageError>> + Send {
+        async { Ok(()) }
+    }
+
+    /// Release the lock taken by [`acquire_sequencer`](Self::acquire_sequencer). Best
+    /// effort: a lock that cannot be released cleanly must be dropped with its
+    /// connection.
+    fn release_sequencer(&self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
+
     /// Whether [`read_tile`](Self::read_tile) only ever returns tiles of a committed
     /// tree. POSIX files of a batch are visible before its state commits, so the
     /// daemon must fence reads at its own committed size (the default, `false`). A

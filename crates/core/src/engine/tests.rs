@@ -105,7 +105,8 @@ async fn concurrent_adds_get_contiguous_indices() {
 #[tokio::test]
 async fn failed_commit_that_did_not_persist_is_not_acknowledged() {
     let storage = Arc::new(MemoryStorage::new());
-    let cfg = config();
+    let mut cfg = config();
+    cfg.commit_retry = Duration::ZERO;
     let (log, tasks) = Log::open(storage.clone(), None, cfg.clone()).await.unwrap();
     assert_eq!(log.add(entry(0)).await.unwrap().index, 0);
     storage.fail_next_commit(Fault::FailAndDontPersist);
@@ -117,6 +118,32 @@ async fn failed_commit_that_did_not_persist_is_not_acknowledged() {
     log.shutdown();
     tasks.join().await;
     assert_eq!(check(&storage, &cfg).await.state.size, 2);
+}
+
+#[tokio::test]
+async fn commits_that_did_not_persist_are_retried_until_storage_is_back() {
+    let storage = Arc::new(MemoryStorage::new());
+    let cfg = config();
+    let (log, tasks) = Log::open(storage.clone(), None, cfg.clone()).await.unwrap();
+    assert_eq!(log.add(entry(0)).await.unwrap().index, 0);
+    storage.fail_next_commit(Fault::FailAfterTiles);
+    assert_eq!(log.add(entry(1)).await.unwrap().index, 1);
+    // Storage down for a while (a database restart): the add waits, then lands.
+    storage.set_unwritable(true);
+    let pending = tokio::spawn({
+        let log = log.clone();
+        async move { log.add(entry(2)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !pending.is_finished(),
+        "the add must wait, not fail or succeed"
+    );
+    storage.set_unwritable(false);
+    assert_eq!(pending.await.unwrap().unwrap().index, 2);
+    log.shutdown();
+    tasks.join().await;
+    assert_eq!(check(&storage, &cfg).await.state.size, 3);
 }
 
 #[tokio::test]
