@@ -47,24 +47,32 @@ fn default_listen() -> SocketAddr {
 
 /// `[storage]`
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct StorageConfig {
-    /// `posix` (the only backend in this build).
-    #[serde(default = "default_backend")]
+    /// `posix` (the default) or `mysql`.
     pub backend: String,
     /// POSIX: the log root directory.
     pub dir: Option<PathBuf>,
-}
-
-fn default_backend() -> String {
-    "posix".into()
+    /// MySQL: `mysql://user:password@host:port/database`.
+    pub url: Option<String>,
+    /// MySQL: connections in the pool.
+    pub pool_size: u32,
+    /// MySQL: memory for cached full tiles and bundles (MiB).
+    pub cache_mib: usize,
+    /// How long a batch whose commit did not persist (storage unreachable) is retried
+    /// before its adds fail with 500.
+    pub commit_retry_ms: u64,
 }
 
 impl Default for StorageConfig {
     fn default() -> Self {
         StorageConfig {
-            backend: default_backend(),
+            backend: "posix".into(),
             dir: None,
+            url: None,
+            pool_size: 16,
+            cache_mib: 64,
+            commit_retry_ms: 10_000,
         }
     }
 }
@@ -214,14 +222,34 @@ impl Config {
             Some(o) if o.contains('\n') => bail!("`origin` must be one line"),
             _ => {}
         }
-        if self.storage.backend != "posix" {
-            bail!(
-                "`storage.backend` = {:?} is not supported by this build (supported: \"posix\")",
-                self.storage.backend
-            );
-        }
-        if self.storage.dir.is_none() {
-            bail!("`storage.dir` is required for the posix backend (or --storage-dir)");
+        match self.storage.backend.as_str() {
+            "posix" => {
+                if self.storage.dir.is_none() {
+                    bail!("`storage.dir` is required for the posix backend (or --storage-dir)");
+                }
+            }
+            "mysql" => {
+                match self.storage.url.as_deref() {
+                    None | Some("") => bail!(
+                        "`storage.url` is required for the mysql backend (or --database-url), e.g. mysql://user:pass@127.0.0.1:3306/tlog"
+                    ),
+                    Some(u) if !(u.starts_with("mysql://") || u.starts_with("mariadb://")) => {
+                        bail!("`storage.url` must start with mysql://")
+                    }
+                    _ => {}
+                }
+                if self.storage.pool_size == 0 {
+                    bail!("`storage.pool_size` must be at least 1");
+                }
+                if self.dedup.enabled && self.dedup.path.is_none() {
+                    bail!(
+                        "the mysql backend keeps its dedup index in a local directory: set `dedup.path` (or --dedup-path), or `dedup.enabled = false` (--no-dedup)"
+                    );
+                }
+            }
+            other => bail!(
+                "`storage.backend` = {other:?} is not supported (supported: \"posix\", \"mysql\")"
+            ),
         }
         if self.batching.max_entries == 0 {
             bail!("`batching.max_entries` must be at least 1");
@@ -263,13 +291,16 @@ mod tests {
         let dir = std::env::var_os("CARGO_MANIFEST_DIR")
             .map(std::path::PathBuf::from)
             .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
-        let path = dir.join("../../config/posix.toml");
-        let c = Config::load(&path).unwrap();
+        let c = Config::load(&dir.join("../../config/posix.toml")).unwrap();
         c.validate().unwrap();
         assert_eq!(
             c.batching.max_entries,
             Config::defaults().batching.max_entries
         );
+        let c = Config::load(&dir.join("../../config/mysql.toml")).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.storage.backend, "mysql");
+        assert_eq!(c.storage.pool_size, Config::defaults().storage.pool_size);
     }
 
     #[test]
@@ -290,5 +321,11 @@ mod tests {
         c.log.format = "json".into();
         c.storage.backend = "s4".into();
         assert!(format!("{:#}", c.validate().unwrap_err()).contains("storage.backend"));
+        c.storage.backend = "mysql".into();
+        assert!(format!("{:#}", c.validate().unwrap_err()).contains("storage.url"));
+        c.storage.url = Some("mysql://root@127.0.0.1/t".into());
+        assert!(format!("{:#}", c.validate().unwrap_err()).contains("dedup.path"));
+        c.dedup.enabled = false;
+        c.validate().unwrap();
     }
 }

@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 use tlogd_core::engine::{DedupIndex, Log, LogConfig, LogStorage};
 use tlogd_core::note::{NoteSigner, generate_key};
 use tlogd_dedup_rocksdb::{DedupOptions, RocksDedup};
+use tlogd_storage_mysql::{MysqlOptions, MysqlStorage};
 use tlogd_storage_posix::PosixStorage;
 
 use tlogd::config::Config;
@@ -53,9 +54,18 @@ struct ServeArgs {
     /// TOML configuration file (see config/posix.toml).
     #[arg(long, short)]
     config: Option<PathBuf>,
+    /// Storage backend: posix (default) or mysql.
+    #[arg(long, value_parser = ["posix", "mysql"])]
+    backend: Option<String>,
     /// Log root directory (POSIX backend).
     #[arg(long)]
     storage_dir: Option<PathBuf>,
+    /// MySQL/MariaDB URL (mysql backend), e.g. mysql://user:pass@127.0.0.1:3306/tlog.
+    #[arg(long)]
+    database_url: Option<String>,
+    /// Dedup index directory (default: <storage-dir>/.tlogd/dedup; required for mysql).
+    #[arg(long)]
+    dedup_path: Option<PathBuf>,
     /// Public listen address for the log API [default: 127.0.0.1:2024].
     #[arg(long)]
     listen: Option<SocketAddr>,
@@ -111,8 +121,17 @@ fn load_config(args: ServeArgs) -> anyhow::Result<Config> {
         Some(p) => Config::load(p)?,
         None => Config::defaults(),
     };
+    if let Some(b) = args.backend {
+        c.storage.backend = b;
+    }
     if let Some(d) = args.storage_dir {
         c.storage.dir = Some(d);
+    }
+    if let Some(u) = args.database_url {
+        c.storage.url = Some(u);
+    }
+    if let Some(p) = args.dedup_path {
+        c.dedup.path = Some(p);
     }
     if let Some(l) = args.listen {
         c.listen = l;
@@ -158,30 +177,7 @@ fn load_signer(c: &Config, origin: &str) -> anyhow::Result<NoteSigner> {
 async fn serve(c: Config) -> anyhow::Result<()> {
     let origin = c.origin.clone().unwrap_or_default();
     let signer = Arc::new(load_signer(&c, &origin)?);
-    let dir = c.storage.dir.clone().unwrap_or_default();
-    let storage = Arc::new(
-        PosixStorage::open(&dir, &origin)
-            .with_context(|| format!("opening log directory {}", dir.display()))?,
-    );
-    let dedup: Option<Arc<dyn DedupIndex>> = if c.dedup.enabled {
-        let path = c
-            .dedup
-            .path
-            .clone()
-            .unwrap_or_else(|| storage.private_dir().join("dedup"));
-        let opts = DedupOptions {
-            block_cache_bytes: c.dedup.block_cache_mib << 20,
-            write_buffer_bytes: c.dedup.write_buffer_mib << 20,
-            ..DedupOptions::default()
-        };
-        let index = tokio::task::spawn_blocking(move || RocksDedup::open(&path, &opts))
-            .await
-            .context("opening dedup index")??;
-        Some(Arc::new(index))
-    } else {
-        None
-    };
-    let mut lc = LogConfig::new(origin.clone(), signer.clone());
+    let mut lc = LogConfig::new(origin.clone(), signer);
     lc.batch_max_entries = c.batching.max_entries;
     lc.batch_max_age = Duration::from_millis(c.batching.max_age_ms);
     lc.checkpoint_interval = Duration::from_millis(c.checkpoint.interval_ms);
@@ -189,7 +185,51 @@ async fn serve(c: Config) -> anyhow::Result<()> {
     lc.max_pending_bytes = c.queue.max_bytes;
     lc.dedup_max_lag = c.dedup.max_lag;
     lc.retry_after = Duration::from_secs(c.queue.retry_after_s.max(1));
+    lc.commit_retry = Duration::from_millis(c.storage.commit_retry_ms);
+    if c.storage.backend == "mysql" {
+        let url = c.storage.url.clone().unwrap_or_default();
+        let opts = MysqlOptions {
+            max_connections: c.storage.pool_size,
+            tile_cache_bytes: c.storage.cache_mib << 20,
+            ..MysqlOptions::default()
+        };
+        let storage = Arc::new(
+            MysqlStorage::connect(&url, &origin, opts)
+                .await
+                .context("opening the mysql log")?,
+        );
+        let dedup = open_dedup(&c, None).await?;
+        return run(storage, dedup, lc, &c).await;
+    }
+    let dir = c.storage.dir.clone().unwrap_or_default();
+    let storage = Arc::new(
+        PosixStorage::open(&dir, &origin)
+            .with_context(|| format!("opening log directory {}", dir.display()))?,
+    );
+    let dedup = open_dedup(&c, Some(storage.private_dir().join("dedup"))).await?;
     run(storage, dedup, lc, &c).await
+}
+
+/// The RocksDB dedup index, if enabled: at `dedup.path`, else at `default_path`.
+async fn open_dedup(
+    c: &Config,
+    default_path: Option<PathBuf>,
+) -> anyhow::Result<Option<Arc<dyn DedupIndex>>> {
+    if !c.dedup.enabled {
+        return Ok(None);
+    }
+    let Some(path) = c.dedup.path.clone().or(default_path) else {
+        bail!("`dedup.path` is required");
+    };
+    let opts = DedupOptions {
+        block_cache_bytes: c.dedup.block_cache_mib << 20,
+        write_buffer_bytes: c.dedup.write_buffer_mib << 20,
+        ..DedupOptions::default()
+    };
+    let index = tokio::task::spawn_blocking(move || RocksDedup::open(&path, &opts))
+        .await
+        .context("opening dedup index")??;
+    Ok(Some(Arc::new(index)))
 }
 
 async fn run<S: LogStorage>(

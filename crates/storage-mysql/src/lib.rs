@@ -84,6 +84,8 @@ const MAX_PLACEHOLDERS: usize = 65_535;
 const PACKET_OVERHEAD: usize = 64 << 10;
 /// The largest entry bundle: 256 entries of 65,535 bytes with their length prefixes.
 const MAX_BUNDLE_BYTES: u64 = 256 * (2 + 65_535);
+/// How long a starting frontend waits for another one's schema set-up.
+const SCHEMA_LOCK_TIMEOUT: Duration = Duration::from_secs(60);
 /// Attempts of one operation against transient errors.
 const MAX_ATTEMPTS: u32 = 5;
 /// First and largest pause between attempts.
@@ -251,6 +253,23 @@ impl MysqlStorage {
             supported: SCHEMA_VERSION,
         };
 
+        // Frontends starting together on an empty database must not both apply the
+        // first migration: sqlx's own migration lock did not prevent that on MariaDB
+        // 10.11 (both inserted the meta row), so schema set-up runs under a lock of
+        // ours, held by this connection until the origin is claimed.
+        let mut schema_conn = pool.acquire().await.map_err(db_err)?;
+        let row = sqlx::query(sql::GET_SCHEMA_LOCK)
+            .bind(SCHEMA_LOCK_TIMEOUT.as_secs())
+            .fetch_one(&mut *schema_conn)
+            .await
+            .map_err(db_err)?;
+        if opt_int_col(&row, 0).map_err(db_err)? != Some(1) {
+            return Err(corrupt(format!(
+                "another tlogd held the schema lock for over {} s",
+                SCHEMA_LOCK_TIMEOUT.as_secs()
+            )));
+        }
+
         // A schema from a newer tlogd is refused before anything touches it.
         match sqlx::query(sql::SELECT_SCHEMA_VERSION)
             .fetch_optional(&pool)
@@ -302,6 +321,15 @@ impl MysqlStorage {
                 expected: origin.to_string(),
                 found: String::from_utf8_lossy(&found).into_owned(),
             });
+        }
+
+        // Closing the connection releases the lock if the release fails.
+        if sqlx::query(sql::RELEASE_SCHEMA_LOCK)
+            .fetch_one(&mut *schema_conn)
+            .await
+            .is_err()
+        {
+            schema_conn.close().await.ok();
         }
 
         let row = sqlx::query(sql::SELECT_SERVER_SETTINGS)

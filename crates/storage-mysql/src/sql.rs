@@ -107,6 +107,13 @@ pub const SELECT_READ_ONLY: &str = "SELECT @@global.read_only";
 /// Take the sequencing lock of this database (named after it, since MySQL's named
 /// locks are server-wide; hashed to stay under the 64-character limit). Binds:
 /// timeout in seconds. Returns 1 when taken, 0 on timeout.
+/// Serializes schema set-up (migrations, origin claim) of frontends starting together.
+pub const GET_SCHEMA_LOCK: &str = "SELECT GET_LOCK(CONCAT('tlogd.schema.', SHA1(DATABASE())), ?)";
+
+/// Releases [`GET_SCHEMA_LOCK`].
+pub const RELEASE_SCHEMA_LOCK: &str =
+    "SELECT RELEASE_LOCK(CONCAT('tlogd.schema.', SHA1(DATABASE())))";
+
 pub const GET_SEQUENCER_LOCK: &str = "SELECT GET_LOCK(CONCAT('tlogd.seq.', SHA1(DATABASE())), ?)";
 
 /// Release the sequencing lock.

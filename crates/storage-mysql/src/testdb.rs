@@ -70,19 +70,30 @@ impl TestMariaDb {
         let log_path = dir.path().join("install.log");
         let log = File::create(&log_path)
             .unwrap_or_else(|e| panic!("creating {}: {e}", log_path.display()));
+        // Each server's temporary files in its own directory: two bootstraps at once
+        // in /tmp collided on their temporary table names (`#sql-temptable-...`).
+        let tmpdir = dir.path().join("tmp");
+        std::fs::create_dir_all(&tmpdir)
+            .unwrap_or_else(|e| panic!("creating {}: {e}", tmpdir.display()));
+        std::fs::set_permissions(&tmpdir, std::fs::Permissions::from_mode(0o777))
+            .unwrap_or_else(|e| panic!("chmod {}: {e}", tmpdir.display()));
         let mut cmd = Command::new(&install);
         cmd.arg("--no-defaults")
             .args(user_args())
             .arg(format!("--datadir={}", datadir.display()))
+            .arg(format!("--tmpdir={}", tmpdir.display()))
             .arg("--auth-root-authentication-method=normal")
             .arg("--skip-test-db")
             .arg("--innodb-log-file-size=16M")
             .stdin(Stdio::null())
             .stdout(clone_file(&log))
             .stderr(clone_file(&log));
-        let status = cmd
-            .status()
-            .unwrap_or_else(|e| panic!("running {}: {e}", install.display()));
+        // And one bootstrap at a time in this process, for the same reason.
+        static INSTALL: Mutex<()> = Mutex::new(());
+        let guard = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
+        let status = cmd.status();
+        drop(guard);
+        let status = status.unwrap_or_else(|e| panic!("running {}: {e}", install.display()));
         if !status.success() {
             panic!(
                 "{} failed ({status}):\n{}",
@@ -187,6 +198,10 @@ impl TestMariaDb {
             .args(user_args())
             .arg(format!("--datadir={}", self.datadir.display()))
             .arg(format!("--port={}", self.port))
+            .arg(format!(
+                "--tmpdir={}",
+                self.dir.path().join("tmp").display()
+            ))
             .arg("--bind-address=127.0.0.1")
             .arg(format!(
                 "--socket={}",

@@ -42,8 +42,16 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    /// Start tlogd on `dir` with extra TOML appended to a generated config.
+    /// Start tlogd on the POSIX log in `dir` with extra TOML appended to a generated
+    /// config.
     pub fn start(dir: &Path, extra_toml: &str) -> Daemon {
+        let storage = format!("dir = \"{}\"\n", dir.join("log").display());
+        Daemon::start_with(dir, &storage, extra_toml)
+    }
+
+    /// Start tlogd with `storage_toml` as its `[storage]` section (key and config files
+    /// go to `dir`) and extra TOML appended.
+    pub fn start_with(dir: &Path, storage_toml: &str, extra_toml: &str) -> Daemon {
         let port = free_port();
         let mport = free_port();
         let key = dir.join("key");
@@ -53,10 +61,9 @@ impl Daemon {
             &cfg,
             format!(
                 "listen = \"127.0.0.1:{port}\"\norigin = \"{ORIGIN}\"\nprivate_key_file = \"{}\"\n\
-                 [storage]\ndir = \"{}\"\n[checkpoint]\ninterval_ms = 50\n\
+                 [storage]\n{storage_toml}[checkpoint]\ninterval_ms = 50\n\
                  [metrics]\nlisten = \"127.0.0.1:{mport}\"\n{extra_toml}",
                 key.display(),
-                dir.join("log").display()
             ),
         )
         .unwrap();

@@ -1,0 +1,158 @@
+//! The real `tlogd` binary on the MySQL backend, against a private MariaDB server:
+//! several daemons on one database, and a database restart under load.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use clap::Parser;
+use common::*;
+use tlog_loadgen::{Args, run};
+use tlogd_storage_mysql::testdb::TestMariaDb;
+
+const VKEY: &str = "example.com/log/testdata+33d7b496+AeHTu4Q3hEIMHNqc6fASMsq3rKNx280NI+oO5xCFkkSx";
+
+/// A daemon on the database at `url`, its files (key, config, dedup index) in `dir`.
+fn mysql_daemon(dir: &std::path::Path, url: &str) -> Daemon {
+    std::fs::create_dir_all(dir).unwrap();
+    let storage = format!("backend = \"mysql\"\nurl = \"{url}\"\npool_size = 8\n");
+    let dedup = format!("[dedup]\npath = \"{}\"\n", dir.join("dedup").display());
+    Daemon::start_with(dir, &storage, &dedup)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_daemons_share_one_database() {
+    let db = TestMariaDb::shared();
+    let url = db.fresh_database("e2e_two").await;
+    let dir = tempfile::tempdir().unwrap();
+    let http = Http::new();
+    let mut a = mysql_daemon(&dir.path().join("a"), &url);
+    let mut b = mysql_daemon(&dir.path().join("b"), &url);
+    a.wait_ready(&http).await;
+    b.wait_ready(&http).await;
+    let report_path = dir.path().join("report.json");
+    let args = Args::parse_from([
+        "tlog-loadgen",
+        "--log-url",
+        &b.url,
+        "--write-log-url",
+        &a.url,
+        "--write-log-url",
+        &b.url,
+        "--log-public-key",
+        VKEY,
+        "--writers",
+        "32",
+        "--leaf-write-goal",
+        "4000",
+        "--dup-chance",
+        "0.05",
+        "--readers-full",
+        "1",
+        "--readers-random",
+        "1",
+        "--read-rate",
+        "100",
+        "--max-runtime",
+        "120",
+        "--quiet",
+        "--report-json",
+        report_path.to_str().unwrap(),
+    ]);
+    let r = run(args).await.unwrap();
+    assert!(r.ok, "{:?}", r.failure_reasons);
+    assert!(r.verification_failures.is_empty());
+    assert_eq!(r.write_errors, 0, "{:?}", r.error_samples);
+    assert!(r.writes_new + r.writes_duplicate >= 4000);
+    // Every new index was handed out once: the tree grew by exactly the new entries.
+    assert_eq!(r.tree_growth, r.writes_new);
+    // Both frontends serve the same, consistent tree.
+    let ca = http.wait_checkpoint(&a.url, r.tree_size_end).await;
+    let cb = http.wait_checkpoint(&b.url, r.tree_size_end).await;
+    let (old, new) = if ca.size <= cb.size {
+        (ca, cb)
+    } else {
+        (cb, ca)
+    };
+    http.verify_consistency(&a.url, &old, &new).await;
+    assert!(a.terminate().success());
+    assert!(b.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_restart_under_load_loses_no_acknowledged_entry() {
+    // A server of its own: restarting the shared one would disturb other tests.
+    let db = Arc::new(TestMariaDb::start());
+    let url = db.fresh_database("e2e_restart").await;
+    let dir = tempfile::tempdir().unwrap();
+    let http = Http::new();
+    let mut d = mysql_daemon(dir.path(), &url);
+    d.wait_ready(&http).await;
+    let u = d.url.clone();
+    let acked: Arc<Mutex<HashMap<u64, Vec<u8>>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for w in 0..16u64 {
+        let (http, u, acked, stop) = (http.clone(), u.clone(), acked.clone(), stop.clone());
+        writers.push(tokio::spawn(async move {
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let e = format!("restart writer {w} entry {i}").into_bytes();
+                if let Ok((idx, _)) = http.add(&u, Bytes::from(e.clone())).await {
+                    assert!(
+                        acked.lock().unwrap().insert(idx, e).is_none(),
+                        "index {idx} handed out twice"
+                    );
+                }
+                i += 1;
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let before = acked.lock().unwrap().len();
+    let server = db.clone();
+    tokio::task::spawn_blocking(move || {
+        server.stop();
+        std::thread::sleep(Duration::from_millis(500));
+        server.restart();
+    })
+    .await
+    .unwrap();
+    // The daemon recovers by itself: adds are acknowledged again after the restart.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while acked.lock().unwrap().len() < before + 500 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no adds acknowledged after the database restart"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.await.unwrap();
+    }
+    let known: Vec<(u64, Vec<u8>)> = acked
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (*k, v.clone()))
+        .collect();
+    let need = known.iter().map(|(i, _)| i + 1).max().unwrap();
+    let cp = http.wait_checkpoint(&u, need).await;
+    let mut bundles: HashMap<u64, Vec<Vec<u8>>> = HashMap::new();
+    for (idx, e) in &known {
+        let n = idx / 256;
+        if let std::collections::hash_map::Entry::Vacant(v) = bundles.entry(n) {
+            v.insert(http.bundle(&u, n, cp.size).await);
+        }
+        assert_eq!(&bundles[&n][(idx % 256) as usize], e, "entry {idx}");
+    }
+    for (idx, e) in known.iter().step_by(17) {
+        http.verify_inclusion(&u, &cp, *idx, e).await;
+    }
+    assert!(d.terminate().success());
+}
