@@ -10,12 +10,15 @@
 //! 1. **Lock and read.** Take the store's sequencing lock
 //!    ([`LogStorage::acquire_sequencer`]; a no-op for single-writer stores) and read the
 //!    committed state. If another frontend advanced it, reload the edge from storage.
+//!    A busy integrator keeps the lock from batch to batch (no other frontend can
+//!    commit meanwhile, so no re-read is needed) for at most `SEQUENCER_SLICE`, and
+//!    releases it when its queue is empty.
 //! 2. **Integrate in memory.** Append the leaf hashes and entries to the right edge,
 //!    producing every changed hash tile and entry bundle and the new root. No storage
 //!    reads.
 //! 3. **Stage and compare-and-swap** ([`LogStorage::commit`]). The backend makes every
 //!    tile durable, then atomically advances the tree state from `prev` to `next`. The
-//!    state is the commit point. Then release the sequencing lock.
+//!    state is the commit point.
 //! 4. **Acknowledge.** Only now does any `add` of the batch resolve to an index.
 //! 5. **Index.** The batch's entry hashes go to the dedup follower, which writes them
 //!    to the persistent index in batches, off the commit path.
@@ -459,10 +462,14 @@ impl<S: LogStorage> Log<S> {
     ) {
         let inner = &self.inner;
         let mut edge = Some(edge);
+        // Since when the sequencing lock is held, if it is.
+        let mut sequencer: Option<Instant> = None;
         while let Some(batch) = self.next_batch().await {
             metrics::gauge!("tlogd_queue_depth").set(self.queue_depth() as f64);
             let n = batch.entries.len();
-            let result = self.commit_batch(&mut edge, &batch, &committed_tx).await;
+            let result = self
+                .commit_batch(&mut edge, &batch, &committed_tx, &mut sequencer)
+                .await;
             {
                 let mut q = lock(&inner.queue);
                 q.entries -= n;
@@ -484,6 +491,17 @@ impl<S: LogStorage> Log<S> {
                 let _ = index_tx.send((first, batch.hashes));
             }
             batch.slot.complete(result);
+            // Keep the lock while busy, for at most one slice: other frontends waiting
+            // for it get their turn, and an idle log holds nothing.
+            if let Some(since) = sequencer
+                && (lock(&inner.queue).batches.is_empty() || since.elapsed() >= SEQUENCER_SLICE)
+            {
+                inner.storage.release_sequencer().await;
+                sequencer = None;
+            }
+        }
+        if sequencer.is_some() {
+            inner.storage.release_sequencer().await;
         }
         // Dropping the senders tells the publisher and the dedup follower to finish.
         drop(index_tx);
@@ -491,13 +509,14 @@ impl<S: LogStorage> Log<S> {
         tracing::info!(size = self.committed_size(), "integrator drained");
     }
 
-    /// Integrate and commit one batch; Ok(first index). Holds the store's sequencing
-    /// lock (shared stores) for the whole attempt.
+    /// Integrate and commit one batch; Ok(first index). Takes the store's sequencing
+    /// lock unless `sequencer` says it is held; leaves it held on success.
     async fn commit_batch(
         &self,
         edge: &mut Option<Edge>,
         batch: &PendingBatch,
         committed_tx: &watch::Sender<TreeState>,
+        sequencer: &mut Option<Instant>,
     ) -> Result<u64, AddError> {
         let storage = &self.inner.storage;
         let deadline = Instant::now() + self.inner.config.commit_retry;
@@ -505,14 +524,21 @@ impl<S: LogStorage> Log<S> {
         let mut attempt = 0u32;
         loop {
             attempt += 1;
-            let result = match storage.acquire_sequencer().await {
-                Ok(()) => {
-                    let r = self.try_commit(edge, batch, committed_tx).await;
-                    storage.release_sequencer().await;
-                    r
-                }
-                Err(e) => Err(Retry::Transient(e.to_string())),
+            // Held since our last commit, the lock kept every other frontend out: the
+            // edge is current. Freshly taken, the stored state must be checked.
+            let result = match sequencer {
+                Some(_) => self.try_commit(edge, batch, committed_tx, false).await,
+                None => match storage.acquire_sequencer().await {
+                    Ok(()) => {
+                        *sequencer = Some(Instant::now());
+                        self.try_commit(edge, batch, committed_tx, true).await
+                    }
+                    Err(e) => Err(Retry::Transient(e.to_string())),
+                },
             };
+            if result.is_err() && sequencer.take().is_some() {
+                storage.release_sequencer().await;
+            }
             let reason = match result {
                 Ok(first) => return Ok(first),
                 Err(Retry::Conflict) if attempt < 64 => continue,
@@ -530,26 +556,34 @@ impl<S: LogStorage> Log<S> {
         }
     }
 
-    /// One attempt: reload the edge if it is stale or unknown, integrate, commit.
-    /// `Err` only when the batch is known not to have persisted.
+    /// One attempt: reload the edge if it is stale (`check_stored`: compare it with
+    /// the stored state first) or unknown, integrate, commit. `Err` only when the batch
+    /// is known not to have persisted.
     async fn try_commit(
         &self,
         edge: &mut Option<Edge>,
         batch: &PendingBatch,
         committed_tx: &watch::Sender<TreeState>,
+        check_stored: bool,
     ) -> Result<u64, Retry> {
         let inner = &self.inner;
         let backend = inner.storage.backend_name();
         // Under the sequencing lock the stored state is current: if another frontend
-        // advanced it, our edge is stale. (One cheap read; POSIX answers from memory.)
-        let stored = inner
-            .storage
-            .load_state()
-            .await
-            .map_err(|e| Retry::Transient(e.to_string()))?
-            .unwrap_or_else(TreeState::empty);
+        // advanced it, our edge is stale. (Without this read the compare-and-swap
+        // would still catch it, after uploading the batch for nothing.)
+        let stored = match check_stored {
+            true => Some(
+                inner
+                    .storage
+                    .load_state()
+                    .await
+                    .map_err(|e| Retry::Transient(e.to_string()))?
+                    .unwrap_or_else(TreeState::empty),
+            ),
+            false => None,
+        };
         let current = match edge.take() {
-            Some(e) if e.state() == stored => e,
+            Some(e) if stored.is_none_or(|s| s == e.state()) => e,
             _ => match Edge::load(&*inner.storage).await {
                 Ok(e) => {
                     inner.ready.store(true, Ordering::Release);
@@ -822,6 +856,10 @@ impl<S: LogStorage> Log<S> {
         Ok(out)
     }
 }
+
+/// Longest a busy integrator keeps the sequencing lock before letting another frontend
+/// of a shared store have a turn.
+const SEQUENCER_SLICE: Duration = Duration::from_millis(25);
 
 /// Why a commit attempt did not persist.
 enum Retry {
