@@ -3,7 +3,7 @@
 mod common;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -210,7 +210,7 @@ async fn a_second_daemon_on_the_same_directory_is_refused() {
 async fn crash_under_load_loses_no_acknowledged_entry() {
     let dir = tempfile::tempdir().unwrap();
     let http = Http::new();
-    let acked: Arc<Mutex<HashMap<u64, Vec<u8>>>> = Arc::default();
+    let mut writers = Writers::default();
     let mut checkpoints = Vec::new();
     for round in 0..4u64 {
         let mut d = Daemon::start(dir.path(), "");
@@ -218,12 +218,7 @@ async fn crash_under_load_loses_no_acknowledged_entry() {
         let u = d.url.clone();
         let cp = http.checkpoint(&u).await;
         // Everything acknowledged before the crash is there, byte for byte.
-        let known: Vec<(u64, Vec<u8>)> = acked
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(k, v)| (*k, v.clone()))
-            .collect();
+        let known = writers.snapshot();
         let size = tlogd_size(&http, &u, &known).await;
         for (idx, e) in &known {
             assert!(
@@ -239,44 +234,22 @@ async fn crash_under_load_loses_no_acknowledged_entry() {
             );
         }
         checkpoints.push(cp);
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let mut writers = Vec::new();
-        for w in 0..16u64 {
-            let (http, u, acked, stop) = (http.clone(), u.clone(), acked.clone(), stop.clone());
-            writers.push(tokio::spawn(async move {
-                let mut i = 0u64;
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let e = format!("crash round {round} writer {w} entry {i}").into_bytes();
-                    if let Ok((idx, _)) = http.add(&u, Bytes::from(e.clone())).await {
-                        acked.lock().unwrap().insert(idx, e);
-                    }
-                    i += 1;
-                }
-            }));
-        }
+        writers.start(&http, &u, 16, &format!("crash round {round}"));
         tokio::time::sleep(Duration::from_millis(400 + 150 * round)).await;
         d.kill();
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        for w in writers {
-            w.await.unwrap();
-        }
+        writers.stop().await;
     }
     // Final restart: all checkpoints ever seen are consistent with the final one.
     let mut d = Daemon::start(dir.path(), "");
     d.wait_ready(&http).await;
     let u = d.url.clone();
-    let n = acked.lock().unwrap().len() as u64;
+    let n = writers.count() as u64;
     assert!(n > 100, "the load acknowledged only {n} entries");
     let last = http.checkpoint(&u).await;
     for cp in &checkpoints {
         http.verify_consistency(&u, cp, &last).await;
     }
-    let known: Vec<(u64, Vec<u8>)> = acked
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|(k, v)| (*k, v.clone()))
-        .collect();
+    let known = writers.snapshot();
     for (idx, e) in known.iter().step_by(13) {
         http.verify_inclusion(&u, &last, *idx, e).await;
     }

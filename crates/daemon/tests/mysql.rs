@@ -4,11 +4,9 @@
 mod common;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use clap::Parser;
 use common::*;
 use tlog_loadgen::{Args, run};
@@ -93,27 +91,10 @@ async fn a_database_restart_under_load_loses_no_acknowledged_entry() {
     let mut d = mysql_daemon(dir.path(), &url);
     d.wait_ready(&http).await;
     let u = d.url.clone();
-    let acked: Arc<Mutex<HashMap<u64, Vec<u8>>>> = Arc::default();
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut writers = Vec::new();
-    for w in 0..16u64 {
-        let (http, u, acked, stop) = (http.clone(), u.clone(), acked.clone(), stop.clone());
-        writers.push(tokio::spawn(async move {
-            let mut i = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                let e = format!("restart writer {w} entry {i}").into_bytes();
-                if let Ok((idx, _)) = http.add(&u, Bytes::from(e.clone())).await {
-                    assert!(
-                        acked.lock().unwrap().insert(idx, e).is_none(),
-                        "index {idx} handed out twice"
-                    );
-                }
-                i += 1;
-            }
-        }));
-    }
+    let mut writers = Writers::default();
+    writers.start(&http, &u, 16, "restart");
     tokio::time::sleep(Duration::from_millis(700)).await;
-    let before = acked.lock().unwrap().len();
+    let before = writers.count();
     let server = db.clone();
     tokio::task::spawn_blocking(move || {
         server.stop();
@@ -124,23 +105,15 @@ async fn a_database_restart_under_load_loses_no_acknowledged_entry() {
     .unwrap();
     // The daemon recovers by itself: adds are acknowledged again after the restart.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while acked.lock().unwrap().len() < before + 500 {
+    while writers.count() < before + 500 {
         assert!(
             std::time::Instant::now() < deadline,
             "no adds acknowledged after the database restart"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    stop.store(true, Ordering::Relaxed);
-    for w in writers {
-        w.await.unwrap();
-    }
-    let known: Vec<(u64, Vec<u8>)> = acked
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|(k, v)| (*k, v.clone()))
-        .collect();
+    writers.stop().await;
+    let known = writers.snapshot();
     let need = known.iter().map(|(i, _)| i + 1).max().unwrap();
     let cp = http.wait_checkpoint(&u, need).await;
     let mut bundles: HashMap<u64, Vec<Vec<u8>>> = HashMap::new();

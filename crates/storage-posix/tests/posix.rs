@@ -1,7 +1,6 @@
 //! The POSIX backend driven by the real engine: byte-identical to the Go reference
 //! logs, crash-consistent reopen, and the directory lock.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,8 +14,11 @@ const SKEY: &str =
     "PRIVATE+KEY+example.com/log/testdata+33d7b496+AeymY/SZAX0jZcJ8enZ5FY1Dz+wTML2yWSkK+9DSF3eg";
 const ORIGIN: &str = "example.com/log/testdata";
 
+#[path = "../../core/tests/support/backend.rs"]
+mod backend;
 #[path = "../../core/tests/support/vectors_dir.rs"]
 mod vectors_dir;
+use backend::{add_in_order, files};
 use vectors_dir::vectors;
 
 fn config(batch: usize) -> LogConfig {
@@ -27,59 +29,6 @@ fn config(batch: usize) -> LogConfig {
     c.max_pending_bytes = 1 << 30;
     c.checkpoint_interval = Duration::from_millis(1);
     c
-}
-
-/// Every file below `dir`, relative.
-fn files(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            if p.file_name().is_some_and(|n| n == ".tlogd") {
-                continue;
-            }
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                out.push(p.strip_prefix(dir).unwrap().to_path_buf());
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
-/// Add `entries` so that they get consecutive indices in order: every add is pushed
-/// before the (current-thread) integrator runs, so batches are exactly `batch` long.
-async fn add_in_order(log: &Log<PosixStorage>, entries: Vec<Bytes>, first: u64) {
-    let futs = entries.into_iter().map(|e| log.add(e));
-    let outs = futures_join_all(futs).await;
-    for (i, o) in outs.into_iter().enumerate() {
-        assert_eq!(o.unwrap().index, first + i as u64);
-    }
-}
-
-async fn futures_join_all<F: std::future::Future>(futs: impl Iterator<Item = F>) -> Vec<F::Output> {
-    // Poll in order once (pushing every entry), then await each.
-    let mut handles: Vec<std::pin::Pin<Box<F>>> = futs.map(Box::pin).collect();
-    let waker = std::task::Waker::noop();
-    let mut cx = std::task::Context::from_waker(waker);
-    let mut done: Vec<Option<F::Output>> = Vec::with_capacity(handles.len());
-    for h in handles.iter_mut() {
-        match h.as_mut().poll(&mut cx) {
-            std::task::Poll::Ready(v) => done.push(Some(v)),
-            std::task::Poll::Pending => done.push(None),
-        }
-    }
-    let mut out = Vec::with_capacity(handles.len());
-    for (h, d) in handles.into_iter().zip(done) {
-        out.push(match d {
-            Some(v) => v,
-            None => h.await,
-        });
-    }
-    out
 }
 
 #[tokio::test(flavor = "current_thread")]

@@ -278,3 +278,63 @@ impl Http {
         }
     }
 }
+
+/// Writers adding distinct entries until stopped, recording every acknowledged index.
+/// An index acknowledged twice (a lost entry, or a fork) fails the writer's task.
+#[derive(Default)]
+pub struct Writers {
+    acked: std::sync::Arc<std::sync::Mutex<HashMap<u64, Vec<u8>>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Writers {
+    /// Start `n` writers on `url`; their entries are `{label} writer {w} entry {i}`.
+    pub fn start(&mut self, http: &Http, url: &str, n: u64, label: &str) {
+        use std::sync::atomic::Ordering;
+        self.stop.store(false, Ordering::Relaxed);
+        for w in 0..n {
+            let (http, url, acked, stop) = (
+                http.clone(),
+                url.to_string(),
+                self.acked.clone(),
+                self.stop.clone(),
+            );
+            let label = label.to_string();
+            self.tasks.push(tokio::spawn(async move {
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let e = format!("{label} writer {w} entry {i}").into_bytes();
+                    if let Ok((idx, _)) = http.add(&url, Bytes::from(e.clone())).await {
+                        let old = acked.lock().unwrap().insert(idx, e);
+                        assert!(old.is_none(), "index {idx} acknowledged twice");
+                    }
+                    i += 1;
+                }
+            }));
+        }
+    }
+
+    /// Stop the writers and wait for them.
+    pub async fn stop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in self.tasks.drain(..) {
+            t.await.unwrap();
+        }
+    }
+
+    /// How many adds were acknowledged.
+    pub fn count(&self) -> usize {
+        self.acked.lock().unwrap().len()
+    }
+
+    /// Every acknowledged (index, entry).
+    pub fn snapshot(&self) -> Vec<(u64, Vec<u8>)> {
+        self.acked
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .collect()
+    }
+}
