@@ -218,6 +218,30 @@ pub fn edge_bundle(size: u64) -> Option<TileId> {
     (width > 0).then(|| TileId::entries(size / TILE_WIDTH, width))
 }
 
+/// The first `width` hashes or entries of a tile stored at width `stored`: tiles and
+/// bundles are prefix-stable (tlog-tiles "Partial Tiles": a partial tile of width W
+/// holds the first W hashes, or entries, of every wider version of the same tile), so a
+/// narrower partial is served from a wider one. `None` when `stored < width` or the
+/// bytes are not a tile of width `stored`.
+pub fn tile_prefix(kind: TileKind, data: &[u8], stored: u16, width: u16) -> Option<&[u8]> {
+    if stored < width {
+        return None;
+    }
+    match kind {
+        TileKind::Hash { .. } => {
+            (data.len() == stored as usize * 32).then(|| &data[..width as usize * 32])
+        }
+        TileKind::Entries => {
+            let mut pos = 0usize;
+            for _ in 0..width {
+                let len = data.get(pos..pos + 2)?;
+                pos += 2 + u16::from_be_bytes([len[0], len[1]]) as usize;
+            }
+            (pos <= data.len()).then(|| &data[..pos])
+        }
+    }
+}
+
 /// A hash tile that is not a whole number of hashes or not the expected width.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum TileError {
@@ -253,6 +277,29 @@ pub fn parse_hash_tile(bytes: &[u8], expected_width: u16) -> Result<Vec<Hash>, T
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prefixes_of_tiles_and_bundles() {
+        let hashes: Vec<u8> = (0..5 * 32).map(|i| i as u8).collect();
+        let k = TileKind::Hash { level: 0 };
+        assert_eq!(tile_prefix(k, &hashes, 5, 2), Some(&hashes[..64]));
+        assert_eq!(tile_prefix(k, &hashes, 5, 5), Some(&hashes[..]));
+        assert_eq!(tile_prefix(k, &hashes, 5, 6), None);
+        assert_eq!(
+            tile_prefix(k, &hashes[..100], 5, 2),
+            None,
+            "not a tile of width 5"
+        );
+        let mut bundle = Vec::new();
+        for e in [&b"a"[..], b"bcd", b"ef"] {
+            crate::bundle::append_entry(&mut bundle, e).unwrap();
+        }
+        let e = TileKind::Entries;
+        assert_eq!(tile_prefix(e, &bundle, 3, 1), Some(&bundle[..3]));
+        assert_eq!(tile_prefix(e, &bundle, 3, 2), Some(&bundle[..8]));
+        assert_eq!(tile_prefix(e, &bundle, 3, 3), Some(&bundle[..]));
+        assert_eq!(tile_prefix(e, &bundle[..7], 3, 2), None, "truncated bundle");
+    }
 
     #[test]
     fn paths_match_the_spec_examples() {

@@ -42,19 +42,18 @@ async fn metrics_count_what_was_sent() {
         .await
         .unwrap();
     assert_eq!(s, 413);
-    // Pushback: two adds linger in the two-entry queue while a third arrives.
-    let slow: Vec<_> = [&b"slow1"[..], &b"slow2"[..]]
-        .into_iter()
-        .map(|e| {
-            let (http, u) = (http.clone(), u.clone());
-            tokio::spawn(async move { http.add(&u, Bytes::from_static(e)).await })
-        })
-        .collect();
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(matches!(
-        http.add(&u, Bytes::from_static(b"rejected")).await,
-        Err((503, _, _))
-    ));
+    // Pushback: two adds linger in the two-entry queue while a third arrives. The
+    // first goes alone, so the integrator lingers (1 s) on a batch that is not full.
+    let mut slow = Vec::new();
+    for e in [&b"slow1"[..], &b"slow2"[..]] {
+        let (http, u) = (http.clone(), u.clone());
+        slow.push(tokio::spawn(async move {
+            http.add(&u, Bytes::from_static(e)).await
+        }));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let third = http.add(&u, Bytes::from_static(b"rejected")).await;
+    assert!(matches!(third, Err((503, _, _))), "{third:?}");
     for s in slow {
         s.await.unwrap().unwrap();
     }
@@ -110,6 +109,17 @@ async fn readyz_fails_when_storage_is_unwritable() {
     let m = d.metrics_url.clone();
     assert_eq!(http.get(&format!("{m}/healthz")).await.unwrap().0, 200);
     assert_eq!(http.get(&format!("{m}/readyz")).await.unwrap().0, 200);
+    // 255 entries: the next one completes tile 0, whose full files are written through
+    // the private temp directory.
+    let adds: Vec<_> = (0..255)
+        .map(|i| {
+            let (http, u) = (http.clone(), d.url.clone());
+            tokio::spawn(async move { http.add(&u, Bytes::from(format!("r{i}"))).await })
+        })
+        .collect();
+    for a in adds {
+        a.await.unwrap().unwrap();
+    }
     // Break the private temp directory (permissions do not stop root, a file does).
     let tmp = dir.path().join("log/.tlogd/tmp");
     std::fs::remove_dir_all(&tmp).unwrap();
@@ -131,6 +141,6 @@ async fn readyz_fails_when_storage_is_unwritable() {
     std::fs::remove_file(&tmp).unwrap();
     std::fs::create_dir(&tmp).unwrap();
     assert_eq!(http.get(&format!("{m}/readyz")).await.unwrap().0, 200);
-    assert_eq!(pending.await.unwrap().unwrap().0, 0);
+    assert_eq!(pending.await.unwrap().unwrap().0, 255);
     assert!(d.terminate().success());
 }

@@ -4,25 +4,43 @@
 //! `tile/<L>/<N>[.p/<W>]`, `tile/entries/<N>[.p/<W>]`), so any static web server can
 //! serve it. Private state lives in `<root>/.tlogd/`, which is never served:
 //!
-//! * `state`: the committed tree state (origin, size, root): the commit point;
+//! * `state.0`, `state.1`: the committed tree state (origin, size, root) *and its right
+//!   edge* (the partial hash tile of every level and the partial entry bundle), written
+//!   alternately in place, each with a sequence number and a SHA-256 checksum: the
+//!   commit point. The newer valid slot wins at open; a torn write of the slot being
+//!   written leaves the other, the previous commit, intact.
 //! * `lock`: held with an OFD (`fcntl`) write lock while a daemon has the log open
 //!   (`flock` does not work over NFS; OFD locks do);
 //! * `tmp/`: temporary files, renamed into place (same filesystem).
 //!
+//! Partial tiles are public files only for tree sizes a checkpoint names (tlog-tiles
+//! "Partial Tiles": logs MUST serve those, and only those are ever fetched); between
+//! checkpoints the edge lives in the state record and in memory. A batch thus creates
+//! files only for the tiles it completes, instead of one per changed partial: file
+//! creation was the largest cost of the commit path (profiled: ext4's inode allocator).
+//!
 //! # Commit protocol (see `tlogd_core::engine` for the engine's side)
 //!
-//! 1. Write every tile and bundle of the batch to a temp file and rename it to its
-//!    final path. Nothing is fsynced yet: these are not committed, and a crash here
-//!    leaves the old state in force with its own edge tiles untouched (partial tiles
-//!    of different widths live at different paths).
-//! 2. `syncfs` the filesystem once: every file and rename of the batch is durable
-//!    together, instead of one serial fsync chain per file.
-//! 3. Compare-and-swap the state: check the on-disk state is the batch's `prev` (we
-//!    hold the only lock, so the in-memory copy is authoritative), write `state` to a
-//!    temp file, fsync it, rename it over `.tlogd/state`, fsync `.tlogd/`. Committed.
-//! 4. Garbage-collect the partials of tiles that became full in the previous batch
+//! 1. Write every tile and bundle the batch completes (full ones) to a temp file and
+//!    rename it to its final path. Nothing is fsynced yet: these are not committed,
+//!    and a crash here leaves the old state in force (a reader never sees them through
+//!    tlogd, which serves only the committed tree).
+//! 2. If step 1 wrote anything, `syncfs` the filesystem once: every file and rename of
+//!    the batch is durable together, instead of one serial fsync chain per file.
+//! 3. Compare-and-swap the state: check the committed state is the batch's `prev` (we
+//!    hold the only lock, so the in-memory copy is authoritative), then write the new
+//!    state and edge into the older slot and `fdatasync` it. Committed.
+//! 4. Garbage-collect the partials of tiles that became full in the previous commit
 //!    (tlog-tiles "Partial Tiles": readers fall back to the full tile, which is served
 //!    by then). Best effort.
+//!
+//! # Publishing
+//!
+//! Before the checkpoint for size S is written (temp, fsync, rename, directory fsync),
+//! the partial tiles of S are written from the in-memory edge (a narrower partial is a
+//! prefix of a wider one) and made durable with one `syncfs`, so a checkpoint never
+//! names a tile that is not there. Positions completed since S are skipped: their full
+//! tile is already served.
 
 use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
@@ -32,12 +50,16 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use base64::Engine as _;
+use sha2::{Digest, Sha256};
 use tlogd_core::engine::{CommitBatch, LogStorage, StorageError, TreeState};
-use tlogd_core::tile::TileId;
+use tlogd_core::tile::{self, TileId, TileKind};
 
 const PRIVATE_DIR: &str = ".tlogd";
-const STATE_MAGIC: &str = "tlogd-posix-state v1";
+/// The state file of the first release (state only; the edge was in partial files).
+const STATE_MAGIC_V1: &str = "tlogd-posix-state v1";
+/// The first bytes of a state slot.
+const SLOT_MAGIC: &[u8] = b"tlogd-posix-state v2\n";
+const SLOTS: [&str; 2] = ["state.0", "state.1"];
 
 /// Why the log directory could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -74,8 +96,11 @@ struct Inner {
     origin: String,
     /// Keeps the OFD lock: it is released when the last descriptor closes.
     _lock: File,
-    /// The committed state, as on disk.
-    state: Mutex<Option<TreeState>>,
+    /// The committed state and right edge, as on disk.
+    state: Mutex<Committed>,
+    /// Serializes commits (the engine commits one batch at a time anyway); `state` is
+    /// only locked briefly, so reads never wait for a commit's I/O.
+    commit_lock: Mutex<()>,
     /// Directories known to exist (saves a mkdir per tile).
     dirs: Mutex<HashSet<PathBuf>>,
     /// Partial-tile directories of tiles that became full in the previous commit.
@@ -85,6 +110,16 @@ struct Inner {
     /// Set after a failed sync: the page cache may then hold data the disk does not,
     /// so nothing more is committed until the daemon restarts and re-reads the disk.
     poisoned: AtomicBool,
+}
+
+/// The committed state, its right edge and where the next commit goes.
+struct Committed {
+    /// `None` for a log never written.
+    tree: Option<TreeState>,
+    /// The partial tiles of the committed tree: at most one per level, and the bundle.
+    edge: Arc<Vec<(TileId, Vec<u8>)>>,
+    /// Sequence number of the newest valid slot (0: none written yet).
+    seq: u64,
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> OpenError + '_ {
@@ -117,30 +152,38 @@ impl PosixStorage {
         for f in fs::read_dir(&tmp).map_err(io_err(&tmp))?.flatten() {
             let _ = fs::remove_file(f.path());
         }
-        let state_path = private.join("state");
-        let state = match fs::read_to_string(&state_path) {
-            Ok(text) => {
-                let (found_origin, state) = parse_state(&text)
-                    .map_err(|m| OpenError::CorruptState(state_path.clone(), m))?;
-                if found_origin != origin {
-                    return Err(OpenError::OriginMismatch {
-                        dir: root,
-                        expected: origin.to_string(),
-                        found: found_origin,
-                    });
-                }
-                Some(state)
+        let committed = load_committed(&private, origin).map_err(|e| match e {
+            LoadError::Io(p, e) => OpenError::Io(p, e),
+            LoadError::Corrupt(p, m) => OpenError::CorruptState(p, m),
+            LoadError::Origin(found) => OpenError::OriginMismatch {
+                dir: root.clone(),
+                expected: origin.to_string(),
+                found,
+            },
+        })?;
+        // Both slots exist from now on, so a commit never creates a file whose
+        // directory entry would need its own fsync.
+        let mut created = false;
+        for name in SLOTS {
+            let path = private.join(name);
+            if !path.exists() {
+                File::create(&path).map_err(io_err(&path))?;
+                created = true;
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-            Err(e) => return Err(OpenError::Io(state_path, e)),
-        };
+        }
+        if created {
+            File::open(&private)
+                .and_then(|d| d.sync_all())
+                .map_err(io_err(&private))?;
+        }
         Ok(PosixStorage {
             inner: Arc::new(Inner {
                 root,
                 private,
                 origin: origin.to_string(),
                 _lock: lock,
-                state: Mutex::new(state),
+                state: Mutex::new(committed),
+                commit_lock: Mutex::new(()),
                 dirs: Mutex::new(HashSet::new()),
                 gc: Mutex::new(Vec::new()),
                 tmp_seq: AtomicU64::new(0),
@@ -183,30 +226,157 @@ fn ofd_lock(f: &File) -> io::Result<()> {
     Ok(())
 }
 
-fn parse_state(text: &str) -> Result<(String, TreeState), String> {
-    let mut lines = text.split('\n');
-    if lines.next() != Some(STATE_MAGIC) {
-        return Err(format!("first line is not {STATE_MAGIC:?}"));
-    }
-    let origin = lines.next().ok_or("missing origin")?.to_string();
-    let size: u64 = lines
-        .next()
-        .ok_or("missing size")?
-        .parse()
-        .map_err(|e| format!("size: {e}"))?;
-    let root = base64::engine::general_purpose::STANDARD
-        .decode(lines.next().ok_or("missing root")?)
-        .map_err(|e| format!("root: {e}"))?;
-    let root: [u8; 32] = root.try_into().map_err(|_| "root is not 32 bytes")?;
-    Ok((origin, TreeState { size, root }))
+/// Why the committed state could not be loaded.
+enum LoadError {
+    Io(PathBuf, io::Error),
+    Corrupt(PathBuf, String),
+    Origin(String),
 }
 
-fn format_state(origin: &str, s: &TreeState) -> String {
-    format!(
-        "{STATE_MAGIC}\n{origin}\n{}\n{}\n",
-        s.size,
-        base64::engine::general_purpose::STANDARD.encode(s.root)
-    )
+/// The newest valid state slot, or an empty log when none was ever written.
+fn load_committed(private: &Path, origin: &str) -> Result<Committed, LoadError> {
+    let mut best: Option<(PathBuf, String, Committed)> = None;
+    for name in SLOTS {
+        let path = private.join(name);
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(LoadError::Io(path, e)),
+        };
+        // An empty or torn slot is the one a crash interrupted: the other holds the
+        // last commit.
+        let Ok((found, c)) = decode_slot(&bytes) else {
+            continue;
+        };
+        if best.as_ref().is_none_or(|(_, _, b)| c.seq > b.seq) {
+            best = Some((path, found, c));
+        }
+    }
+    let v1 = private.join("state");
+    match best {
+        Some((_, found, _)) if found != origin => Err(LoadError::Origin(found)),
+        Some((_, _, c)) => Ok(c),
+        None if v1.exists() => Err(LoadError::Corrupt(
+            v1,
+            format!("{STATE_MAGIC_V1:?} is a development format this release does not read"),
+        )),
+        None => Ok(Committed {
+            tree: None,
+            edge: Arc::new(Vec::new()),
+            seq: 0,
+        }),
+    }
+}
+
+fn tile_level(id: &TileId) -> u8 {
+    match id.kind {
+        TileKind::Hash { level } => level,
+        TileKind::Entries => u8::MAX,
+    }
+}
+
+/// A state slot: magic, origin, sequence number, size, root, the edge tiles, and the
+/// SHA-256 of all that. Integers are big-endian.
+fn encode_slot(origin: &str, seq: u64, tree: &TreeState, edge: &[(TileId, Vec<u8>)]) -> Vec<u8> {
+    let edge_bytes: usize = edge.iter().map(|(_, b)| 15 + b.len()).sum();
+    let mut out = Vec::with_capacity(SLOT_MAGIC.len() + origin.len() + 90 + edge_bytes);
+    out.extend_from_slice(SLOT_MAGIC);
+    out.extend_from_slice(&(origin.len() as u16).to_be_bytes());
+    out.extend_from_slice(origin.as_bytes());
+    out.extend_from_slice(&seq.to_be_bytes());
+    out.extend_from_slice(&tree.to_bytes());
+    out.push(edge.len() as u8);
+    for (id, bytes) in edge {
+        out.push(tile_level(id));
+        out.extend_from_slice(&id.index.to_be_bytes());
+        out.extend_from_slice(&id.width.to_be_bytes());
+        out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+        out.extend_from_slice(bytes);
+    }
+    let sum = Sha256::digest(&out);
+    out.extend_from_slice(&sum);
+    out
+}
+
+/// Inverse of [`encode_slot`]; checks the checksum and that the edge is exactly the
+/// set of partial tiles of the tree's size.
+fn decode_slot(b: &[u8]) -> Result<(String, Committed), String> {
+    let body = b
+        .len()
+        .checked_sub(32)
+        .map(|n| &b[..n])
+        .ok_or("too short")?;
+    if Sha256::digest(body)[..] != b[body.len()..] {
+        return Err("checksum mismatch".into());
+    }
+    let mut r = Reader(body.strip_prefix(SLOT_MAGIC).ok_or("bad magic")?);
+    let origin_len = u16::from_be_bytes(r.take()?) as usize;
+    let origin = String::from_utf8(r.bytes(origin_len)?.to_vec()).map_err(|_| "origin")?;
+    let seq = u64::from_be_bytes(r.take()?);
+    let tree = TreeState::from_bytes(r.bytes(40)?).ok_or("state")?;
+    let n: [u8; 1] = r.take()?;
+    let mut edge = Vec::with_capacity(n[0] as usize);
+    for _ in 0..n[0] {
+        let [level]: [u8; 1] = r.take()?;
+        let index = u64::from_be_bytes(r.take()?);
+        let width = u16::from_be_bytes(r.take()?);
+        let len = u32::from_be_bytes(r.take()?) as usize;
+        let id = match level {
+            u8::MAX => TileId::entries(index, width),
+            l => TileId::hash(l, index, width),
+        };
+        edge.push((id, r.bytes(len)?.to_vec()));
+    }
+    if !r.0.is_empty() {
+        return Err("trailing bytes".into());
+    }
+    let want: Vec<TileId> = edge_ids(tree.size).collect();
+    if edge.iter().map(|(id, _)| *id).ne(want.iter().copied()) {
+        return Err(format!("edge tiles do not match size {}", tree.size));
+    }
+    Ok((
+        origin,
+        Committed {
+            tree: Some(tree),
+            edge: Arc::new(edge),
+            seq,
+        },
+    ))
+}
+
+/// The partial tiles of a tree of `size`, hash tiles by level, then the bundle.
+fn edge_ids(size: u64) -> impl Iterator<Item = TileId> {
+    tile::edge_tiles(size)
+        .into_iter()
+        .chain(tile::edge_bundle(size))
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn bytes(&mut self, n: usize) -> Result<&'a [u8], String> {
+        if self.0.len() < n {
+            return Err("truncated".into());
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(head)
+    }
+
+    fn take<const N: usize>(&mut self) -> Result<[u8; N], String> {
+        let b = self.bytes(N)?;
+        let mut out = [0u8; N];
+        out.copy_from_slice(b);
+        Ok(out)
+    }
+}
+
+/// The prefix of the committed edge tile at `id`'s position, if the edge holds it.
+fn edge_prefix(edge: &[(TileId, Vec<u8>)], id: &TileId) -> Option<Vec<u8>> {
+    let (have, bytes) = edge
+        .iter()
+        .find(|(e, _)| e.kind == id.kind && e.index == id.index)?;
+    tile::tile_prefix(id.kind, bytes, have.width, id.width).map(<[u8]>::to_vec)
 }
 
 impl Inner {
@@ -273,37 +443,68 @@ impl Inner {
 
     fn commit(&self, batch: &CommitBatch) -> Result<(), StorageError> {
         self.check_poisoned()?;
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let found = state.unwrap_or_else(TreeState::empty);
+        let _commit = self.commit_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let (found, old_edge, seq) = {
+            let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            (
+                st.tree.unwrap_or_else(TreeState::empty),
+                st.edge.clone(),
+                st.seq,
+            )
+        };
         if found != batch.prev {
             return Err(StorageError::Conflict {
                 expected: batch.prev.size,
                 found: found.size,
             });
         }
-        // 1. Tiles and bundles to their final paths.
-        for (id, bytes) in &batch.tiles {
+        // 1. Completed tiles and bundles to their final paths.
+        let mut wrote = false;
+        for (id, bytes) in batch.tiles.iter().filter(|(id, _)| id.is_full()) {
             let path = self.tile_path(id);
             self.put(&path, bytes)
                 .map_err(|e| StorageError::Backend(format!("writing {}: {e}", path.display())))?;
+            wrote = true;
         }
-        // 2. One sync point for the whole batch.
-        self.syncfs().map_err(|e| {
-            self.poisoned.store(true, Ordering::Release);
-            StorageError::Backend(format!("syncfs {}: {e}", self.root.display()))
-        })?;
-        // 3. The commit point.
-        let state_path = self.private.join("state");
-        self.put_durable(
-            &state_path,
-            format_state(&self.origin, &batch.next).as_bytes(),
-        )
-        .map_err(|e| {
-            self.poisoned.store(true, Ordering::Release);
-            StorageError::Backend(format!("writing {}: {e}", state_path.display()))
-        })?;
-        *state = Some(batch.next);
-        drop(state);
+        // 2. One sync point for all of them.
+        if wrote {
+            self.syncfs().map_err(|e| {
+                self.poisoned.store(true, Ordering::Release);
+                StorageError::Backend(format!("syncfs {}: {e}", self.root.display()))
+            })?;
+        }
+        // 3. The commit point: the new state and edge in the older slot. A partial the
+        //    batch did not change is the same tile as before.
+        let mut edge = Vec::new();
+        for id in edge_ids(batch.next.size) {
+            let bytes = batch
+                .tiles
+                .iter()
+                .chain(old_edge.iter())
+                .find(|(t, _)| *t == id)
+                .map(|(_, b)| b.clone())
+                .ok_or_else(|| {
+                    StorageError::Corrupt(format!(
+                        "batch to size {} lacks {}",
+                        batch.next.size,
+                        id.path()
+                    ))
+                })?;
+            edge.push((id, bytes));
+        }
+        let seq = seq + 1;
+        let slot = self.private.join(SLOTS[(seq % 2) as usize]);
+        write_in_place(&slot, &encode_slot(&self.origin, seq, &batch.next, &edge)).map_err(
+            |e| {
+                self.poisoned.store(true, Ordering::Release);
+                StorageError::Backend(format!("writing {}: {e}", slot.display()))
+            },
+        )?;
+        *self.state.lock().unwrap_or_else(|e| e.into_inner()) = Committed {
+            tree: Some(batch.next),
+            edge: Arc::new(edge),
+            seq,
+        };
         // 4. Partials of tiles that became full in the previous commit are no longer
         //    needed: by now the engine has acknowledged that commit and serves the full
         //    tiles, so a reader falling back from a partial always finds the full one.
@@ -326,6 +527,56 @@ impl Inner {
         }
         Ok(())
     }
+
+    /// Write the partial tiles of a checkpoint of `size`, then the checkpoint.
+    fn publish(&self, size: u64, signed: &[u8]) -> Result<(), StorageError> {
+        let edge = self
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .edge
+            .clone();
+        let mut wrote = false;
+        for id in edge_ids(size) {
+            // Not in the edge: the position was completed since, and its full tile is
+            // what readers fall back to.
+            if let Some(bytes) = edge_prefix(&edge, &id) {
+                let path = self.tile_path(&id);
+                self.put(&path, &bytes).map_err(|e| {
+                    StorageError::Backend(format!("writing {}: {e}", path.display()))
+                })?;
+                wrote = true;
+            }
+        }
+        if wrote {
+            self.syncfs().map_err(|e| {
+                StorageError::Backend(format!("syncfs {}: {e}", self.root.display()))
+            })?;
+        }
+        let path = self.root.join("checkpoint");
+        self.put_durable(&path, signed)
+            .map_err(|e| StorageError::Backend(format!("writing {}: {e}", path.display())))
+    }
+}
+
+/// Overwrite `path` (which exists) with `bytes` and `fdatasync` it: no new inode, no
+/// directory update.
+fn write_in_place(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let f = OpenOptions::new().write(true).open(path)?;
+    f.write_all_at(bytes, 0)?;
+    f.set_len(bytes.len() as u64)?;
+    f.sync_data()
+}
+
+/// The tree size on the second line of a signed checkpoint (tlog-checkpoint "Note
+/// text").
+fn checkpoint_size(signed: &[u8]) -> Result<u64, StorageError> {
+    std::str::from_utf8(signed)
+        .ok()
+        .and_then(|t| t.split('\n').nth(1))
+        .and_then(|l| l.parse().ok())
+        .ok_or_else(|| StorageError::Backend("not a signed checkpoint".into()))
 }
 
 /// A file's bytes, or `None` if it does not exist.
@@ -346,7 +597,12 @@ impl LogStorage for PosixStorage {
     }
 
     async fn load_state(&self) -> Result<Option<TreeState>, StorageError> {
-        Ok(*self.inner.state.lock().unwrap_or_else(|e| e.into_inner()))
+        Ok(self
+            .inner
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .tree)
     }
 
     async fn commit(&self, batch: CommitBatch) -> Result<(), StorageError> {
@@ -354,18 +610,26 @@ impl LogStorage for PosixStorage {
     }
 
     async fn read_tile(&self, id: &TileId) -> Result<Option<Vec<u8>>, StorageError> {
+        if !id.is_full() {
+            let edge = self
+                .inner
+                .state
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .edge
+                .clone();
+            if let Some(bytes) = edge_prefix(&edge, id) {
+                return Ok(Some(bytes));
+            }
+        }
         read_optional(&self.inner.tile_path(id)).await
     }
 
     async fn publish_checkpoint(&self, signed: &[u8]) -> Result<(), StorageError> {
+        let size = checkpoint_size(signed)?;
         let signed = signed.to_vec();
-        self.blocking(move |inner| {
-            let path = inner.root.join("checkpoint");
-            inner
-                .put_durable(&path, &signed)
-                .map_err(|e| StorageError::Backend(format!("writing {}: {e}", path.display())))
-        })
-        .await
+        self.blocking(move |inner| inner.publish(size, &signed))
+            .await
     }
 
     async fn read_checkpoint(&self) -> Result<Option<Vec<u8>>, StorageError> {

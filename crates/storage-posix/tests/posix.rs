@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use tlogd_core::engine::checker::check_log;
-use tlogd_core::engine::{Log, LogConfig};
+use tlogd_core::engine::{Log, LogConfig, LogStorage};
 use tlogd_core::note::NoteSigner;
 use tlogd_storage_posix::{OpenError, PosixStorage};
 
@@ -197,4 +197,97 @@ async fn uncommitted_files_from_a_crash_are_overwritten_consistently() {
     let r = check_log(&*storage, ORIGIN, &verifier, None).await.unwrap();
     assert_eq!(r.state.size, 1300);
     assert_eq!(r.checkpoint_size, 1300);
+}
+
+#[tokio::test]
+async fn partial_tiles_are_files_only_for_checkpointed_sizes() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Arc::new(PosixStorage::open(dir.path(), ORIGIN).unwrap());
+    let mut cfg = config(64);
+    // One checkpoint at start (size 0) and one at shutdown, none in between.
+    cfg.checkpoint_interval = Duration::from_secs(3600);
+    let (log, tasks) = Log::open(storage.clone(), None, cfg).await.unwrap();
+    let entries: Vec<Bytes> = (0..1000).map(|i| Bytes::from(format!("p{i}"))).collect();
+    add_in_order(&log, entries, 0).await;
+    // Committed but not checkpointed: served (from the state's edge), not files.
+    let mid = tlogd_core::tile::TileId::entries(3, 232);
+    assert!(storage.read_tile(&mid).await.unwrap().is_some());
+    assert!(!dir.path().join(mid.path()).exists());
+    log.shutdown();
+    tasks.join().await;
+    let partials: Vec<String> = files(dir.path())
+        .into_iter()
+        .map(|f| f.to_string_lossy().into_owned())
+        .filter(|f| f.contains(".p/"))
+        .collect();
+    assert_eq!(
+        partials,
+        [
+            "tile/0/003.p/232",
+            "tile/1/000.p/3",
+            "tile/entries/003.p/232"
+        ],
+        "only the final checkpoint's partials"
+    );
+    let verifier = NoteSigner::from_skey(SKEY).unwrap().verifier();
+    assert_eq!(
+        check_log(&*storage, ORIGIN, &verifier, None)
+            .await
+            .unwrap()
+            .checkpoint_size,
+        1000
+    );
+}
+
+#[tokio::test]
+async fn a_torn_state_slot_falls_back_to_the_previous_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let storage = Arc::new(PosixStorage::open(dir.path(), ORIGIN).unwrap());
+        let (log, tasks) = Log::open(storage, None, config(64)).await.unwrap();
+        add_in_order(
+            &log,
+            (0..100).map(|i| Bytes::from(format!("t{i}"))).collect(),
+            0,
+        )
+        .await;
+        add_in_order(
+            &log,
+            (100..110).map(|i| Bytes::from(format!("t{i}"))).collect(),
+            100,
+        )
+        .await;
+        log.shutdown();
+        tasks.join().await;
+    }
+    // The newest slot, written by the last commit (to size 110), torn by a crash: the
+    // commit never returned, so it was never acknowledged.
+    let slots: Vec<_> = ["state.0", "state.1"]
+        .iter()
+        .map(|n| dir.path().join(".tlogd").join(n))
+        .collect();
+    let newest = slots
+        .iter()
+        .max_by_key(|p| std::fs::metadata(p).unwrap().modified().unwrap())
+        .unwrap();
+    let bytes = std::fs::read(newest).unwrap();
+    std::fs::write(newest, &bytes[..bytes.len() / 2]).unwrap();
+    // The checkpoint (size 110) now names a tree the log does not hold; remove it as
+    // it would not have been written before that commit.
+    std::fs::remove_file(dir.path().join("checkpoint")).unwrap();
+    let storage = Arc::new(PosixStorage::open(dir.path(), ORIGIN).unwrap());
+    let state = storage.load_state().await.unwrap().unwrap();
+    assert!(
+        state.size < 110,
+        "fell back to an earlier commit, got {}",
+        state.size
+    );
+    let (log, tasks) = Log::open(storage.clone(), None, config(64)).await.unwrap();
+    let more: Vec<Bytes> = (0..50).map(|i| Bytes::from(format!("u{i}"))).collect();
+    add_in_order(&log, more, state.size).await;
+    log.shutdown();
+    tasks.join().await;
+    let verifier = NoteSigner::from_skey(SKEY).unwrap().verifier();
+    let r = check_log(&*storage, ORIGIN, &verifier, None).await.unwrap();
+    assert_eq!(r.state.size, state.size + 50);
 }
