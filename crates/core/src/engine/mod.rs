@@ -666,6 +666,9 @@ impl<S: LogStorage> Log<S> {
         let inner = &self.inner;
         loop {
             let state = *rx.borrow_and_update();
+            // The interval runs from the start of a publish, so a slow publish (a
+            // backend writing the checkpoint's partial tiles) does not stretch it.
+            let started = tokio::time::Instant::now();
             if self.published_size() != Some(state.size) {
                 self.publish(state).await;
             }
@@ -675,7 +678,7 @@ impl<S: LogStorage> Log<S> {
             // Rate-limit: at most one checkpoint per interval, but stop waiting as soon
             // as the integrator has drained and dropped its sender, so the final state
             // is published at once.
-            let deadline = tokio::time::sleep(inner.config.checkpoint_interval);
+            let deadline = tokio::time::sleep_until(started + inner.config.checkpoint_interval);
             tokio::pin!(deadline);
             loop {
                 tokio::select! {
