@@ -632,36 +632,14 @@ fn prefix_len(id: &TileId, stored: u16, data: &[u8]) -> Result<Option<usize>, St
     if stored < id.width {
         return Ok(None);
     }
-    let corrupt = |what: &str| {
-        StorageError::Corrupt(format!(
-            "stored {} (width {stored}): {what}",
-            id.full().path()
-        ))
-    };
-    match id.kind {
-        TileKind::Hash { .. } => {
-            if data.len() != stored as usize * 32 {
-                return Err(corrupt(&format!("{} bytes", data.len())));
-            }
-            Ok(Some(id.width as usize * 32))
-        }
-        TileKind::Entries => {
-            if stored == id.width {
-                return Ok(Some(data.len()));
-            }
-            let mut pos = 0usize;
-            for _ in 0..id.width {
-                let len = data
-                    .get(pos..pos + 2)
-                    .ok_or_else(|| corrupt("truncated bundle"))?;
-                pos += 2 + u16::from_be_bytes([len[0], len[1]]) as usize;
-                if pos > data.len() {
-                    return Err(corrupt("truncated bundle"));
-                }
-            }
-            Ok(Some(pos))
-        }
-    }
+    tlogd_core::tile::tile_prefix(id.kind, data, stored, id.width)
+        .map(|p| Some(p.len()))
+        .ok_or_else(|| {
+            StorageError::Corrupt(format!(
+                "stored {} (width {stored}) is not a tile of that width",
+                id.full().path()
+            ))
+        })
 }
 
 /// The tree size on the second line of a signed checkpoint.
