@@ -3,7 +3,6 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -116,14 +115,7 @@ async fn a_database_restart_under_load_loses_no_acknowledged_entry() {
     let known = writers.snapshot();
     let need = known.iter().map(|(i, _)| i + 1).max().unwrap();
     let cp = http.wait_checkpoint(&u, need).await;
-    let mut bundles: HashMap<u64, Vec<Vec<u8>>> = HashMap::new();
-    for (idx, e) in &known {
-        let n = idx / 256;
-        if let std::collections::hash_map::Entry::Vacant(v) = bundles.entry(n) {
-            v.insert(http.bundle(&u, n, cp.size).await);
-        }
-        assert_eq!(&bundles[&n][(idx % 256) as usize], e, "entry {idx}");
-    }
+    http.verify_entries(&u, cp.size, &known).await;
     for (idx, e) in known.iter().step_by(17) {
         http.verify_inclusion(&u, &cp, *idx, e).await;
     }

@@ -266,6 +266,23 @@ impl Http {
             .collect()
     }
 
+    /// Check that every `(index, entry)` is in the tree of `size`, byte for byte,
+    /// fetching each bundle once.
+    pub async fn verify_entries(&self, base: &str, size: u64, known: &[(u64, Vec<u8>)]) {
+        let mut bundles: HashMap<u64, Vec<Vec<u8>>> = HashMap::new();
+        for (idx, e) in known {
+            assert!(
+                *idx < size,
+                "acknowledged index {idx} beyond the tree {size}"
+            );
+            let n = idx / 256;
+            if let std::collections::hash_map::Entry::Vacant(v) = bundles.entry(n) {
+                v.insert(self.bundle(base, n, size).await);
+            }
+            assert_eq!(&bundles[&n][(idx % 256) as usize], e, "entry {idx}");
+        }
+    }
+
     pub async fn wait_checkpoint(&self, base: &str, size: u64) -> Checkpoint {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
