@@ -3,9 +3,10 @@
 # Idempotent: installs only what is missing. Needs root (or sudo).
 set -euo pipefail
 # `deps.sh test` adds what the test suite needs: mariadb-server, from which the MySQL
-# backend's tests start private MariaDB servers (never the system one).
+# backend's tests start private MariaDB servers (never the system one), and openssl, which
+# makes the certificates of the TLS test.
 pkgs=(libclang-dev clang)
-[ "${1:-}" = test ] && pkgs+=(mariadb-server)
+[ "${1:-}" = test ] && pkgs+=(mariadb-server openssl)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -33,6 +33,8 @@ const READY_DEADLINE: Duration = Duration::from_secs(30);
 
 /// A private MariaDB server; killed on drop and when the process exits.
 pub struct TestMariaDb {
+    /// Serve TLS with the certificates in `<dir>/tls`.
+    tls: bool,
     dir: tempfile::TempDir,
     datadir: PathBuf,
     port: u16,
@@ -51,6 +53,22 @@ impl TestMariaDb {
     /// Initialise a data directory and start a server on a free port; panics (with the
     /// server's log) if it does not accept connections within 30 s.
     pub fn start() -> TestMariaDb {
+        Self::start_with(false)
+    }
+
+    /// [`TestMariaDb::start`], with TLS on: a fresh CA and server certificate (for
+    /// 127.0.0.1) made with the `openssl` command; [`TestMariaDb::tls_ca`] is the CA's
+    /// PEM file.
+    pub fn start_tls() -> TestMariaDb {
+        Self::start_with(true)
+    }
+
+    /// The CA certificate that signed the server's, when started with TLS.
+    pub fn tls_ca(&self) -> Option<PathBuf> {
+        self.tls.then(|| self.dir.path().join("tls/ca.pem"))
+    }
+
+    fn start_with(tls: bool) -> TestMariaDb {
         let install = find_binary(&["mariadb-install-db", "mysql_install_db"]);
         let server_bin = find_binary(&["mariadbd", "mysqld"]);
         remove_stale_dirs();
@@ -113,7 +131,11 @@ impl TestMariaDb {
                 }
             })
             .unwrap_or_else(|e| panic!("spawning the MariaDB spawner thread: {e}"));
+        if tls {
+            make_certificates(&dir.path().join("tls"));
+        }
         let db = TestMariaDb {
+            tls,
             dir,
             datadir,
             port: free_port(),
@@ -219,6 +241,19 @@ impl TestMariaDb {
             .arg("--innodb-flush-log-at-trx-commit=1")
             .arg("--max-connections=500")
             .arg("--max-allowed-packet=64M")
+            .args(
+                self.tls_ca()
+                    .map(|ca| {
+                        let tls = self.dir.path().join("tls");
+                        [
+                            format!("--ssl-ca={}", ca.display()),
+                            format!("--ssl-cert={}", tls.join("server-cert.pem").display()),
+                            format!("--ssl-key={}", tls.join("server-key.pem").display()),
+                        ]
+                    })
+                    .into_iter()
+                    .flatten(),
+            )
             .stdin(Stdio::null())
             .stdout(clone_file(&log))
             .stderr(clone_file(&log));
@@ -401,4 +436,80 @@ fn clone_file(f: &File) -> File {
 
 fn read_log(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap_or_else(|e| format!("({} unreadable: {e})", p.display()))
+}
+
+/// A CA and a server certificate for 127.0.0.1 signed by it, in `dir`.
+fn make_certificates(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+    let ext = dir.join("san.ext");
+    std::fs::write(&ext, "subjectAltName=IP:127.0.0.1\n")
+        .unwrap_or_else(|e| panic!("writing {}: {e}", ext.display()));
+    let steps: [&[&str]; 3] = [
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=tlogd test CA",
+            "-keyout",
+            "ca-key.pem",
+            "-out",
+            "ca.pem",
+        ],
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-keyout",
+            "server-key.pem",
+            "-out",
+            "server.csr",
+        ],
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca-key.pem",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+            "-out",
+            "server-cert.pem",
+        ],
+    ];
+    for args in steps {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap_or_else(|e| {
+                panic!("running openssl (install it: apt-get install openssl): {e}")
+            });
+        if !out.status.success() {
+            panic!(
+                "openssl {} failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+    // The server may run as another user: it must read its key.
+    for f in ["server-key.pem", "server-cert.pem", "ca.pem"] {
+        let p = dir.join(f);
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644))
+            .unwrap_or_else(|e| panic!("chmod {}: {e}", p.display()));
+    }
 }

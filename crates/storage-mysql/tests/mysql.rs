@@ -637,3 +637,46 @@ async fn no_acknowledged_add_is_lost_when_the_server_is_killed() {
         .unwrap();
     reopened.check_writable().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_connections_verify_the_server_certificate() {
+    let db = TestMariaDb::start_tls();
+    let ca = db.tls_ca().unwrap();
+    let url = db.fresh_database("tls").await;
+    let tls_url = format!("{url}?ssl-mode=verify_ca&ssl-ca={}", ca.display());
+    let storage = Arc::new(
+        MysqlStorage::connect(&tls_url, ORIGIN, options())
+            .await
+            .unwrap(),
+    );
+    let (log, tasks) = Log::open(storage.clone(), None, config(16)).await.unwrap();
+    add_in_order(
+        &log,
+        (0..40).map(|i| Bytes::from(format!("tls {i}"))).collect(),
+        0,
+    )
+    .await;
+    log.shutdown();
+    tasks.join().await;
+    let cipher: String = sqlx::query_scalar(
+        "SELECT VARIABLE_VALUE FROM information_schema.SESSION_STATUS WHERE VARIABLE_NAME = 'Ssl_cipher'",
+    )
+    .fetch_one(storage.pool())
+    .await
+    .unwrap();
+    assert!(!cipher.is_empty(), "the connection is not encrypted");
+    assert_eq!(check_entries(&storage, |_| None).await, 40);
+    // A server whose certificate does not chain to the given CA is refused.
+    let wrong_ca = ca.with_file_name("server-cert.pem");
+    let bad = format!("{url}?ssl-mode=verify_ca&ssl-ca={}", wrong_ca.display());
+    match MysqlStorage::connect(&bad, ORIGIN, options()).await {
+        Ok(_) => panic!("connected with an untrusted server certificate"),
+        Err(e) => {
+            let msg = format!("{e}");
+            assert!(
+                msg.contains("certificate") || msg.contains("ssuer"),
+                "{msg}"
+            );
+        }
+    }
+}
