@@ -236,6 +236,7 @@ enum LoadError {
 /// The newest valid state slot, or an empty log when none was ever written.
 fn load_committed(private: &Path, origin: &str) -> Result<Committed, LoadError> {
     let mut best: Option<(PathBuf, String, Committed)> = None;
+    let mut unreadable = Vec::new();
     for name in SLOTS {
         let path = private.join(name);
         let bytes = match fs::read(&path) {
@@ -245,8 +246,14 @@ fn load_committed(private: &Path, origin: &str) -> Result<Committed, LoadError> 
         };
         // An empty or torn slot is the one a crash interrupted: the other holds the
         // last commit.
-        let Ok((found, c)) = decode_slot(&bytes) else {
-            continue;
+        let (found, c) = match decode_slot(&bytes) {
+            Ok(v) => v,
+            Err(why) => {
+                if !bytes.is_empty() {
+                    unreadable.push((path, why));
+                }
+                continue;
+            }
         };
         if best.as_ref().is_none_or(|(_, _, b)| c.seq > b.seq) {
             best = Some((path, found, c));
@@ -256,15 +263,32 @@ fn load_committed(private: &Path, origin: &str) -> Result<Committed, LoadError> 
     match best {
         Some((_, found, _)) if found != origin => Err(LoadError::Origin(found)),
         Some((_, _, c)) => Ok(c),
-        None if v1.exists() => Err(LoadError::Corrupt(
-            v1,
-            format!("{STATE_MAGIC_V1:?} is a development format this release does not read"),
-        )),
-        None => Ok(Committed {
-            tree: None,
-            edge: Arc::new(Vec::new()),
-            seq: 0,
-        }),
+        None => {
+            // Only the first commit (sequence 1, slot 1) can leave no valid slot
+            // behind: anything else unreadable is damage, and starting a new tree over
+            // the old one's files would fork the log.
+            let first = std::ffi::OsStr::new(SLOTS[1]);
+            if let Some(i) = unreadable
+                .iter()
+                .position(|(p, _)| p.file_name() != Some(first))
+            {
+                let (path, why) = unreadable.swap_remove(i);
+                return Err(LoadError::Corrupt(path, why));
+            }
+            if v1.exists() {
+                return Err(LoadError::Corrupt(
+                    v1,
+                    format!(
+                        "{STATE_MAGIC_V1:?} is a development format this release does not read"
+                    ),
+                ));
+            }
+            Ok(Committed {
+                tree: None,
+                edge: Arc::new(Vec::new()),
+                seq: 0,
+            })
+        }
     }
 }
 

@@ -291,3 +291,32 @@ async fn a_torn_state_slot_falls_back_to_the_previous_commit() {
     let r = check_log(&*storage, ORIGIN, &verifier, None).await.unwrap();
     assert_eq!(r.state.size, state.size + 50);
 }
+
+#[tokio::test]
+async fn a_log_with_no_readable_state_is_refused_not_restarted() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let storage = Arc::new(PosixStorage::open(dir.path(), ORIGIN).unwrap());
+        let (log, tasks) = Log::open(storage, None, config(8)).await.unwrap();
+        add_in_order(
+            &log,
+            (0..40).map(|i| Bytes::from(format!("d{i}"))).collect(),
+            0,
+        )
+        .await;
+        log.shutdown();
+        tasks.join().await;
+    }
+    // Both slots damaged: no crash does that, and an empty tree written over this
+    // log's files would fork it.
+    for n in ["state.0", "state.1"] {
+        let p = dir.path().join(".tlogd").join(n);
+        let mut b = std::fs::read(&p).unwrap();
+        b[30] ^= 1;
+        std::fs::write(&p, b).unwrap();
+    }
+    match PosixStorage::open(dir.path(), ORIGIN) {
+        Err(e @ OpenError::CorruptState(..)) => assert!(e.to_string().contains("state.0"), "{e}"),
+        other => panic!("expected a corrupt state error, got {:?}", other.err()),
+    }
+}
