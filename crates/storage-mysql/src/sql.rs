@@ -86,6 +86,18 @@ pub fn insert_tiles(rows: usize) -> String {
 pub const SELECT_TILE: &str =
     "SELECT width, data FROM tlogd_tiles WHERE tile_level = ? AND tile_index = ?";
 
+/// The rows of `n` tile positions, in any order. Binds per position: level, index.
+pub fn select_tiles(n: usize) -> String {
+    let mut s = String::from("SELECT tile_level, tile_index, width, data FROM tlogd_tiles WHERE ");
+    for i in 0..n {
+        if i > 0 {
+            s.push_str(" OR ");
+        }
+        s.push_str("(tile_level = ? AND tile_index = ?)");
+    }
+    s
+}
+
 // ---- Checkpoint ----
 
 /// Store the signed checkpoint unless a larger one is stored already. MySQL assigns

@@ -680,3 +680,39 @@ async fn tls_connections_verify_the_server_certificate() {
         }
     }
 }
+
+#[tokio::test]
+async fn read_tiles_answers_like_read_tile_in_one_query() {
+    let url = fresh("read_tiles").await;
+    let storage = open(&url).await;
+    let (log, tasks) = Log::open(storage.clone(), None, config(64)).await.unwrap();
+    add_in_order(
+        &log,
+        (0..600).map(|i| Bytes::from(format!("rt {i}"))).collect(),
+        0,
+    )
+    .await;
+    log.shutdown();
+    tasks.join().await;
+    use tlogd_core::tile::TileId;
+    let ids = [
+        TileId::hash(0, 0, 256),
+        TileId::hash(0, 2, 50),
+        TileId::hash(0, 2, 88),
+        TileId::hash(0, 2, 89),
+        TileId::entries(1, 256),
+        TileId::entries(2, 10),
+        TileId::hash(1, 0, 2),
+        TileId::hash(0, 7, 1),
+    ];
+    // A fresh connection (nothing cached), then again with the full tiles cached.
+    let fresh_storage = open(&url).await;
+    for _ in 0..2 {
+        let batched = fresh_storage.read_tiles(&ids).await.unwrap();
+        for (id, got) in ids.iter().zip(&batched) {
+            assert_eq!(got, &storage.read_tile(id).await.unwrap(), "{}", id.path());
+        }
+        assert!(batched[3].is_none() && batched[7].is_none());
+        assert!(batched.iter().filter(|b| b.is_some()).count() == 6);
+    }
+}

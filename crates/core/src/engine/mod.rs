@@ -584,7 +584,10 @@ impl<S: LogStorage> Log<S> {
         };
         let current = match edge.take() {
             Some(e) if stored.is_none_or(|s| s == e.state()) => e,
-            _ => match Edge::load(&*inner.storage).await {
+            _ => match match stored {
+                Some(s) => Edge::load_at(&*inner.storage, s).await,
+                None => Edge::load(&*inner.storage).await,
+            } {
                 Ok(e) => {
                     inner.ready.store(true, Ordering::Release);
                     e
@@ -907,15 +910,27 @@ impl Edge {
     /// Load the committed edge and check it against the committed root.
     async fn load<S: LogStorage>(storage: &S) -> Result<Edge, StorageError> {
         let state = storage.load_state().await?.unwrap_or_else(TreeState::empty);
+        Edge::load_at(storage, state).await
+    }
+
+    /// Load the edge of the committed `state` (one batched read of its tiles).
+    async fn load_at<S: LogStorage>(storage: &S, state: TreeState) -> Result<Edge, StorageError> {
+        let ids: Vec<TileId> = tile::edge_tiles(state.size)
+            .into_iter()
+            .chain(tile::edge_bundle(state.size))
+            .collect();
+        let mut found = storage.read_tiles(&ids).await?.into_iter();
         let mut levels: Vec<Vec<Hash>> = Vec::new();
-        for id in tile::edge_tiles(state.size) {
+        let mut bundle = Vec::new();
+        for id in &ids {
+            let bytes = found
+                .next()
+                .flatten()
+                .ok_or_else(|| StorageError::Corrupt(format!("missing edge tile {}", id.path())))?;
             let TileKind::Hash { level } = id.kind else {
+                bundle = bytes;
                 continue;
             };
-            let bytes = storage
-                .read_tile(&id)
-                .await?
-                .ok_or_else(|| StorageError::Corrupt(format!("missing edge tile {}", id.path())))?;
             let hashes = tile::parse_hash_tile(&bytes, id.width)
                 .map_err(|e| StorageError::Corrupt(format!("{}: {e}", id.path())))?;
             let level = level as usize;
@@ -934,11 +949,7 @@ impl Edge {
                 state.size
             )));
         }
-        let mut bundle = Vec::new();
         if let Some(id) = tile::edge_bundle(state.size) {
-            bundle = storage.read_tile(&id).await?.ok_or_else(|| {
-                StorageError::Corrupt(format!("missing edge bundle {}", id.path()))
-            })?;
             let entries = bundle::parse_bundle(&bundle)
                 .map_err(|e| StorageError::Corrupt(format!("{}: {e}", id.path())))?;
             let matches = entries.len() == level0.len()

@@ -124,6 +124,22 @@ pub trait LogStorage: Send + Sync + 'static {
         id: &TileId,
     ) -> impl Future<Output = Result<Option<Vec<u8>>, StorageError>> + Send;
 
+    /// [`read_tile`](Self::read_tile) of several tiles, in order. A networked store
+    /// answers in one round trip (reloading the right edge after another frontend
+    /// committed reads four or five tiles); the default reads them one by one.
+    fn read_tiles(
+        &self,
+        ids: &[TileId],
+    ) -> impl Future<Output = Result<Vec<Option<Vec<u8>>>, StorageError>> + Send {
+        async move {
+            let mut out = Vec::with_capacity(ids.len());
+            for id in ids {
+                out.push(self.read_tile(id).await?);
+            }
+            Ok(out)
+        }
+    }
+
     /// Durably store the public signed checkpoint.
     fn publish_checkpoint(
         &self,
