@@ -233,7 +233,7 @@ impl<S: LogStorage> Log<S> {
         dedup: Option<Arc<dyn DedupIndex>>,
         config: LogConfig,
     ) -> Result<(Log<S>, LogTasks), EngineError> {
-        let edge = Edge::load(&*storage).await?;
+        let edge = Edge::load(&*storage, None).await?;
         let state = edge.state();
         let indexed = match &dedup {
             Some(d) => d.indexed_up_to()?,
@@ -584,10 +584,7 @@ impl<S: LogStorage> Log<S> {
         };
         let current = match edge.take() {
             Some(e) if stored.is_none_or(|s| s == e.state()) => e,
-            _ => match match stored {
-                Some(s) => Edge::load_at(&*inner.storage, s).await,
-                None => Edge::load(&*inner.storage).await,
-            } {
+            _ => match Edge::load(&*inner.storage, stored).await {
                 Ok(e) => {
                     inner.ready.store(true, Ordering::Release);
                     e
@@ -635,7 +632,7 @@ impl<S: LogStorage> Log<S> {
                 tracing::error!(error = %e, size = prev.size, "commit failed; reloading the tree");
                 // Uncertain outcome ("fail but persist" or not): learn it from the
                 // committed state.
-                match Edge::load(&*inner.storage).await {
+                match Edge::load(&*inner.storage, None).await {
                     Ok(reloaded) if reloaded.state() == next => {
                         *edge = Some(reloaded);
                         self.advance(next, committed_tx);
@@ -908,13 +905,16 @@ impl Edge {
     }
 
     /// Load the committed edge and check it against the committed root.
-    async fn load<S: LogStorage>(storage: &S) -> Result<Edge, StorageError> {
-        let state = storage.load_state().await?.unwrap_or_else(TreeState::empty);
-        Edge::load_at(storage, state).await
-    }
-
-    /// Load the edge of the committed `state` (one batched read of its tiles).
-    async fn load_at<S: LogStorage>(storage: &S, state: TreeState) -> Result<Edge, StorageError> {
+    /// `state` is the committed state when the caller has just read it. One batched
+    /// read of the edge's tiles.
+    async fn load<S: LogStorage>(
+        storage: &S,
+        state: Option<TreeState>,
+    ) -> Result<Edge, StorageError> {
+        let state = match state {
+            Some(s) => s,
+            None => storage.load_state().await?.unwrap_or_else(TreeState::empty),
+        };
         let ids: Vec<TileId> = tile::edge_tiles(state.size)
             .into_iter()
             .chain(tile::edge_bundle(state.size))
