@@ -519,33 +519,6 @@ impl MysqlStorage {
             }
         }
     }
-
-    async fn fetch_tile_row(
-        &self,
-        level: u8,
-        index: u64,
-    ) -> Result<Option<(u16, Vec<u8>)>, StorageError> {
-        let row = self
-            .retry("tile read", || {
-                sqlx::query(sql::SELECT_TILE)
-                    .bind(level)
-                    .bind(index)
-                    .fetch_optional(&self.pool)
-            })
-            .await?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        let width = int_col(&row, 0).map_err(|e| backend("tile read", &e))?;
-        let data: Vec<u8> = row.try_get(1).map_err(|e| backend("tile read", &e))?;
-        let width = u16::try_from(width)
-            .ok()
-            .filter(|w| (1..=TILE_WIDTH as u16).contains(w))
-            .ok_or_else(|| {
-                StorageError::Corrupt(format!("tile ({level}, {index}) has width {width}"))
-            })?;
-        Ok(Some((width, data)))
-    }
 }
 
 /// Steps 1 to 4 inside the transaction.
@@ -831,26 +804,11 @@ impl LogStorage for MysqlStorage {
     }
 
     async fn read_tile(&self, id: &TileId) -> Result<Option<Vec<u8>>, StorageError> {
-        if id.width == 0 || id.width as u64 > TILE_WIDTH {
-            return Ok(None);
-        }
-        let key = (tile_level(id), id.index);
-        if let Some(full) = self.cache.get(&key) {
-            let len = prefix_len(id, TILE_WIDTH as u16, &full)?;
-            return Ok(len.map(|n| full[..n].to_vec()));
-        }
-        let Some((width, mut data)) = self.fetch_tile_row(key.0, key.1).await? else {
-            return Ok(None);
-        };
-        let Some(len) = prefix_len(id, width, &data)? else {
-            return Ok(None);
-        };
-        if width as u64 == TILE_WIDTH {
-            // Full tiles never change once committed.
-            self.cache.insert(key, Arc::from(&data[..]));
-        }
-        data.truncate(len);
-        Ok(Some(data))
+        Ok(self
+            .read_tiles(std::slice::from_ref(id))
+            .await?
+            .pop()
+            .flatten())
     }
 
     async fn publish_checkpoint(&self, signed: &[u8]) -> Result<(), StorageError> {

@@ -82,10 +82,6 @@ pub fn insert_tiles(rows: usize) -> String {
 
 // ---- Tiles ----
 
-/// The stored (newest) version of a tile position. Binds: level, index.
-pub const SELECT_TILE: &str =
-    "SELECT width, data FROM tlogd_tiles WHERE tile_level = ? AND tile_index = ?";
-
 /// The rows of `n` tile positions, in any order. Binds per position: level, index.
 pub fn select_tiles(n: usize) -> String {
     let mut s = String::from("SELECT tile_level, tile_index, width, data FROM tlogd_tiles WHERE ");

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tlogd_core::bundle::append_entry;
 use tlogd_core::engine::checker::check_log;
-use tlogd_core::engine::{CommitBatch, Log, LogConfig, LogStorage, StorageError, TreeState};
+use tlogd_core::engine::{CommitBatch, Log, LogStorage, StorageError, TreeState};
 use tlogd_core::hash::leaf_hash;
 use tlogd_core::merkle::TileTree;
 use tlogd_core::note::NoteSigner;
@@ -18,26 +18,12 @@ use tlogd_core::tile::TileId;
 use tlogd_storage_mysql::testdb::TestMariaDb;
 use tlogd_storage_mysql::{MysqlOptions, MysqlStorage, OpenError, SCHEMA_VERSION};
 
-const SKEY: &str =
-    "PRIVATE+KEY+example.com/log/testdata+33d7b496+AeymY/SZAX0jZcJ8enZ5FY1Dz+wTML2yWSkK+9DSF3eg";
-const ORIGIN: &str = "example.com/log/testdata";
-
 #[path = "../../core/tests/support/backend.rs"]
 mod backend;
 #[path = "../../core/tests/support/vectors_dir.rs"]
 mod vectors_dir;
-use backend::{add_in_order, files};
+use backend::{ORIGIN, SKEY, add_in_order, config, files};
 use vectors_dir::vectors;
-
-fn config(batch: usize) -> LogConfig {
-    let signer = Arc::new(NoteSigner::from_skey(SKEY).unwrap());
-    let mut c = LogConfig::new(ORIGIN, signer);
-    c.batch_max_entries = batch;
-    c.max_pending_entries = 1 << 20;
-    c.max_pending_bytes = 1 << 30;
-    c.checkpoint_interval = Duration::from_millis(1);
-    c
-}
 
 fn options() -> MysqlOptions {
     MysqlOptions {

@@ -6,30 +6,16 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use tlogd_core::engine::checker::check_log;
-use tlogd_core::engine::{Log, LogConfig, LogStorage};
+use tlogd_core::engine::{Log, LogStorage};
 use tlogd_core::note::NoteSigner;
 use tlogd_storage_posix::{OpenError, PosixStorage};
-
-const SKEY: &str =
-    "PRIVATE+KEY+example.com/log/testdata+33d7b496+AeymY/SZAX0jZcJ8enZ5FY1Dz+wTML2yWSkK+9DSF3eg";
-const ORIGIN: &str = "example.com/log/testdata";
 
 #[path = "../../core/tests/support/backend.rs"]
 mod backend;
 #[path = "../../core/tests/support/vectors_dir.rs"]
 mod vectors_dir;
-use backend::{add_in_order, files};
+use backend::{ORIGIN, SKEY, add_in_order, config, files};
 use vectors_dir::vectors;
-
-fn config(batch: usize) -> LogConfig {
-    let signer = Arc::new(NoteSigner::from_skey(SKEY).unwrap());
-    let mut c = LogConfig::new(ORIGIN, signer);
-    c.batch_max_entries = batch;
-    c.max_pending_entries = 1 << 20;
-    c.max_pending_bytes = 1 << 30;
-    c.checkpoint_interval = Duration::from_millis(1);
-    c
-}
 
 #[tokio::test(flavor = "current_thread")]
 async fn seventy_thousand_entries_match_the_go_reference_byte_for_byte() {

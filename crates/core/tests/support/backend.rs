@@ -4,8 +4,30 @@
 
 use std::path::{Path, PathBuf};
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use bytes::Bytes;
-use tlogd_core::engine::{Log, LogStorage};
+use tlogd_core::engine::{Log, LogConfig, LogStorage};
+use tlogd_core::note::NoteSigner;
+
+/// The key the Go reference vectors were signed with (test only).
+pub const SKEY: &str =
+    "PRIVATE+KEY+example.com/log/testdata+33d7b496+AeymY/SZAX0jZcJ8enZ5FY1Dz+wTML2yWSkK+9DSF3eg";
+/// The vectors' origin.
+pub const ORIGIN: &str = "example.com/log/testdata";
+
+/// A log config with batches of `batch` entries, queues that never push back and a
+/// checkpoint after nearly every batch.
+pub fn config(batch: usize) -> LogConfig {
+    let signer = Arc::new(NoteSigner::from_skey(SKEY).unwrap());
+    let mut c = LogConfig::new(ORIGIN, signer);
+    c.batch_max_entries = batch;
+    c.max_pending_entries = 1 << 20;
+    c.max_pending_bytes = 1 << 30;
+    c.checkpoint_interval = Duration::from_millis(1);
+    c
+}
 
 /// Every file below `dir`, relative, sorted; a POSIX log's private `.tlogd` is skipped.
 pub fn files(dir: &Path) -> Vec<PathBuf> {
