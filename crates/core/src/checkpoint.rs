@@ -121,6 +121,17 @@ impl Checkpoint {
     }
 }
 
+/// The tree size on the second line of a signed checkpoint (tlog-checkpoint "Note
+/// text"), without verifying anything: for storage that records which checkpoint is the
+/// newest. `None` when there is no such line.
+pub fn signed_size(signed: &[u8]) -> Option<u64> {
+    signed
+        .split(|&b| b == b'\n')
+        .nth(1)
+        .and_then(|l| std::str::from_utf8(l).ok())
+        .and_then(|l| l.parse().ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

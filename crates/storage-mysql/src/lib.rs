@@ -617,11 +617,7 @@ fn prefix_len(id: &TileId, stored: u16, data: &[u8]) -> Result<Option<usize>, St
 
 /// The tree size on the second line of a signed checkpoint.
 fn checkpoint_size(signed: &[u8]) -> Result<u64, StorageError> {
-    signed
-        .split(|&b| b == b'\n')
-        .nth(1)
-        .and_then(|l| std::str::from_utf8(l).ok())
-        .and_then(|l| l.parse::<u64>().ok())
+    tlogd_core::checkpoint::signed_size(signed)
         .ok_or_else(|| StorageError::Corrupt("checkpoint has no tree size line".into()))
 }
 

@@ -593,16 +593,6 @@ fn write_in_place(path: &Path, bytes: &[u8]) -> io::Result<()> {
     f.sync_data()
 }
 
-/// The tree size on the second line of a signed checkpoint (tlog-checkpoint "Note
-/// text").
-fn checkpoint_size(signed: &[u8]) -> Result<u64, StorageError> {
-    std::str::from_utf8(signed)
-        .ok()
-        .and_then(|t| t.split('\n').nth(1))
-        .and_then(|l| l.parse().ok())
-        .ok_or_else(|| StorageError::Backend("not a signed checkpoint".into()))
-}
-
 /// A file's bytes, or `None` if it does not exist.
 async fn read_optional(path: &Path) -> Result<Option<Vec<u8>>, StorageError> {
     match tokio::fs::read(path).await {
@@ -650,7 +640,8 @@ impl LogStorage for PosixStorage {
     }
 
     async fn publish_checkpoint(&self, signed: &[u8]) -> Result<(), StorageError> {
-        let size = checkpoint_size(signed)?;
+        let size = tlogd_core::checkpoint::signed_size(signed)
+            .ok_or_else(|| StorageError::Backend("not a signed checkpoint".into()))?;
         let signed = signed.to_vec();
         self.blocking(move |inner| inner.publish(size, &signed))
             .await
