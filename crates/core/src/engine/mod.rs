@@ -544,6 +544,7 @@ impl<S: LogStorage> Log<S> {
                 Err(Retry::Conflict) if attempt < 64 => continue,
                 Err(Retry::Conflict) => "tree state kept changing under us".to_string(),
                 Err(Retry::Transient(reason)) => reason,
+                Err(Retry::Bug(reason)) => return Err(AddError::Internal(reason)),
             };
             // Nothing of the batch persisted. Retry while the caller can still get an
             // answer in time (a database restart, a dropped connection); then fail.
@@ -600,7 +601,7 @@ impl<S: LogStorage> Log<S> {
         let mut next_edge = current.clone();
         let tiles = next_edge
             .append(&batch.entries, &batch.leaves)
-            .map_err(|e| Retry::Transient(format!("internal error: {e}")))?;
+            .map_err(|e| Retry::Bug(e.to_string()))?;
         let next = next_edge.state();
         let started = Instant::now();
         let outcome = inner
@@ -870,6 +871,8 @@ enum Retry {
     Conflict,
     /// Storage failed; retry after a pause while time allows.
     Transient(String),
+    /// The batch cannot be integrated (a bug): fail at once, retrying cannot help.
+    Bug(String),
 }
 
 async fn put_blocking(
