@@ -1,5 +1,6 @@
-//! Locating `shared/vectors` from a test (shared by the core and POSIX tests through
-//! `#[path]`, so the rule lives in one place).
+//! Locating the Go-reference vectors (`testdata/vectors` in the repository) from a
+//! test (shared by the core and backend tests through `#[path]`, so the rule lives in
+//! one place).
 
 use std::path::PathBuf;
 
@@ -11,12 +12,12 @@ fn manifest_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }
 
-/// `$TLOGD_VECTORS_DIR`, or `shared/vectors` beside the clone. Fails, never skips,
-/// when they are missing.
+/// `$TLOGD_VECTORS_DIR`, or the repository's own `testdata/vectors`. Fails, never
+/// skips, when they are missing.
 pub fn vectors() -> PathBuf {
     let p = std::env::var_os("TLOGD_VECTORS_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| manifest_dir().join("../../../shared/vectors"));
+        .unwrap_or_else(|| manifest_dir().join("../../testdata/vectors"));
     assert!(
         p.join("README.md").exists(),
         "test vectors not found at {}",
