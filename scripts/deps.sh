@@ -2,11 +2,11 @@
 # Install the system packages tlogd needs to build and test on Debian/Ubuntu.
 # Idempotent: installs only what is missing. Needs root (or sudo).
 set -euo pipefail
-# `deps.sh test` adds what the test suite needs: mariadb-server, from which the MySQL
-# backend's tests start private MariaDB servers (never the system one), and openssl, which
-# makes the certificates of the TLS test.
+# `deps.sh test` adds what the test suite needs: mariadb-server and postgresql, from
+# which the SQL backends' tests start private servers of their own (never the system
+# ones), and openssl, which makes the certificates of the TLS tests.
 pkgs=(libclang-dev clang)
-[ "${1:-}" = test ] && pkgs+=(mariadb-server openssl)
+[ "${1:-}" = test ] && pkgs+=(mariadb-server postgresql openssl)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

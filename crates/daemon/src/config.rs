@@ -49,15 +49,16 @@ fn default_listen() -> SocketAddr {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StorageConfig {
-    /// `posix` (the default) or `mysql`.
+    /// `posix` (the default), `mysql` or `postgres`.
     pub backend: String,
     /// POSIX: the log root directory.
     pub dir: Option<PathBuf>,
-    /// MySQL: `mysql://user:password@host:port/database`.
+    /// SQL backends: `mysql://user:password@host:port/database` or
+    /// `postgres://user:password@host:port/database`.
     pub url: Option<String>,
-    /// MySQL: connections in the pool.
+    /// SQL backends: connections in the pool.
     pub pool_size: u32,
-    /// MySQL: memory for cached full tiles and bundles (MiB).
+    /// SQL backends: memory for cached full tiles and bundles (MiB).
     pub cache_mib: usize,
     /// How long a batch whose commit did not persist (storage unreachable) is retried
     /// before its adds fail with 500.
@@ -228,13 +229,24 @@ impl Config {
                     bail!("`storage.dir` is required for the posix backend (or --storage-dir)");
                 }
             }
-            "mysql" => {
+            backend @ ("mysql" | "postgres") => {
+                let (schemes, example): (&[&str], _) = if backend == "mysql" {
+                    (
+                        &["mysql://", "mariadb://"],
+                        "mysql://user:pass@127.0.0.1:3306/tlog",
+                    )
+                } else {
+                    (
+                        &["postgres://", "postgresql://"],
+                        "postgres://user:pass@127.0.0.1:5432/tlog",
+                    )
+                };
                 match self.storage.url.as_deref() {
                     None | Some("") => bail!(
-                        "`storage.url` is required for the mysql backend (or --database-url), e.g. mysql://user:pass@127.0.0.1:3306/tlog"
+                        "`storage.url` is required for the {backend} backend (or --database-url), e.g. {example}"
                     ),
-                    Some(u) if !(u.starts_with("mysql://") || u.starts_with("mariadb://")) => {
-                        bail!("`storage.url` must start with mysql://")
+                    Some(u) if !schemes.iter().any(|s| u.starts_with(s)) => {
+                        bail!("`storage.url` must start with {}", schemes[0])
                     }
                     _ => {}
                 }
@@ -243,12 +255,12 @@ impl Config {
                 }
                 if self.dedup.enabled && self.dedup.path.is_none() {
                     bail!(
-                        "the mysql backend keeps its dedup index in a local directory: set `dedup.path` (or --dedup-path), or `dedup.enabled = false` (--no-dedup)"
+                        "the {backend} backend keeps its dedup index in a local directory: set `dedup.path` (or --dedup-path), or `dedup.enabled = false` (--no-dedup)"
                     );
                 }
             }
             other => bail!(
-                "`storage.backend` = {other:?} is not supported (supported: \"posix\", \"mysql\")"
+                "`storage.backend` = {other:?} is not supported (supported: \"posix\", \"mysql\", \"postgres\")"
             ),
         }
         if self.batching.max_entries == 0 {
@@ -301,6 +313,9 @@ mod tests {
         c.validate().unwrap();
         assert_eq!(c.storage.backend, "mysql");
         assert_eq!(c.storage.pool_size, Config::defaults().storage.pool_size);
+        let c = Config::load(&dir.join("../../config/postgres.toml")).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.storage.backend, "postgres");
     }
 
     #[test]
@@ -326,6 +341,11 @@ mod tests {
         c.storage.url = Some("mysql://root@127.0.0.1/t".into());
         assert!(format!("{:#}", c.validate().unwrap_err()).contains("dedup.path"));
         c.dedup.enabled = false;
+        c.validate().unwrap();
+        c.storage.backend = "postgres".into();
+        let msg = format!("{:#}", c.validate().unwrap_err());
+        assert!(msg.contains("postgres://"), "{msg}");
+        c.storage.url = Some("postgres://tlogd@127.0.0.1/t".into());
         c.validate().unwrap();
     }
 }

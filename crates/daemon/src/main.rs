@@ -12,6 +12,7 @@ use tlogd_core::note::{NoteSigner, generate_key};
 use tlogd_dedup_rocksdb::{DedupOptions, RocksDedup};
 use tlogd_storage_mysql::{MysqlOptions, MysqlStorage};
 use tlogd_storage_posix::PosixStorage;
+use tlogd_storage_postgres::{PostgresOptions, PostgresStorage};
 
 use tlogd::config::Config;
 use tlogd::observe;
@@ -54,16 +55,18 @@ struct ServeArgs {
     /// TOML configuration file (see config/posix.toml).
     #[arg(long, short)]
     config: Option<PathBuf>,
-    /// Storage backend: posix (default) or mysql.
-    #[arg(long, value_parser = ["posix", "mysql"])]
+    /// Storage backend: posix (default), mysql or postgres.
+    #[arg(long, value_parser = ["posix", "mysql", "postgres"])]
     backend: Option<String>,
     /// Log root directory (POSIX backend).
     #[arg(long)]
     storage_dir: Option<PathBuf>,
-    /// MySQL/MariaDB URL (mysql backend), e.g. mysql://user:pass@127.0.0.1:3306/tlog.
+    /// Database URL (mysql, postgres backends), e.g. mysql://user:pass@127.0.0.1:3306/tlog
+    /// or postgres://user:pass@127.0.0.1:5432/tlog.
     #[arg(long)]
     database_url: Option<String>,
-    /// Dedup index directory (default: <storage-dir>/.tlogd/dedup; required for mysql).
+    /// Dedup index directory (default: <storage-dir>/.tlogd/dedup; required for mysql and
+    /// postgres).
     #[arg(long)]
     dedup_path: Option<PathBuf>,
     /// Public listen address for the log API [default: 127.0.0.1:2024].
@@ -186,20 +189,37 @@ async fn serve(c: Config) -> anyhow::Result<()> {
     lc.dedup_max_lag = c.dedup.max_lag;
     lc.retry_after = Duration::from_secs(c.queue.retry_after_s.max(1));
     lc.commit_retry = Duration::from_millis(c.storage.commit_retry_ms);
-    if c.storage.backend == "mysql" {
-        let url = c.storage.url.clone().unwrap_or_default();
-        let opts = MysqlOptions {
-            max_connections: c.storage.pool_size,
-            tile_cache_bytes: c.storage.cache_mib << 20,
-            ..MysqlOptions::default()
-        };
-        let storage = Arc::new(
-            MysqlStorage::connect(&url, &origin, opts)
-                .await
-                .context("opening the mysql log")?,
-        );
-        let dedup = open_dedup(&c, None).await?;
-        return run(storage, dedup, lc, &c).await;
+    let url = c.storage.url.clone().unwrap_or_default();
+    match c.storage.backend.as_str() {
+        "mysql" => {
+            let opts = MysqlOptions {
+                max_connections: c.storage.pool_size,
+                tile_cache_bytes: c.storage.cache_mib << 20,
+                ..MysqlOptions::default()
+            };
+            let storage = Arc::new(
+                MysqlStorage::connect(&url, &origin, opts)
+                    .await
+                    .context("opening the mysql log")?,
+            );
+            let dedup = open_dedup(&c, None).await?;
+            return run(storage, dedup, lc, &c).await;
+        }
+        "postgres" => {
+            let opts = PostgresOptions {
+                max_connections: c.storage.pool_size,
+                tile_cache_bytes: c.storage.cache_mib << 20,
+                ..PostgresOptions::default()
+            };
+            let storage = Arc::new(
+                PostgresStorage::connect(&url, &origin, opts)
+                    .await
+                    .context("opening the postgres log")?,
+            );
+            let dedup = open_dedup(&c, None).await?;
+            return run(storage, dedup, lc, &c).await;
+        }
+        _ => {}
     }
     let dir = c.storage.dir.clone().unwrap_or_default();
     let storage = Arc::new(

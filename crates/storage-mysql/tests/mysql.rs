@@ -1,704 +1,96 @@
-//! The MySQL backend against a private MariaDB server (feature `testdb`), driven by the
-//! real engine: byte-identical to the Go reference logs, compare-and-swap between
-//! frontends, schema and origin checks, a checkpoint that never goes backwards, and
-//! no acknowledged entry lost when the server is killed.
+//! The MySQL backend against a private MariaDB server (feature `testdb`): the SQL
+//! backends' conformance suite (`storage-sql/tests/support/conformance.rs`), driven by
+//! the real engine: byte-identical to the Go reference logs, compare-and-swap between
+//! frontends, schema and origin checks, a checkpoint that never goes backwards, and no
+//! acknowledged entry lost when the server is killed.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::path::{Path, PathBuf};
 
-use bytes::Bytes;
-use tlogd_core::bundle::append_entry;
-use tlogd_core::engine::checker::check_log;
-use tlogd_core::engine::{CommitBatch, Log, LogStorage, StorageError, TreeState};
-use tlogd_core::hash::leaf_hash;
-use tlogd_core::merkle::TileTree;
-use tlogd_core::note::NoteSigner;
-use tlogd_core::tile::TileId;
+use sqlx::AssertSqlSafe;
+use tlogd_core::engine::StorageError;
 use tlogd_storage_mysql::testdb::TestMariaDb;
-use tlogd_storage_mysql::{MysqlOptions, MysqlStorage, OpenError, SCHEMA_VERSION};
+use tlogd_storage_mysql::{MysqlOptions, MysqlStorage, OpenError};
 
 #[path = "../../core/tests/support/backend.rs"]
 mod backend;
+#[path = "../../storage-sql/tests/support/conformance.rs"]
+mod conformance;
 #[path = "../../core/tests/support/vectors_dir.rs"]
 mod vectors_dir;
-use backend::{ORIGIN, SKEY, add_in_order, config, files};
-use vectors_dir::vectors;
 
-fn options() -> MysqlOptions {
-    MysqlOptions {
-        connect_timeout: Duration::from_secs(3),
-        tile_cache_bytes: 8 << 20,
-        ..MysqlOptions::default()
+use conformance::{SqlBackend, TestServer};
+
+struct Mysql;
+
+impl TestServer for TestMariaDb {
+    fn url(&self, db: &str) -> String {
+        TestMariaDb::url(self, db)
+    }
+    async fn fresh_database(&self, prefix: &str) -> String {
+        TestMariaDb::fresh_database(self, prefix).await
+    }
+    fn port(&self) -> u16 {
+        TestMariaDb::port(self)
+    }
+    fn stop(&self) {
+        TestMariaDb::stop(self)
+    }
+    fn restart(&self) {
+        TestMariaDb::restart(self)
+    }
+    fn tls_ca(&self) -> Option<PathBuf> {
+        TestMariaDb::tls_ca(self)
     }
 }
 
-async fn open(url: &str) -> Arc<MysqlStorage> {
-    Arc::new(MysqlStorage::connect(url, ORIGIN, options()).await.unwrap())
-}
-
-async fn fresh(name: &str) -> String {
-    TestMariaDb::shared().fresh_database(name).await
-}
-
-/// A vector file read back through the storage API.
-async fn read_resource(s: &MysqlStorage, rel: &str) -> Option<Vec<u8>> {
-    if rel == "checkpoint" {
-        s.read_checkpoint().await.unwrap()
-    } else {
-        let id = TileId::parse(rel).unwrap_or_else(|e| panic!("{rel}: {e}"));
-        s.read_tile(&id).await.unwrap()
+impl SqlBackend for Mysql {
+    type Storage = MysqlStorage;
+    type Server = TestMariaDb;
+    fn shared() -> &'static TestMariaDb {
+        TestMariaDb::shared()
     }
-}
-
-/// Check the whole log and that every entry is `want(index)`.
-async fn check_entries(s: &MysqlStorage, want: impl Fn(u64) -> Option<Vec<u8>>) -> u64 {
-    let verifier = NoteSigner::from_skey(SKEY).unwrap().verifier();
-    let mut bad = Vec::new();
-    let mut visit = |i: u64, e: &[u8]| {
-        if let Some(w) = want(i)
-            && w != e
-        {
-            bad.push(i);
-        }
-    };
-    let report = check_log(s, ORIGIN, &verifier, Some(&mut visit))
-        .await
-        .unwrap();
-    assert!(
-        bad.is_empty(),
-        "entries differ at {:?}",
-        &bad[..bad.len().min(10)]
-    );
-    report.state.size
-}
-
-#[tokio::test(flavor = "current_thread")]
-async fn every_intermediate_state_of_the_small_log_matches() {
-    let v = vectors().join("tessera-testdata-log");
-    let words =
-        "one two three four five six seven eit nain ten ileven twelf threeten fourten fivten";
-    let storage = open(&fresh("small").await).await;
-    assert_eq!(storage.load_state().await.unwrap(), None, "fresh log");
-    let (log, tasks) = Log::open(storage.clone(), None, config(1)).await.unwrap();
-    let wait_checkpoint = |n: u64| {
-        let log = log.clone();
-        async move {
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline {
-                if log.published_size() == Some(n) {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-            panic!("checkpoint {n} not published");
-        }
-    };
-    wait_checkpoint(0).await;
-    assert_eq!(
-        storage.read_checkpoint().await.unwrap().unwrap(),
-        std::fs::read(v.join("checkpoint.0")).unwrap(),
-        "empty checkpoint"
-    );
-    for (i, w) in words.split(' ').enumerate() {
-        let n = i as u64 + 1;
-        assert_eq!(
-            log.add(Bytes::from(w.to_string())).await.unwrap().index,
-            i as u64
-        );
-        wait_checkpoint(n).await;
-        let cp = storage.read_checkpoint().await.unwrap().unwrap();
-        assert!(
-            cp == std::fs::read(v.join(format!("checkpoint.{n}"))).unwrap(),
-            "checkpoint at size {n}"
-        );
-        // Only the newest width is stored: every earlier partial is served by
-        // truncating it, and must match the reference byte for byte.
-        for k in 1..=n {
-            for rel in [
-                format!("tile/0/000.p/{k}"),
-                format!("tile/entries/000.p/{k}"),
-            ] {
-                let got = read_resource(&storage, &rel).await;
-                assert!(
-                    got == Some(std::fs::read(v.join(&rel)).unwrap()),
-                    "{rel} at size {n}"
-                );
-            }
-        }
-        // A partial wider than the tree is not served.
-        for rel in [
-            format!("tile/0/000.p/{}", n + 1),
-            format!("tile/entries/000.p/{}", n + 1),
-        ] {
-            assert_eq!(
-                read_resource(&storage, &rel).await,
-                None,
-                "{rel} at size {n}"
-            );
-        }
+    fn start() -> TestMariaDb {
+        TestMariaDb::start()
     }
-    log.shutdown();
-    tasks.join().await;
-    assert_eq!(check_entries(&storage, |_| None).await, 15);
-}
-
-/// Append the 70,000 reference entries in batches of `sizes` (cycled), reopening the
-/// storage and the engine halfway; then compare every file of the reference log.
-async fn seventy_thousand(name: &str, sizes: &[usize]) {
-    let want_dir = vectors().join("tessera-70k");
-    let url = fresh(name).await;
-    let entries: Vec<Bytes> = (0..70_000)
-        .map(|i| Bytes::from(format!("entry {i}")))
-        .collect();
-    let half = 33_333;
-    let mut next = 0usize;
-    let mut cycle = sizes.iter().cycle();
-    for end in [half, entries.len()] {
-        // Each chunk is pushed whole before the integrator runs: one batch per chunk.
-        let storage = open(&url).await;
-        let (log, tasks) = Log::open(storage.clone(), None, config(1 << 16))
+    fn start_tls() -> TestMariaDb {
+        TestMariaDb::start_tls()
+    }
+    async fn connect(
+        url: &str,
+        origin: &str,
+        opts: MysqlOptions,
+    ) -> Result<MysqlStorage, OpenError> {
+        MysqlStorage::connect(url, origin, opts).await
+    }
+    async fn close(s: &MysqlStorage) {
+        s.close().await
+    }
+    async fn lock_sequencer(s: &MysqlStorage) -> Result<(), StorageError> {
+        s.lock_sequencer().await
+    }
+    async fn unlock_sequencer(s: &MysqlStorage) {
+        s.unlock_sequencer().await
+    }
+    async fn execute(s: &MysqlStorage, sql: &str) {
+        sqlx::query(AssertSqlSafe(sql))
+            .execute(s.pool())
             .await
-            .unwrap();
-        while next < end {
-            let n = (*cycle.next().unwrap()).min(end - next);
-            add_in_order(&log, entries[next..next + n].to_vec(), next as u64).await;
-            next += n;
-        }
-        log.shutdown();
-        tasks.join().await;
-        storage.close().await;
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
-    let storage = open(&url).await;
-    for f in files(&want_dir) {
-        let rel = f.to_string_lossy();
-        let got = read_resource(&storage, &rel)
-            .await
-            .unwrap_or_else(|| panic!("{name}: {rel} missing"));
-        assert!(
-            got == std::fs::read(want_dir.join(&f)).unwrap(),
-            "{name}: {rel} differs from the Go reference"
-        );
+    async fn set_read_only(s: &MysqlStorage, on: bool) {
+        Self::execute(s, &format!("SET GLOBAL read_only = {}", u8::from(on))).await
     }
-    let size = check_entries(&storage, |i| Some(format!("entry {i}").into_bytes())).await;
-    assert_eq!(size, 70_000);
-}
-
-#[tokio::test(flavor = "current_thread")]
-async fn seventy_thousand_entries_in_batches_of_4096_match_the_go_reference() {
-    seventy_thousand("b4096", &[4096]).await;
-}
-
-#[tokio::test(flavor = "current_thread")]
-async fn seventy_thousand_entries_in_irregular_batches_match_the_go_reference() {
-    // Batches that end on, just before and just after tile boundaries, and spans
-    // crossing several tiles and a level-1 tile.
-    seventy_thousand(
-        "irregular",
-        &[1, 255, 256, 1, 3000, 17, 511, 65_536, 4097, 2],
-    )
-    .await;
-}
-
-/// A batch of `entries` on top of `tree` (advanced), as the engine would build it.
-fn batch(tree: &mut TileTree, bundle: &mut Vec<u8>, entries: &[&[u8]]) -> CommitBatch {
-    let prev = TreeState {
-        size: tree.size(),
-        root: if tree.size() == 0 {
-            TreeState::empty().root
-        } else {
-            tree.root()
-        },
-    };
-    let mut tiles = Vec::new();
-    let leaves: Vec<_> = entries.iter().map(|e| leaf_hash(e)).collect();
-    tree.append(&leaves, &mut tiles);
-    for e in entries {
-        append_entry(bundle, e).unwrap();
+    fn tls_url(url: &str, ca: &Path) -> String {
+        format!("{url}?ssl-mode=verify_ca&ssl-ca={}", ca.display())
     }
-    let width = (tree.size() % 256) as u16;
-    assert!(width > 0, "keep test batches inside the first bundle");
-    tiles.push((TileId::entries(0, width), bundle.clone()));
-    CommitBatch {
-        prev,
-        next: TreeState {
-            size: tree.size(),
-            root: tree.root(),
-        },
-        tiles,
-    }
-}
-
-#[tokio::test]
-async fn a_commit_on_a_stale_state_conflicts_and_leaves_nothing_visible() {
-    let url = fresh("cas").await;
-    let a = open(&url).await;
-    let b = open(&url).await;
-    let (mut ta, mut ba) = (TileTree::empty(), Vec::new());
-    let (mut tb, mut bb) = (TileTree::empty(), Vec::new());
-    let first = batch(&mut ta, &mut ba, &[b"a0", b"a1"]);
-    let first_next = first.next;
-    a.commit(first).await.unwrap();
-    // B builds on the empty tree it last saw.
-    let stale = batch(&mut tb, &mut bb, &[b"b0", b"b1", b"b2"]);
-    match b.commit(stale).await {
-        Err(StorageError::Conflict { expected, found }) => {
-            assert_eq!((expected, found), (0, 2));
-        }
-        other => panic!("expected a conflict, got {other:?}"),
-    }
-    // Nothing of B's batch is visible, from either frontend.
-    for s in [&a, &b] {
-        assert_eq!(s.load_state().await.unwrap(), Some(first_next));
-        let mut want = Vec::new();
-        append_entry(&mut want, b"a0").unwrap();
-        append_entry(&mut want, b"a1").unwrap();
-        assert_eq!(
-            s.read_tile(&TileId::entries(0, 2)).await.unwrap(),
-            Some(want.clone())
-        );
-        assert_eq!(s.read_tile(&TileId::entries(0, 3)).await.unwrap(), None);
-        assert_eq!(s.read_tile(&TileId::hash(0, 0, 3)).await.unwrap(), None);
-    }
-    // Retrying the very same batch (an uncertain error that did persist) conflicts
-    // too: the state already moved.
-    let mut t2 = TileTree::empty();
-    let mut b2 = Vec::new();
-    let again = batch(&mut t2, &mut b2, &[b"a0", b"a1"]);
-    assert!(matches!(
-        a.commit(again).await,
-        Err(StorageError::Conflict { .. })
-    ));
-    // B, rebuilt on the current state, commits.
-    let next = batch(&mut ta, &mut ba, &[b"b0"]);
-    let next_state = next.next;
-    b.commit(next).await.unwrap();
-    assert_eq!(a.load_state().await.unwrap(), Some(next_state));
-    assert_eq!(check_entries(&a, |_| None).await, 3);
-}
-
-#[tokio::test]
-async fn the_largest_possible_bundle_round_trips() {
-    // 256 entries of 65,535 bytes: a 16,777,472-byte bundle, beyond a MEDIUMBLOB and a
-    // 16 MiB packet.
-    let url = fresh("large").await;
-    let s = open(&url).await;
-    let entries: Vec<Vec<u8>> = (0..256u32)
-        .map(|i| vec![(i % 251) as u8 + 1; 65_535])
-        .collect();
-    let mut tree = TileTree::empty();
-    let mut tiles = Vec::new();
-    let leaves: Vec<_> = entries.iter().map(|e| leaf_hash(e)).collect();
-    tree.append(&leaves, &mut tiles);
-    let mut bundle = Vec::new();
-    for e in &entries {
-        append_entry(&mut bundle, e).unwrap();
-    }
-    assert_eq!(bundle.len(), 16_777_472);
-    tiles.push((TileId::entries(0, 256), bundle.clone()));
-    let next = TreeState {
-        size: 256,
-        root: tree.root(),
-    };
-    s.commit(CommitBatch {
-        prev: TreeState::empty(),
-        next,
-        tiles,
-    })
-    .await
-    .unwrap();
-    let big_cache = MysqlOptions {
-        tile_cache_bytes: 64 << 20,
-        ..options()
-    };
-    let other = MysqlStorage::connect(&url, ORIGIN, big_cache)
+    async fn tls_cipher(s: &MysqlStorage) -> String {
+        sqlx::query_scalar(
+            "SELECT VARIABLE_VALUE FROM information_schema.SESSION_STATUS WHERE VARIABLE_NAME = 'Ssl_cipher'",
+        )
+        .fetch_one(s.pool())
         .await
-        .unwrap();
-    assert_eq!(other.load_state().await.unwrap(), Some(next));
-    assert!(other.read_tile(&TileId::entries(0, 256)).await.unwrap() == Some(bundle.clone()));
-    // From the cache this time (the pool is closed), and truncated.
-    other.close().await;
-    assert!(other.load_state().await.is_err(), "the pool is closed");
-    assert!(other.read_tile(&TileId::entries(0, 256)).await.unwrap() == Some(bundle.clone()));
-    assert!(
-        other.read_tile(&TileId::entries(0, 3)).await.unwrap()
-            == Some(bundle[..3 * 65_537].to_vec())
-    );
-    assert_eq!(
-        check_entries(&s, |i| Some(entries[i as usize].clone())).await,
-        256
-    );
-}
-
-#[tokio::test]
-async fn the_sequencing_lock_is_exclusive_per_database() {
-    let url = fresh("seq").await;
-    let quick = MysqlOptions {
-        lock_timeout: Duration::from_secs(1),
-        ..options()
-    };
-    let a = MysqlStorage::connect(&url, ORIGIN, quick.clone())
-        .await
-        .unwrap();
-    let b = MysqlStorage::connect(&url, ORIGIN, quick.clone())
-        .await
-        .unwrap();
-    let elsewhere = MysqlStorage::connect(&fresh("seq_other").await, ORIGIN, quick)
-        .await
-        .unwrap();
-    a.lock_sequencer().await.unwrap();
-    let started = Instant::now();
-    let e = b.lock_sequencer().await.unwrap_err();
-    assert!(e.to_string().contains("sequencing lock"), "{e}");
-    assert!(started.elapsed() >= Duration::from_millis(900));
-    // Another database's log has a lock of its own.
-    elsewhere.lock_sequencer().await.unwrap();
-    elsewhere.unlock_sequencer().await;
-    a.unlock_sequencer().await;
-    b.lock_sequencer().await.unwrap();
-    b.unlock_sequencer().await;
-    // Unlocking twice is harmless.
-    b.unlock_sequencer().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_engines_on_one_database_sequence_without_forking() {
-    let url = fresh("two").await;
-    let mut logs = Vec::new();
-    let mut all_tasks = Vec::new();
-    for _ in 0..2 {
-        let (log, tasks) = Log::open(open(&url).await, None, config(64)).await.unwrap();
-        logs.push(log);
-        all_tasks.push(tasks);
-    }
-    let acked: Arc<Mutex<HashMap<u64, Vec<u8>>>> = Arc::default();
-    let mut workers = Vec::new();
-    for w in 0..8usize {
-        let log = logs[w % 2].clone();
-        let acked = acked.clone();
-        workers.push(tokio::spawn(async move {
-            for i in 0..150 {
-                let e = format!("frontend {} worker {w} entry {i}", w % 2).into_bytes();
-                let out = log.add(Bytes::from(e.clone())).await.unwrap();
-                let prev = acked.lock().unwrap().insert(out.index, e);
-                assert!(prev.is_none(), "index {} handed out twice", out.index);
-            }
-        }));
-    }
-    for w in workers {
-        w.await.unwrap();
-    }
-    for log in &logs {
-        log.shutdown();
-    }
-    for t in all_tasks {
-        t.join().await;
-    }
-    let acked = acked.lock().unwrap().clone();
-    let n = acked.len() as u64;
-    assert_eq!(n, 8 * 150);
-    assert!(
-        (0..n).all(|i| acked.contains_key(&i)),
-        "indices not contiguous"
-    );
-    let storage = open(&url).await;
-    let size = check_entries(&storage, |i| acked.get(&i).cloned()).await;
-    assert_eq!(size, n);
-}
-
-#[tokio::test]
-async fn reopening_works_and_a_foreign_or_future_database_is_refused() {
-    let url = fresh("meta").await;
-    let storage = open(&url).await;
-    let (log, tasks) = Log::open(storage.clone(), None, config(16)).await.unwrap();
-    for i in 0..40u32 {
-        log.add(Bytes::from(format!("m{i}"))).await.unwrap();
-    }
-    log.shutdown();
-    tasks.join().await;
-    let state = storage.load_state().await.unwrap().unwrap();
-    assert_eq!(state.size, 40);
-    storage.close().await;
-
-    // Reopening sees the state and the log.
-    let again = open(&url).await;
-    assert_eq!(again.load_state().await.unwrap(), Some(state));
-    assert_eq!(check_entries(&again, |_| None).await, 40);
-
-    // Another log's database.
-    match MysqlStorage::connect(&url, "example.com/other", options()).await {
-        Err(e @ OpenError::OriginMismatch { .. }) => {
-            let msg = e.to_string();
-            assert!(
-                msg.contains("example.com/other") && msg.contains(ORIGIN),
-                "{msg}"
-            );
-        }
-        other => panic!("expected an origin mismatch, got {:?}", other.err()),
-    }
-
-    // A migration of a newer, compatible release is tolerated.
-    sqlx::query(
-        "INSERT INTO tlogd_migrations (version, description, success, checksum, execution_time) \
-         VALUES (9999, 'from the future', TRUE, X'00', 0)",
-    )
-    .execute(again.pool())
-    .await
-    .unwrap();
-    let compatible = open(&url).await;
-    assert_eq!(compatible.load_state().await.unwrap(), Some(state));
-
-    // A schema upgraded beyond this release's compatibility is refused, clearly.
-    sqlx::query("UPDATE tlogd_meta SET schema_version = ? WHERE id = 1")
-        .bind(SCHEMA_VERSION + 1)
-        .execute(again.pool())
-        .await
-        .unwrap();
-    match MysqlStorage::connect(&url, ORIGIN, options()).await {
-        Err(e @ OpenError::SchemaTooNew { .. }) => {
-            let msg = e.to_string();
-            assert!(msg.contains("upgrade tlogd"), "{msg}");
-        }
-        other => panic!("expected a schema refusal, got {:?}", other.err()),
-    }
-
-    // Not a database at all.
-    match MysqlStorage::connect(&TestMariaDb::shared().url(""), ORIGIN, options()).await {
-        Err(OpenError::NoDatabase) => {}
-        other => panic!("expected NoDatabase, got {:?}", other.err()),
-    }
-    match MysqlStorage::connect(&TestMariaDb::shared().url("no_such_db"), ORIGIN, options()).await {
-        Err(e @ OpenError::Connect { .. }) => assert!(!e.to_string().contains("root@"), "{e}"),
-        other => panic!("expected a connect error, got {:?}", other.err()),
+        .unwrap_or_else(|e| panic!("reading Ssl_cipher: {e}"))
     }
 }
 
-fn fake_checkpoint(size: u64, tag: &str) -> Vec<u8> {
-    format!("{ORIGIN}\n{size}\nroot-{tag}\n\n— sig {tag}\n").into_bytes()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_checkpoint_never_goes_backwards() {
-    let url = fresh("checkpoint").await;
-    let s = open(&url).await;
-    assert_eq!(s.read_checkpoint().await.unwrap(), None);
-    s.publish_checkpoint(&fake_checkpoint(10, "ten"))
-        .await
-        .unwrap();
-    s.publish_checkpoint(&fake_checkpoint(5, "five"))
-        .await
-        .unwrap();
-    assert_eq!(
-        s.read_checkpoint().await.unwrap(),
-        Some(fake_checkpoint(10, "ten"))
-    );
-    s.publish_checkpoint(&fake_checkpoint(11, "eleven"))
-        .await
-        .unwrap();
-    assert_eq!(
-        s.read_checkpoint().await.unwrap(),
-        Some(fake_checkpoint(11, "eleven"))
-    );
-    // Frontends publishing concurrently, in any order: the largest wins.
-    let other = open(&url).await;
-    let mut tasks = Vec::new();
-    for size in (12..60u64).rev() {
-        let st = if size % 2 == 0 {
-            s.clone()
-        } else {
-            other.clone()
-        };
-        tasks.push(tokio::spawn(async move {
-            st.publish_checkpoint(&fake_checkpoint(size, &size.to_string()))
-                .await
-                .unwrap()
-        }));
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
-    assert_eq!(
-        other.read_checkpoint().await.unwrap(),
-        Some(fake_checkpoint(59, "59"))
-    );
-    assert!(s.publish_checkpoint(b"no size line").await.is_err());
-    s.check_writable().await.unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn no_acknowledged_add_is_lost_when_the_server_is_killed() {
-    // A server of its own: this test kills it.
-    let db = Arc::new(
-        tokio::task::spawn_blocking(TestMariaDb::start)
-            .await
-            .unwrap(),
-    );
-    let url = db.fresh_database("crash").await;
-    let storage = open(&url).await;
-    let (log, tasks) = Log::open(storage.clone(), None, config(32)).await.unwrap();
-    let acked: Arc<Mutex<HashMap<u64, Vec<u8>>>> = Arc::default();
-    let failed = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut workers = Vec::new();
-    for w in 0..4 {
-        let (log, acked, failed, stop) = (log.clone(), acked.clone(), failed.clone(), stop.clone());
-        workers.push(tokio::spawn(async move {
-            let mut i = 0u64;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let e = format!("worker {w} entry {i}").into_bytes();
-                i += 1;
-                match log.add(Bytes::from(e.clone())).await {
-                    Ok(out) => {
-                        assert!(acked.lock().unwrap().insert(out.index, e).is_none());
-                    }
-                    Err(_) => {
-                        failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                    }
-                }
-            }
-        }));
-    }
-    let wait_acks = |n: usize| {
-        let acked = acked.clone();
-        async move {
-            let deadline = Instant::now() + Duration::from_secs(60);
-            while acked.lock().unwrap().len() < n {
-                assert!(
-                    Instant::now() < deadline,
-                    "only {} acks",
-                    acked.lock().unwrap().len()
-                );
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        }
-    };
-    for round in 0..2 {
-        let before = acked.lock().unwrap().len();
-        wait_acks(before + 200).await;
-        // Crash mid-stream, stay down a moment, come back.
-        let d = db.clone();
-        tokio::task::spawn_blocking(move || d.stop()).await.unwrap();
-        assert!(
-            std::net::TcpStream::connect(("127.0.0.1", db.port())).is_err(),
-            "the server is still up"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let d = db.clone();
-        tokio::task::spawn_blocking(move || d.restart())
-            .await
-            .unwrap();
-        // The same engine keeps going: more adds are acknowledged.
-        let after = acked.lock().unwrap().len();
-        wait_acks(after + 200).await;
-        eprintln!(
-            "round {round}: {} acks, {} failed adds",
-            acked.lock().unwrap().len(),
-            failed.load(std::sync::atomic::Ordering::Relaxed)
-        );
-    }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    for w in workers {
-        w.await.unwrap();
-    }
-    log.shutdown();
-    tasks.join().await;
-    // Every acknowledged index holds the bytes sent, in a log that checks out.
-    let acked = acked.lock().unwrap().clone();
-    let reopened = open(&url).await;
-    let size = check_entries(&reopened, |i| acked.get(&i).cloned()).await;
-    assert!(
-        acked.keys().all(|&i| i < size),
-        "an acked index is beyond the tree"
-    );
-    // The probe sees a read-only server.
-    sqlx::query("SET GLOBAL read_only = 1")
-        .execute(reopened.pool())
-        .await
-        .unwrap();
-    assert!(reopened.check_writable().await.is_err());
-    sqlx::query("SET GLOBAL read_only = 0")
-        .execute(reopened.pool())
-        .await
-        .unwrap();
-    reopened.check_writable().await.unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tls_connections_verify_the_server_certificate() {
-    let db = TestMariaDb::start_tls();
-    let ca = db.tls_ca().unwrap();
-    let url = db.fresh_database("tls").await;
-    let tls_url = format!("{url}?ssl-mode=verify_ca&ssl-ca={}", ca.display());
-    let storage = Arc::new(
-        MysqlStorage::connect(&tls_url, ORIGIN, options())
-            .await
-            .unwrap(),
-    );
-    let (log, tasks) = Log::open(storage.clone(), None, config(16)).await.unwrap();
-    add_in_order(
-        &log,
-        (0..40).map(|i| Bytes::from(format!("tls {i}"))).collect(),
-        0,
-    )
-    .await;
-    log.shutdown();
-    tasks.join().await;
-    let cipher: String = sqlx::query_scalar(
-        "SELECT VARIABLE_VALUE FROM information_schema.SESSION_STATUS WHERE VARIABLE_NAME = 'Ssl_cipher'",
-    )
-    .fetch_one(storage.pool())
-    .await
-    .unwrap();
-    assert!(!cipher.is_empty(), "the connection is not encrypted");
-    assert_eq!(check_entries(&storage, |_| None).await, 40);
-    // A server whose certificate does not chain to the given CA is refused.
-    let wrong_ca = ca.with_file_name("server-cert.pem");
-    let bad = format!("{url}?ssl-mode=verify_ca&ssl-ca={}", wrong_ca.display());
-    match MysqlStorage::connect(&bad, ORIGIN, options()).await {
-        Ok(_) => panic!("connected with an untrusted server certificate"),
-        Err(e) => {
-            let msg = format!("{e}");
-            assert!(
-                msg.contains("certificate") || msg.contains("ssuer"),
-                "{msg}"
-            );
-        }
-    }
-}
-
-#[tokio::test]
-async fn read_tiles_answers_like_read_tile_in_one_query() {
-    let url = fresh("read_tiles").await;
-    let storage = open(&url).await;
-    let (log, tasks) = Log::open(storage.clone(), None, config(64)).await.unwrap();
-    add_in_order(
-        &log,
-        (0..600).map(|i| Bytes::from(format!("rt {i}"))).collect(),
-        0,
-    )
-    .await;
-    log.shutdown();
-    tasks.join().await;
-    use tlogd_core::tile::TileId;
-    let ids = [
-        TileId::hash(0, 0, 256),
-        TileId::hash(0, 2, 50),
-        TileId::hash(0, 2, 88),
-        TileId::hash(0, 2, 89),
-        TileId::entries(1, 256),
-        TileId::entries(2, 10),
-        TileId::hash(1, 0, 2),
-        TileId::hash(0, 7, 1),
-    ];
-    // A fresh connection (nothing cached), then again with the full tiles cached.
-    let fresh_storage = open(&url).await;
-    for _ in 0..2 {
-        let batched = fresh_storage.read_tiles(&ids).await.unwrap();
-        for (id, got) in ids.iter().zip(&batched) {
-            assert_eq!(got, &storage.read_tile(id).await.unwrap(), "{}", id.path());
-        }
-        assert!(batched[3].is_none() && batched[7].is_none());
-        assert!(batched.iter().filter(|b| b.is_some()).count() == 6);
-    }
-}
+sql_conformance_tests!(Mysql);

@@ -1,5 +1,6 @@
-//! The real `tlogd` binary on the MySQL backend, against a private MariaDB server:
-//! several daemons on one database, and a database restart under load.
+//! The real `tlogd` binary on the SQL backends (MySQL against a private MariaDB
+//! server, PostgreSQL against a private PostgreSQL server): several daemons on one
+//! database under the loadgen, and a database restart under load.
 
 mod common;
 
@@ -10,25 +11,97 @@ use clap::Parser;
 use common::*;
 use tlog_loadgen::{Args, run};
 use tlogd_storage_mysql::testdb::TestMariaDb;
+use tlogd_storage_postgres::testdb::TestPostgres;
 
 const VKEY: &str = "example.com/log/testdata+33d7b496+AeHTu4Q3hEIMHNqc6fASMsq3rKNx280NI+oO5xCFkkSx";
 
+/// A private database server of one backend.
+trait Server: Send + Sync + 'static {
+    /// `storage.backend`.
+    const BACKEND: &'static str;
+    fn shared() -> &'static Self;
+    fn start() -> Self;
+    async fn fresh_database(&self, prefix: &str) -> String;
+    fn stop(&self);
+    fn restart(&self);
+}
+
+impl Server for TestMariaDb {
+    const BACKEND: &'static str = "mysql";
+    fn shared() -> &'static Self {
+        TestMariaDb::shared()
+    }
+    fn start() -> Self {
+        TestMariaDb::start()
+    }
+    async fn fresh_database(&self, prefix: &str) -> String {
+        TestMariaDb::fresh_database(self, prefix).await
+    }
+    fn stop(&self) {
+        TestMariaDb::stop(self)
+    }
+    fn restart(&self) {
+        TestMariaDb::restart(self)
+    }
+}
+
+impl Server for TestPostgres {
+    const BACKEND: &'static str = "postgres";
+    fn shared() -> &'static Self {
+        TestPostgres::shared()
+    }
+    fn start() -> Self {
+        TestPostgres::start()
+    }
+    async fn fresh_database(&self, prefix: &str) -> String {
+        TestPostgres::fresh_database(self, prefix).await
+    }
+    fn stop(&self) {
+        TestPostgres::stop(self)
+    }
+    fn restart(&self) {
+        TestPostgres::restart(self)
+    }
+}
+
 /// A daemon on the database at `url`, its files (key, config, dedup index) in `dir`.
-fn mysql_daemon(dir: &std::path::Path, url: &str) -> Daemon {
+fn sql_daemon<S: Server>(dir: &std::path::Path, url: &str) -> Daemon {
     std::fs::create_dir_all(dir).unwrap();
-    let storage = format!("backend = \"mysql\"\nurl = \"{url}\"\npool_size = 8\n");
+    let storage = format!(
+        "backend = \"{}\"\nurl = \"{url}\"\npool_size = 8\n",
+        S::BACKEND
+    );
     let dedup = format!("[dedup]\npath = \"{}\"\n", dir.join("dedup").display());
     Daemon::start_with(dir, &storage, &dedup)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_daemons_share_one_database() {
-    let db = TestMariaDb::shared();
+async fn two_daemons_share_one_mysql_database() {
+    two_daemons_share_one_database::<TestMariaDb>().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_daemons_share_one_postgres_database() {
+    two_daemons_share_one_database::<TestPostgres>().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mysql_restart_under_load_loses_no_acknowledged_entry() {
+    a_database_restart_under_load_loses_no_acknowledged_entry::<TestMariaDb>().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_restart_under_load_loses_no_acknowledged_entry() {
+    a_database_restart_under_load_loses_no_acknowledged_entry::<TestPostgres>().await
+}
+
+async fn two_daemons_share_one_database<S: Server>() {
+    let db = S::shared();
     let url = db.fresh_database("e2e_two").await;
     let dir = tempfile::tempdir().unwrap();
     let http = Http::new();
-    let mut a = mysql_daemon(&dir.path().join("a"), &url);
-    let mut b = mysql_daemon(&dir.path().join("b"), &url);
+    let mut a = sql_daemon::<S>(&dir.path().join("a"), &url);
+    let mut b = sql_daemon::<S>(&dir.path().join("b"), &url);
     a.wait_ready(&http).await;
     b.wait_ready(&http).await;
     let report_path = dir.path().join("report.json");
@@ -80,14 +153,13 @@ async fn two_daemons_share_one_database() {
     assert!(b.terminate().success());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_database_restart_under_load_loses_no_acknowledged_entry() {
+async fn a_database_restart_under_load_loses_no_acknowledged_entry<S: Server>() {
     // A server of its own: restarting the shared one would disturb other tests.
-    let db = Arc::new(TestMariaDb::start());
+    let db = Arc::new(tokio::task::spawn_blocking(S::start).await.unwrap());
     let url = db.fresh_database("e2e_restart").await;
     let dir = tempfile::tempdir().unwrap();
     let http = Http::new();
-    let mut d = mysql_daemon(dir.path(), &url);
+    let mut d = sql_daemon::<S>(dir.path(), &url);
     d.wait_ready(&http).await;
     let u = d.url.clone();
     let mut writers = Writers::default();
