@@ -71,6 +71,8 @@ impl SqlBackend for Mysql {
     async fn unlock_sequencer(s: &MysqlStorage) {
         s.unlock_sequencer().await
     }
+    const FUTURE_MIGRATION: &'static str = "INSERT INTO tlogd_migrations (version, description, success, checksum, execution_time) \
+         VALUES (9999, 'from the future', TRUE, X'00', 0)";
     async fn execute(s: &MysqlStorage, sql: &str) {
         sqlx::query(AssertSqlSafe(sql))
             .execute(s.pool())

@@ -70,6 +70,8 @@ impl SqlBackend for Postgres {
     async fn unlock_sequencer(s: &PostgresStorage) {
         s.unlock_sequencer().await
     }
+    const FUTURE_MIGRATION: &'static str = "INSERT INTO tlogd_migrations (version, description, success, checksum, execution_time) \
+         VALUES (9999, 'from the future', TRUE, '\\x00'::bytea, 0)";
     async fn execute(s: &PostgresStorage, sql: &str) {
         sqlx::query(AssertSqlSafe(sql))
             .execute(s.pool())

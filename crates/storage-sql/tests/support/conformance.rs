@@ -65,6 +65,8 @@ pub trait SqlBackend: Send + Sync + 'static {
     fn lock_sequencer(s: &Self::Storage) -> impl Future<Output = Result<(), StorageError>> + Send;
     /// Release the sequencing lock.
     fn unlock_sequencer(s: &Self::Storage) -> impl Future<Output = ()> + Send;
+    /// Record a migration of a newer, compatible release in `tlogd_migrations`.
+    const FUTURE_MIGRATION: &'static str;
     /// Run a statement without parameters; panics on failure.
     fn execute(s: &Self::Storage, sql: &str) -> impl Future<Output = ()> + Send;
     /// Make the server refuse writes (or accept them again), as a replica would.
@@ -519,12 +521,7 @@ pub async fn reopening_works_and_a_foreign_or_future_database_is_refused<B: SqlB
     }
 
     // A migration of a newer, compatible release is tolerated.
-    B::execute(
-        &again,
-        "INSERT INTO tlogd_migrations (version, description, success, checksum, execution_time) \
-         VALUES (9999, 'from the future', TRUE, X'00', 0)",
-    )
-    .await;
+    B::execute(&again, B::FUTURE_MIGRATION).await;
     let compatible = open::<B>(&url).await;
     assert_eq!(compatible.load_state().await.unwrap(), Some(state));
 
