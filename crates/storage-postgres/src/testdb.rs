@@ -232,7 +232,7 @@ fn postgres_bin_dirs() -> Vec<PathBuf> {
                 .collect()
         })
         .unwrap_or_default();
-    dirs.sort_by(|a, b| b.0.cmp(&a.0));
+    dirs.sort_by_key(|d| std::cmp::Reverse(d.0));
     dirs.into_iter().map(|(_, d)| d).collect()
 }
 
