@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Side-by-side run of tlogd on PostgreSQL and on MariaDB, on this machine, with the
+# loadgen (every entry verified): private servers with durable commits, one then two
+# frontends per database, CPU per append of tlogd and of the database server from
+# /proc. Results go to benches/README.md by hand.
+#
+#   benches/sql-backends.sh [seconds per run, default 20]
+#
+# Needs the release binaries (cargo build --release -p tlogd -p tlog-loadgen) and the
+# packages of `scripts/deps.sh test`. Runs as root (PostgreSQL as the postgres user).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+secs="${1:-20}"
+bin="$CARGO_TARGET_DIR/release"
+work=$(mktemp -d /tmp/tlogd-sqlbench-XXXX)
+chmod 755 "$work"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# utime+stime (clock ticks) of every process whose command name is $1.
+ticks_of() { awk -v n="($1)" '$2 == n { s += $14 + $15 } END { print s + 0 }' /proc/[0-9]*/stat 2>/dev/null; }
+ticks_pid() { awk '{print $14+$15}' "/proc/$1/stat"; }
+
+"$bin/tlogd" keygen --origin bench.example/log --out "$work/key" > "$work/vkey" 2>/dev/null
+
+# PostgreSQL: initdb + postgres, fsync and synchronous_commit on (the defaults).
+pgbin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+pgport=$(free_port)
+install -d -o postgres -m 700 "$work/pg"
+su postgres -c "$pgbin/initdb -D $work/pg -U postgres --auth=trust --no-instructions --no-sync" >/dev/null
+su postgres -c "$pgbin/postgres -D $work/pg -p $pgport -c listen_addresses=127.0.0.1 -c unix_socket_directories= -c shared_buffers=1GB -c max_connections=300" >"$work/pg.log" 2>&1 &
+pids+=($!)
+# MariaDB, as the MySQL rows of benches/README.md.
+myport=$(free_port)
+mariadb-install-db --no-defaults --user=root --datadir="$work/my" --auth-root-authentication-method=normal --skip-test-db >/dev/null 2>&1
+mariadbd --no-defaults --user=root --datadir="$work/my" --port="$myport" --bind-address=127.0.0.1 --socket="$work/my/s.sock" \
+  --skip-log-bin --innodb-buffer-pool-size=1G --innodb-log-file-size=512M --innodb-flush-log-at-trx-commit=1 \
+  --max-connections=500 --max-allowed-packet=64M >"$work/my.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do
+  psql -h 127.0.0.1 -p "$pgport" -U postgres -c 'select 1' >/dev/null 2>&1 && mariadb -h 127.0.0.1 -P "$myport" -u root -e 'select 1' >/dev/null 2>&1 && break
+  sleep 0.2
+done
+
+run() { # backend url-base frontends label
+  local backend=$1 base=$2 n=$3 label=$4 db="b$RANDOM"
+  if [ "$backend" = postgres ]; then psql -q -h 127.0.0.1 -p "$pgport" -U postgres -c "create database $db"; server=postgres
+  else mariadb -h 127.0.0.1 -P "$myport" -u root -e "create database $db"; server=mariadbd; fi
+  local urls=() tl=()
+  for i in $(seq "$n"); do
+    local port; port=$(free_port)
+    "$bin/tlogd" serve --backend "$backend" --database-url "$base/$db" --origin bench.example/log \
+      --private-key-file "$work/key" --listen "127.0.0.1:$port" --metrics-listen "" --no-dedup 2>"$work/tlogd-$i.log" &
+    tl+=($!); pids+=($!)
+    urls+=(--write-log-url "http://127.0.0.1:$port")
+    for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/checkpoint" >/dev/null && break; sleep 0.1; done
+  done
+  local t0=0 s0; for p in "${tl[@]}"; do t0=$((t0 + $(ticks_pid "$p"))); done; s0=$(ticks_of "$server")
+  "$bin/tlog-loadgen" --log-url "${urls[1]}" "${urls[@]}" --log-public-key "$(cat "$work/vkey")" \
+    --writers 256 --duration "$secs" --quiet --report-json "$work/r.json" >/dev/null
+  local t1=0 s1; for p in "${tl[@]}"; do t1=$((t1 + $(ticks_pid "$p"))); done; s1=$(ticks_of "$server")
+  for p in "${tl[@]}"; do kill "$p"; wait "$p" 2>/dev/null || true; done
+  python3 - "$work/r.json" "$label" $((t1 - t0)) $((s1 - s0)) "$(getconf CLK_TCK)" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1])); label = sys.argv[2]
+tl, sv, hz = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+adds = r["writes_new"] + r["writes_duplicate"]
+ops = {o["operation"]: o for o in r["operations"]}
+add = ops.get("add (time in queue)", {})
+tti = ops.get("time to integrate", {})
+f = lambda o, k: o.get(k, float("nan"))
+print(f"| {label} | {r['tree_growth_per_s']:,.0f} | {tl / hz / adds * 1e6:.1f} µs | {sv / hz / adds * 1e6:.1f} µs | "
+      f"{f(add,'p50_ms'):.1f} / {f(add,'p99_ms'):.1f} / {f(add,'max_ms'):.0f} ms | {f(tti,'p50_ms'):.0f} / {f(tti,'p99_ms'):.0f} ms | ok={r['ok']} |")
+EOF
+}
+
+echo "| setup | appends/s (tree growth) | tlogd CPU/append | server CPU/append | add p50 / p99 / max | time-to-integrate p50 / p99 | |"
+echo "|---|---|---|---|---|---|---|"
+run postgres "postgres://postgres@127.0.0.1:$pgport" 1 "PostgreSQL 15, 1 frontend"
+run mysql "mysql://root@127.0.0.1:$myport" 1 "MariaDB 10.11, 1 frontend"
+run postgres "postgres://postgres@127.0.0.1:$pgport" 2 "PostgreSQL 15, 2 frontends"
+run mysql "mysql://root@127.0.0.1:$myport" 2 "MariaDB 10.11, 2 frontends"
+run postgres "postgres://postgres@127.0.0.1:$pgport" 1 "PostgreSQL 15, 1 frontend (again)"
+run mysql "mysql://root@127.0.0.1:$myport" 1 "MariaDB 10.11, 1 frontend (again)"
