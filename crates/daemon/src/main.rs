@@ -12,7 +12,7 @@ use tlogd_core::note::{NoteSigner, generate_key};
 use tlogd_dedup_rocksdb::{DedupOptions, RocksDedup};
 use tlogd_storage_mysql::{MysqlOptions, MysqlStorage};
 use tlogd_storage_posix::PosixStorage;
-use tlogd_storage_postgres::{PostgresOptions, PostgresStorage};
+use tlogd_storage_postgres::PostgresStorage;
 
 use tlogd::config::Config;
 use tlogd::observe;
@@ -189,35 +189,25 @@ async fn serve(c: Config) -> anyhow::Result<()> {
     lc.dedup_max_lag = c.dedup.max_lag;
     lc.retry_after = Duration::from_secs(c.queue.retry_after_s.max(1));
     lc.commit_retry = Duration::from_millis(c.storage.commit_retry_ms);
+    // The SQL backends share one layer and one set of options (MysqlOptions and
+    // PostgresOptions are both tlogd_storage_sql::SqlOptions).
     let url = c.storage.url.clone().unwrap_or_default();
+    let sql = MysqlOptions {
+        max_connections: c.storage.pool_size,
+        tile_cache_bytes: c.storage.cache_mib << 20,
+        ..MysqlOptions::default()
+    };
+    let opening = || format!("opening the {} log", c.storage.backend);
     match c.storage.backend.as_str() {
         "mysql" => {
-            let opts = MysqlOptions {
-                max_connections: c.storage.pool_size,
-                tile_cache_bytes: c.storage.cache_mib << 20,
-                ..MysqlOptions::default()
-            };
-            let storage = Arc::new(
-                MysqlStorage::connect(&url, &origin, opts)
-                    .await
-                    .context("opening the mysql log")?,
-            );
-            let dedup = open_dedup(&c, None).await?;
-            return run(storage, dedup, lc, &c).await;
+            let storage = MysqlStorage::connect(&url, &origin, sql).await;
+            let storage = Arc::new(storage.with_context(opening)?);
+            return run(storage, open_dedup(&c, None).await?, lc, &c).await;
         }
         "postgres" => {
-            let opts = PostgresOptions {
-                max_connections: c.storage.pool_size,
-                tile_cache_bytes: c.storage.cache_mib << 20,
-                ..PostgresOptions::default()
-            };
-            let storage = Arc::new(
-                PostgresStorage::connect(&url, &origin, opts)
-                    .await
-                    .context("opening the postgres log")?,
-            );
-            let dedup = open_dedup(&c, None).await?;
-            return run(storage, dedup, lc, &c).await;
+            let storage = PostgresStorage::connect(&url, &origin, sql).await;
+            let storage = Arc::new(storage.with_context(opening)?);
+            return run(storage, open_dedup(&c, None).await?, lc, &c).await;
         }
         _ => {}
     }

@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
@@ -116,19 +116,7 @@ impl TestMariaDb {
     /// Create a database with a unique name starting with `name_prefix` and return its
     /// URL.
     pub async fn fresh_database(&self, name_prefix: &str) -> String {
-        let prefix: String = name_prefix
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() {
-                    c.to_ascii_lowercase()
-                } else {
-                    '_'
-                }
-            })
-            .take(40)
-            .collect();
-        let n = self.databases.fetch_add(1, Ordering::Relaxed);
-        let name = format!("{prefix}_{}_{n}", std::process::id());
+        let name = testsupport::unique_database_name(name_prefix, &self.databases);
         let mut conn = sqlx::MySqlConnection::connect(&self.url(""))
             .await
             .unwrap_or_else(|e| panic!("connecting to the test MariaDB: {e}"));

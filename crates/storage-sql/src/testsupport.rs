@@ -279,6 +279,24 @@ where
     .unwrap_or_else(|_| Err("probe thread panicked".into()))
 }
 
+/// A database name unique to this process and call: `name_prefix` reduced to lower-case
+/// ASCII letters, digits and `_` (at most 40), the pid, and the next value of `counter`.
+pub fn unique_database_name(name_prefix: &str, counter: &std::sync::atomic::AtomicU64) -> String {
+    let prefix: String = name_prefix
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .take(40)
+        .collect();
+    let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{prefix}_{}_{n}", std::process::id())
+}
+
 /// Whether this process runs as root.
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
