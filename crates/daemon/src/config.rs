@@ -39,6 +39,9 @@ pub struct Config {
     /// Logging.
     #[serde(default)]
     pub log: LogFormatConfig,
+    /// Write authentication.
+    #[serde(default)]
+    pub auth: AuthConfig,
 }
 
 fn default_listen() -> SocketAddr {
@@ -193,6 +196,15 @@ impl Default for LogFormatConfig {
             level: "info".into(),
         }
     }
+}
+
+/// `[auth]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// File of bearer tokens accepted on `POST /add` (one or more per line). Tokens may
+    /// also come from env `TLOGD_BEARER_TOKENS`; never from the command line.
+    pub bearer_tokens_file: Option<PathBuf>,
 }
 
 impl Config {

@@ -2,6 +2,7 @@
 //! operator endpoints. `main.rs` is the CLI glue; tests and the load generator embed
 //! [`http::router`] over any [`tlogd_core::engine::LogStorage`].
 
+pub mod auth;
 pub mod config;
 pub mod http;
 pub mod observe;

@@ -238,6 +238,7 @@ async fn run<S: LogStorage>(
     lc: LogConfig,
     c: &Config,
 ) -> anyhow::Result<()> {
+    let tokens = tlogd::auth::load(c.auth.bearer_tokens_file.as_deref())?.map(Arc::new);
     let metrics = observe::install_metrics()?;
     // Histograms buffer raw samples until drained: drain them even if nobody scrapes,
     // so memory stays bounded.
@@ -277,9 +278,10 @@ async fn run<S: LogStorage>(
         origin = %log.config().origin,
         vkey = %log.config().signer.verifier().to_vkey(),
         size = log.committed_size(),
+        write_tokens = tokens.as_ref().map_or(0, |t| t.len()),
         "tlogd serving"
     );
-    axum::serve(listener, tlogd::http::router(log.clone()))
+    axum::serve(listener, tlogd::http::router_with_auth(log.clone(), tokens))
         .with_graceful_shutdown(shutdown_signal())
         .await
         .context("serving HTTP")?;
