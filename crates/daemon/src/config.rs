@@ -105,11 +105,17 @@ impl Default for BatchingConfig {
 pub struct CheckpointConfig {
     /// Minimum interval between published checkpoints.
     pub interval_ms: u64,
+    /// Republish the checkpoint after the tree has not grown for this long (fresh
+    /// witness cosignatures); 0 = never.
+    pub republish_interval_ms: u64,
 }
 
 impl Default for CheckpointConfig {
     fn default() -> Self {
-        CheckpointConfig { interval_ms: 1000 }
+        CheckpointConfig {
+            interval_ms: 1000,
+            republish_interval_ms: 600_000,
+        }
     }
 }
 

@@ -181,6 +181,7 @@ async fn serve(c: Config) -> anyhow::Result<()> {
     lc.batch_max_entries = c.batching.max_entries;
     lc.batch_max_age = Duration::from_millis(c.batching.max_age_ms);
     lc.checkpoint_interval = Duration::from_millis(c.checkpoint.interval_ms);
+    lc.republish_interval = Duration::from_millis(c.checkpoint.republish_interval_ms);
     lc.max_pending_entries = c.queue.max_entries;
     lc.max_pending_bytes = c.queue.max_bytes;
     lc.dedup_max_lag = c.dedup.max_lag;
