@@ -6,3 +6,4 @@ pub mod auth;
 pub mod config;
 pub mod http;
 pub mod observe;
+pub mod verify;

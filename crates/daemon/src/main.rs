@@ -46,6 +46,11 @@ enum Command {
         #[arg(long, default_value = "tlogd.key")]
         out: PathBuf,
     },
+    /// Check a whole tlog-tiles log (any implementation's), from a base URL or a local
+    /// directory: checkpoint signature, every bundle and hash tile recomputed, the
+    /// root, the checkpoint's partial tiles. Exit 0 when it verifies, 1 naming the
+    /// first failure, 2 on bad arguments.
+    Verify(tlogd::verify::VerifyArgs),
 }
 
 /// Flags override the config file; without a file, they are all that is needed.
@@ -87,6 +92,7 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Keygen { origin, out } => keygen(&origin, &out),
+        Command::Verify(args) => std::process::exit(tlogd::verify::run(args).into()),
         Command::Serve(args) => {
             let config = load_config(args)?;
             observe::init_logging(&config.log)?;
