@@ -296,3 +296,85 @@ async fn passes_on_a_tlogd_log_over_http_and_on_disk() {
     assert!(d.terminate().success());
 }
 
+/// `tlogd serve` on a Tessera v1.0.4 POSIX directory continues the same log (checked
+/// whole first); a tampered one is refused with the tile named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_adopts_a_tessera_directory_and_refuses_a_tampered_one() {
+    let tessera = vectors_dir::vectors().join("tessera-posix-dir");
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(&tessera, &dir.path().join("log"));
+    // max_lag 0: adds wait (503) until the dedup index is rebuilt from the bundles.
+    let mut d = Daemon::start(dir.path(), "[dedup]\nmax_lag = 0\n");
+    let http = Http::new();
+    d.wait_ready(&http).await;
+    assert_eq!(http.checkpoint(&d.url).await.size, 1000);
+    // An entry Tessera logged is recognised as a duplicate: tlogd's own index was
+    // rebuilt from the log.
+    let add = |e: Vec<u8>| {
+        let (http, url) = (http.clone(), d.url.clone());
+        async move {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            loop {
+                match http.add(&url, Bytes::from(e.clone())).await {
+                    Ok(r) => break r,
+                    Err((503, _, _)) if std::time::Instant::now() < deadline => {
+                        tokio::time::sleep(std::time::Duration::from_millis(20)).await
+                    }
+                    Err(e) => panic!("{e:?}"),
+                }
+            }
+        }
+    };
+    let first = http.bundle(&d.url, 0, 1000).await.remove(0);
+    assert_eq!(add(first).await, (0, true));
+    for i in 0..300u64 {
+        let got = add(format!("after tessera {i}").into_bytes()).await;
+        assert_eq!(got, (1000 + i, false));
+    }
+    http.wait_checkpoint(&d.url, 1300).await;
+    let url = d.url.clone();
+    let tessera_cp = tessera.join("checkpoint");
+    let o = tokio::task::spawn_blocking(move || {
+        verify_at(
+            &url,
+            &["--earlier-checkpoint", tessera_cp.to_str().unwrap()],
+        )
+    })
+    .await
+    .unwrap();
+    assert_ok(&o, "the adopted log");
+    assert!(
+        stdout(&o).contains("consistent with the earlier checkpoints of size 1000"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(d.terminate().success());
+
+    // A full tile changed: only the whole-log check at adoption can see it.
+    let bad = tempfile::tempdir().unwrap();
+    copy_dir(&tessera, &bad.path().join("log"));
+    flip_byte(&bad.path().join("log/tile/0/001"), 100);
+    let port = free_port();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_tlogd"))
+        .args(["serve", "--metrics-listen", "", "--origin", ORIGIN])
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--storage-dir")
+        .arg(bad.path().join("log"))
+        .env("TLOGD_PRIVATE_KEY", SKEY)
+        .env("RUST_LOG", "error")
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("refusing to adopt the Tessera log") && err.contains("tile/0/001"),
+        "{err}"
+    );
+    assert!(
+        !bad.path().join("log/.tlogd/state.1").exists()
+            || std::fs::read(bad.path().join("log/.tlogd/state.1"))
+                .unwrap()
+                .is_empty()
+    );
+}
