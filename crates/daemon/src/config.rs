@@ -42,6 +42,9 @@ pub struct Config {
     /// Write authentication.
     #[serde(default)]
     pub auth: AuthConfig,
+    /// Witness cosigning.
+    #[serde(default)]
+    pub witnessing: WitnessingConfig,
 }
 
 fn default_listen() -> SocketAddr {
@@ -213,6 +216,30 @@ pub struct AuthConfig {
     pub bearer_tokens_file: Option<PathBuf>,
 }
 
+/// `[witnessing]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WitnessingConfig {
+    /// A C2SP tlog-policy file: `witness <name> <vkey> <url>` lines, `group`s and the
+    /// `quorum`. Unset: checkpoints are published without cosignatures.
+    pub policy_file: Option<PathBuf>,
+    /// How long one witness may take to answer (its 409 retries included).
+    pub timeout_ms: u64,
+    /// Publish a checkpoint even when the quorum is not met (with the cosignatures
+    /// obtained); by default it is withheld and retried.
+    pub fail_open: bool,
+}
+
+impl Default for WitnessingConfig {
+    fn default() -> Self {
+        WitnessingConfig {
+            policy_file: None,
+            timeout_ms: 5000,
+            fail_open: false,
+        }
+    }
+}
+
 impl Config {
     /// The built-in defaults (what running without `--config` starts from).
     pub fn defaults() -> Self {
@@ -280,6 +307,9 @@ impl Config {
         }
         if self.checkpoint.interval_ms == 0 {
             bail!("`checkpoint.interval_ms` must be at least 1");
+        }
+        if self.witnessing.timeout_ms == 0 {
+            bail!("`witnessing.timeout_ms` must be at least 1");
         }
         if !matches!(self.log.format.as_str(), "text" | "json") {
             bail!(

@@ -7,3 +7,4 @@ pub mod config;
 pub mod http;
 pub mod observe;
 pub mod verify;
+pub mod witness;

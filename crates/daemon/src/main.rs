@@ -188,6 +188,10 @@ async fn serve(c: Config) -> anyhow::Result<()> {
     lc.batch_max_age = Duration::from_millis(c.batching.max_age_ms);
     lc.checkpoint_interval = Duration::from_millis(c.checkpoint.interval_ms);
     lc.republish_interval = Duration::from_millis(c.checkpoint.republish_interval_ms);
+    if let Some(w) = tlogd::witness::from_config(&c.witnessing, &lc.signer.verifier())? {
+        tracing::info!(quorum = %w.describe(), "checkpoints are cosigned by witnesses");
+        lc.cosigner = Some(Arc::new(w));
+    }
     lc.max_pending_entries = c.queue.max_entries;
     lc.max_pending_bytes = c.queue.max_bytes;
     lc.dedup_max_lag = c.dedup.max_lag;
