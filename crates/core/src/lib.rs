@@ -1,17 +1,19 @@
 //! tlogd-core: the C2SP tlog-tiles log in Rust.
 //!
 //! The format and math modules ([`hash`], [`tile`], [`bundle`], [`merkle`], [`proof`],
-//! [`note`], [`checkpoint`]) are pure: no I/O, no async runtime. The [`engine`] module
+//! [`note`], [`checkpoint`], [`cosignature`], [`witness`]) are pure: no I/O, no async runtime. The [`engine`] module
 //! (feature `engine`, on by default) is the generic sequencing queue, integrator and
 //! checkpoint publisher over the [`engine::LogStorage`] trait.
 
 pub mod bundle;
 pub mod checkpoint;
+pub mod cosignature;
 pub mod hash;
 pub mod merkle;
 pub mod note;
 pub mod proof;
 pub mod tile;
+pub mod witness;
 
 #[cfg(feature = "engine")]
 pub mod engine;

@@ -112,6 +112,24 @@ impl TileTree {
         r
     }
 
+    /// The partial tile of every level at the current size (those of width > 0),
+    /// lowest level first, with their bytes: exactly the hash tiles a checkpoint of this
+    /// size names (tlog-tiles "Partial Tiles").
+    pub fn edge_tiles(&self) -> Vec<(TileId, Vec<u8>)> {
+        let mut out = Vec::new();
+        for level in 0..levels_for(self.size) {
+            let count = self.size >> (TILE_HEIGHT * level as u32);
+            let width = (count % TILE_WIDTH) as u16;
+            if let (true, Some(hashes)) = (width > 0, self.edges.get(level)) {
+                out.push((
+                    TileId::hash(level as u8, count / TILE_WIDTH, width),
+                    hashes.as_flattened().to_vec(),
+                ));
+            }
+        }
+        out
+    }
+
     fn push_level(
         &mut self,
         level: usize,
@@ -294,6 +312,25 @@ mod tests {
             assert_eq!(a.root(), b.root());
             assert_eq!(out, out2, "split {split}");
         }
+    }
+
+    #[test]
+    fn edge_tiles_are_the_partials_a_checkpoint_names() {
+        let all = leaves(70_000);
+        let mut t = TileTree::empty();
+        let mut latest = HashMap::new();
+        let mut out = Vec::new();
+        for chunk in all.chunks(999) {
+            t.append(chunk, &mut out);
+            latest.extend(out.drain(..));
+            let edge = t.edge_tiles();
+            let ids: Vec<TileId> = edge.iter().map(|(id, _)| *id).collect();
+            assert_eq!(ids, crate::tile::edge_tiles(t.size()), "size {}", t.size());
+            for (id, bytes) in edge {
+                assert_eq!(latest.get(&id), Some(&bytes), "{}", id.path());
+            }
+        }
+        assert!(TileTree::empty().edge_tiles().is_empty());
     }
 
     #[test]

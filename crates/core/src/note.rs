@@ -41,7 +41,7 @@ pub fn key_id(name: &str, alg_and_key: &[u8]) -> u32 {
     u32::from_be_bytes([d[0], d[1], d[2], d[3]])
 }
 
-fn valid_name(name: &str) -> bool {
+pub(crate) fn valid_name(name: &str) -> bool {
     !name.is_empty() && !name.chars().any(|c| c.is_whitespace() || c == '+')
 }
 
@@ -53,7 +53,7 @@ fn ed25519_key_id(name: &str, key: &VerifyingKey) -> u32 {
 }
 
 /// Parse `name+hex8+base64` (shared by private and verifier keys).
-fn split_key(s: &str) -> Result<(&str, u32, Vec<u8>), NoteError> {
+pub(crate) fn split_key(s: &str) -> Result<(&str, u32, Vec<u8>), NoteError> {
     let mut parts = s.splitn(3, '+');
     let name = parts.next().ok_or(NoteError::BadKey("missing name"))?;
     let hash = parts.next().ok_or(NoteError::BadKey("missing key id"))?;

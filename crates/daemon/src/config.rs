@@ -39,6 +39,12 @@ pub struct Config {
     /// Logging.
     #[serde(default)]
     pub log: LogFormatConfig,
+    /// Write authentication.
+    #[serde(default)]
+    pub auth: AuthConfig,
+    /// Witness cosigning.
+    #[serde(default)]
+    pub witnessing: WitnessingConfig,
 }
 
 fn default_listen() -> SocketAddr {
@@ -103,11 +109,17 @@ impl Default for BatchingConfig {
 pub struct CheckpointConfig {
     /// Minimum interval between published checkpoints.
     pub interval_ms: u64,
+    /// Republish the checkpoint after the tree has not grown for this long (fresh
+    /// witness cosignatures); 0 = never.
+    pub republish_interval_ms: u64,
 }
 
 impl Default for CheckpointConfig {
     fn default() -> Self {
-        CheckpointConfig { interval_ms: 1000 }
+        CheckpointConfig {
+            interval_ms: 1000,
+            republish_interval_ms: 600_000,
+        }
     }
 }
 
@@ -196,6 +208,39 @@ impl Default for LogFormatConfig {
     }
 }
 
+/// `[auth]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// File of bearer tokens accepted on `POST /add` (one or more per line). Tokens may
+    /// also come from env `TLOGD_BEARER_TOKENS`; never from the command line.
+    pub bearer_tokens_file: Option<PathBuf>,
+}
+
+/// `[witnessing]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WitnessingConfig {
+    /// A C2SP tlog-policy file: `witness <name> <vkey> <url>` lines, `group`s and the
+    /// `quorum`. Unset: checkpoints are published without cosignatures.
+    pub policy_file: Option<PathBuf>,
+    /// How long one witness may take to answer (its 409 retries included).
+    pub timeout_ms: u64,
+    /// Publish a checkpoint even when the quorum is not met (with the cosignatures
+    /// obtained); by default it is withheld and retried.
+    pub fail_open: bool,
+}
+
+impl Default for WitnessingConfig {
+    fn default() -> Self {
+        WitnessingConfig {
+            policy_file: None,
+            timeout_ms: 5000,
+            fail_open: false,
+        }
+    }
+}
+
 impl Config {
     /// The built-in defaults (what running without `--config` starts from).
     pub fn defaults() -> Self {
@@ -274,6 +319,9 @@ impl Config {
         }
         if self.checkpoint.interval_ms == 0 {
             bail!("`checkpoint.interval_ms` must be at least 1");
+        }
+        if self.witnessing.timeout_ms == 0 {
+            bail!("`witnessing.timeout_ms` must be at least 1");
         }
         if !matches!(self.log.format.as_str(), "text" | "json") {
             bail!(

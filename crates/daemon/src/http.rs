@@ -1,27 +1,42 @@
 //! The public HTTP API: `POST /add` and the tlog-tiles read paths.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{DefaultBodyLimit, Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use tlogd_core::bundle::MAX_ENTRY_SIZE;
 use tlogd_core::engine::{AddError, Log, LogStorage};
 use tlogd_core::tile::{TileId, TileKind};
 
+use crate::auth::{Verdict, WriteTokens};
+
 /// Response header marking an add answered from the dedup index.
 pub const DUPLICATE_HEADER: &str = "x-tlog-duplicate";
 
 const IMMUTABLE: &str = "public, max-age=31536000, immutable";
 
-/// The public router.
+/// The public router, without write authentication.
 pub fn router<S: LogStorage>(log: Log<S>) -> Router {
+    router_with_auth(log, None)
+}
+
+/// The public router; with `tokens`, `POST /add` needs `Authorization: Bearer <token>`
+/// with one of them (401 without, 403 with another), checked before the body is read.
+/// Reads stay public.
+pub fn router_with_auth<S: LogStorage>(log: Log<S>, tokens: Option<Arc<WriteTokens>>) -> Router {
+    let mut add_route = post(add::<S>);
+    if let Some(tokens) = tokens.filter(|t| !t.is_empty()) {
+        add_route = add_route.route_layer(middleware::from_fn_with_state(tokens, require_token));
+    }
     Router::new()
-        .route("/add", post(add::<S>))
+        .route("/add", add_route)
         .route("/checkpoint", get(checkpoint::<S>))
         .route("/tile/{*path}", get(tile::<S>))
         // One byte over the limit is enough to know it is too large.
@@ -44,6 +59,35 @@ fn outcome(o: &'static str, started: Instant) {
     metrics::counter!("tlogd_add_requests_total", "outcome" => o).increment(1);
     metrics::histogram!("tlogd_add_duration_seconds", "outcome" => o)
         .record(started.elapsed().as_secs_f64());
+}
+
+/// RFC 6750 section 3: 401 with a `WWW-Authenticate` challenge when credentials are
+/// missing, 403 when they are not accepted. The token is never logged.
+async fn require_token(
+    State(tokens): State<Arc<WriteTokens>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let started = Instant::now();
+    match tokens.check(request.headers().get(header::AUTHORIZATION)) {
+        Verdict::Allowed => next.run(request).await,
+        Verdict::Missing => {
+            outcome("unauthorized", started);
+            let mut resp = text(
+                StatusCode::UNAUTHORIZED,
+                "POST /add needs an Authorization: Bearer token",
+            );
+            resp.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"tlogd\""),
+            );
+            resp
+        }
+        Verdict::Wrong => {
+            outcome("forbidden", started);
+            text(StatusCode::FORBIDDEN, "the bearer token is not accepted")
+        }
+    }
 }
 
 async fn add<S: LogStorage>(

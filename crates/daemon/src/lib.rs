@@ -2,6 +2,9 @@
 //! operator endpoints. `main.rs` is the CLI glue; tests and the load generator embed
 //! [`http::router`] over any [`tlogd_core::engine::LogStorage`].
 
+pub mod auth;
 pub mod config;
 pub mod http;
 pub mod observe;
+pub mod verify;
+pub mod witness;

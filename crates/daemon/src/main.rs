@@ -47,6 +47,11 @@ enum Command {
         #[arg(long, default_value = "tlogd.key")]
         out: PathBuf,
     },
+    /// Check a whole tlog-tiles log (any implementation's), from a base URL or a local
+    /// directory: checkpoint signature, every bundle and hash tile recomputed, the
+    /// root, the checkpoint's partial tiles. Exit 0 when it verifies, 1 naming the
+    /// first failure, 2 on bad arguments.
+    Verify(tlogd::verify::VerifyArgs),
 }
 
 /// Flags override the config file; without a file, they are all that is needed.
@@ -90,6 +95,7 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Keygen { origin, out } => keygen(&origin, &out),
+        Command::Verify(args) => std::process::exit(tlogd::verify::run(args).into()),
         Command::Serve(args) => {
             let config = load_config(args)?;
             observe::init_logging(&config.log)?;
@@ -184,6 +190,11 @@ async fn serve(c: Config) -> anyhow::Result<()> {
     lc.batch_max_entries = c.batching.max_entries;
     lc.batch_max_age = Duration::from_millis(c.batching.max_age_ms);
     lc.checkpoint_interval = Duration::from_millis(c.checkpoint.interval_ms);
+    lc.republish_interval = Duration::from_millis(c.checkpoint.republish_interval_ms);
+    if let Some(w) = tlogd::witness::from_config(&c.witnessing, &lc.signer.verifier())? {
+        tracing::info!(quorum = %w.describe(), "checkpoints are cosigned by witnesses");
+        lc.cosigner = Some(Arc::new(w));
+    }
     lc.max_pending_entries = c.queue.max_entries;
     lc.max_pending_bytes = c.queue.max_bytes;
     lc.dedup_max_lag = c.dedup.max_lag;
@@ -216,6 +227,9 @@ async fn serve(c: Config) -> anyhow::Result<()> {
         PosixStorage::open(&dir, &origin)
             .with_context(|| format!("opening log directory {}", dir.display()))?,
     );
+    if let Some(size) = storage.adopted_tessera_size() {
+        tlogd::verify::check_adopted_tessera(&dir, &origin, &lc.signer.verifier(), size).await?;
+    }
     let dedup = open_dedup(&c, Some(storage.private_dir().join("dedup"))).await?;
     run(storage, dedup, lc, &c).await
 }
@@ -248,6 +262,7 @@ async fn run<S: LogStorage>(
     lc: LogConfig,
     c: &Config,
 ) -> anyhow::Result<()> {
+    let tokens = tlogd::auth::load(c.auth.bearer_tokens_file.as_deref())?.map(Arc::new);
     let metrics = observe::install_metrics()?;
     // Histograms buffer raw samples until drained: drain them even if nobody scrapes,
     // so memory stays bounded.
@@ -287,9 +302,10 @@ async fn run<S: LogStorage>(
         origin = %log.config().origin,
         vkey = %log.config().signer.verifier().to_vkey(),
         size = log.committed_size(),
+        write_tokens = tokens.as_ref().map_or(0, |t| t.len()),
         "tlogd serving"
     );
-    axum::serve(listener, tlogd::http::router(log.clone()))
+    axum::serve(listener, tlogd::http::router_with_auth(log.clone(), tokens))
         .with_graceful_shutdown(shutdown_signal())
         .await
         .context("serving HTTP")?;

@@ -7,14 +7,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::*;
 
-fn metric(text: &str, name_and_labels: &str) -> f64 {
-    text.lines()
-        .find(|l| l.starts_with(name_and_labels) && l[name_and_labels.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("metric {name_and_labels} not found in:\n{text}"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_what_was_sent() {
     let dir = tempfile::tempdir().unwrap();
@@ -142,5 +134,54 @@ async fn readyz_fails_when_storage_is_unwritable() {
     std::fs::create_dir(&tmp).unwrap();
     assert_eq!(http.get(&format!("{m}/readyz")).await.unwrap().0, 200);
     assert_eq!(pending.await.unwrap().unwrap().0, 255);
+    assert!(d.terminate().success());
+}
+
+/// A log that does not grow republishes its checkpoint every
+/// `checkpoint.republish_interval_ms`: same tree, signed again (witnesses then cosign
+/// it with a fresh timestamp).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_log_republishes_its_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Opts {
+        checkpoint_toml: "republish_interval_ms = 100\n".into(),
+        ..Opts::default()
+    };
+    let storage = format!("dir = \"{}\"\n", dir.path().join("log").display());
+    let mut d = Daemon::start_opts(dir.path(), &storage, "", &opts);
+    let http = Http::new();
+    d.wait_ready(&http).await;
+    http.add(&d.url, Bytes::from_static(b"only entry"))
+        .await
+        .unwrap();
+    let cp = http.wait_checkpoint(&d.url, 1).await;
+    let (_, _, first) = http.get(&format!("{}/checkpoint", d.url)).await.unwrap();
+    let published = |m: &str| metric(m, "tlogd_checkpoints_published_total");
+    let scrape = || async {
+        let (_, _, m) = http
+            .get(&format!("{}/metrics", d.metrics_url))
+            .await
+            .unwrap();
+        String::from_utf8(m.to_vec()).unwrap()
+    };
+    let before = published(&scrape().await);
+    // Bounded wait on the counter: three more publishes of the unchanged tree.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let m = scrape().await;
+        if published(&m) >= before + 3.0 {
+            assert_eq!(metric(&m, "tlogd_checkpoint_size"), 1.0);
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no republish within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Ed25519 is deterministic: without witnesses the republished bytes are the same.
+    let (_, _, again) = http.get(&format!("{}/checkpoint", d.url)).await.unwrap();
+    assert_eq!(again, first);
+    assert_eq!(http.checkpoint(&d.url).await, cp);
     assert!(d.terminate().success());
 }

@@ -149,6 +149,24 @@ async fn two_daemons_share_one_database<S: Server>() {
         (cb, ca)
     };
     http.verify_consistency(&a.url, &old, &new).await;
+    // `tlogd verify` passes on the log the SQL backend wrote, through either frontend.
+    for url in [a.url.clone(), b.url.clone()] {
+        let o = tokio::task::spawn_blocking(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_tlogd"))
+                .args(["verify", &url, "--log-public-key", VKEY])
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(String::from_utf8_lossy(&o.stdout).starts_with("OK "));
+    }
     assert!(a.terminate().success());
     assert!(b.terminate().success());
 }

@@ -8,11 +8,13 @@
 //! inclusion proof for every entry they read. Any verification failure fails the run
 //! and is named in the report.
 
-pub mod client;
 pub mod machine;
-pub mod reader;
 pub mod report;
 pub mod stats;
+
+/// The HTTP client and the verified reader live in `tlog-verify`, shared with
+/// `tlogd verify`.
+pub use tlog_verify::{client, reader};
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -24,9 +26,11 @@ use anyhow::{Context, bail};
 use bytes::Bytes;
 use hyper::{Method, StatusCode};
 use serde::Serialize;
+use tlog_verify::fetch::HttpFetcher;
+use tlog_verify::reader::width_at;
+use tlog_verify::rebuild::{TreeRebuilder, compare_tile};
 use tlogd_core::checkpoint::Checkpoint;
 use tlogd_core::hash::leaf_hash;
-use tlogd_core::merkle::TileTree;
 use tlogd_core::note::NoteVerifier;
 use tlogd_core::tile::{TILE_WIDTH, TileId};
 use tokio::sync::mpsc;
@@ -238,24 +242,23 @@ struct Ctx {
     sampled: AtomicU64,
     origin: String,
     verifier: Option<NoteVerifier>,
-    read_base: BaseUrl,
     write_bases: Vec<BaseUrl>,
     timeout: Duration,
     write_pacer: Option<Arc<Pacer>>,
 }
 
 impl Ctx {
-    fn reader(&self) -> anyhow::Result<LogReader> {
+    fn reader(&self) -> anyhow::Result<LogReader<HttpFetcher>> {
         let verifier = self
             .verifier
             .clone()
             .context("--log-public-key is required")?;
-        let client = Client::new(
-            self.read_base.clone(),
+        let fetch = HttpFetcher::new(
+            &self.args.log_url,
             self.args.bearer_token.as_deref(),
             self.timeout,
         )?;
-        Ok(LogReader::new(client, self.origin.clone(), verifier))
+        Ok(LogReader::new(fetch, self.origin.clone(), verifier))
     }
 }
 
@@ -306,7 +309,6 @@ pub async fn run(mut args: Args) -> anyhow::Result<Report> {
         sampled: AtomicU64::new(0),
         origin,
         verifier,
-        read_base,
         write_bases,
     });
 
@@ -698,8 +700,7 @@ async fn full_reader(ctx: Arc<Ctx>, pacer: Option<Arc<Pacer>>) {
         Ok(r) => r,
         Err(e) => return s.fail(e.to_string()),
     };
-    let mut tree = TileTree::empty();
-    let mut out = Vec::new();
+    let mut tree = TreeRebuilder::new();
     while !ctx.stop_all.load(Ordering::Relaxed) {
         let cp = match reader.checkpoint().await {
             Ok(c) => c,
@@ -711,7 +712,7 @@ async fn full_reader(ctx: Arc<Ctx>, pacer: Option<Arc<Pacer>>) {
                 p.wait().await;
             }
             let n = tree.size() / TILE_WIDTH;
-            if let Err(e) = read_and_check(&mut reader, s, &mut tree, &mut out, n, cp.size).await {
+            if let Err(e) = read_and_check(&mut reader, s, &mut tree, n, cp.size).await {
                 return s.fail(format!("full reader: {e:#}"));
             }
         }
@@ -722,7 +723,7 @@ async fn full_reader(ctx: Arc<Ctx>, pacer: Option<Arc<Pacer>>) {
         if cp.size % TILE_WIDTH != 0 {
             let mut tail = tree.clone();
             let n = tail.size() / TILE_WIDTH;
-            if let Err(e) = read_and_check(&mut reader, s, &mut tail, &mut out, n, cp.size).await {
+            if let Err(e) = read_and_check(&mut reader, s, &mut tail, n, cp.size).await {
                 return s.fail(format!("full reader: {e:#}"));
             }
             if tail.root() != cp.root {
@@ -741,32 +742,24 @@ async fn full_reader(ctx: Arc<Ctx>, pacer: Option<Arc<Pacer>>) {
     }
 }
 
+/// One bundle through the shared check (tlog-verify): the hash tiles it determines are
+/// recomputed and compared with the log's; every read is timed.
 async fn read_and_check(
-    reader: &mut LogReader,
+    reader: &mut LogReader<HttpFetcher>,
     s: &Stats,
-    tree: &mut TileTree,
-    out: &mut Vec<(TileId, Vec<u8>)>,
+    tree: &mut TreeRebuilder,
     n: u64,
     size: u64,
 ) -> anyhow::Result<()> {
     let t = Instant::now();
     let entries = reader.bundle(n, size).await?;
     s.read_done(t.elapsed().as_micros() as u64, true);
-    let leaves: Vec<_> = entries.iter().map(|e| leaf_hash(e)).collect();
-    out.clear();
-    tree.append(&leaves, out);
-    let bundle = TileId::entries(n, leaves.len() as u16).path();
-    for (id, want) in out.drain(..) {
+    let bundle = TileId::entries(n, width_at(n, size));
+    for (id, want) in tree.append_bundle(&bundle, &entries, true)? {
         let t = Instant::now();
         let (got_id, got) = reader.raw(&id).await?;
         s.read_done(t.elapsed().as_micros() as u64, true);
-        let prefix = got.get(..want.len());
-        if got_id.width < id.width || prefix != Some(&want[..]) {
-            bail!(
-                "{} differs from the tile recomputed from {bundle} and the entries before it",
-                id.path()
-            );
-        }
+        compare_tile(&id, &want, &got_id, &got, &bundle)?;
     }
     Ok(())
 }

@@ -7,9 +7,11 @@ use std::time::Duration;
 
 use clap::Parser;
 use tlog_loadgen::{Args, Report, run};
+use tlog_verify::fetch::HttpFetcher;
+use tlog_verify::fsck::{FsckOptions, FsckSummary, fsck};
 use tlogd_core::engine::memory::MemoryStorage;
 use tlogd_core::engine::{DedupError, DedupIndex, EntryHash, Log, LogConfig};
-use tlogd_core::note::NoteSigner;
+use tlogd_core::note::{NoteSigner, NoteVerifier};
 use tlogd_core::tile::TileId;
 
 const SKEY: &str =
@@ -123,6 +125,26 @@ async fn a_run_with_a_write_goal_succeeds_and_its_report_adds_up() {
     assert_eq!(j["ok"], true);
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.contains("<svg") && page.contains("Tree growth"));
+    // The whole-log check (tlogd verify's) passes on what the memory backend wrote.
+    let summary = fsck_log(&url).await.unwrap();
+    assert!(summary.entries >= r.tree_size_end, "{summary:?}");
+}
+
+/// `tlogd verify`'s check (tlog-verify) of the log at `url`.
+async fn fsck_log(url: &str) -> Result<FsckSummary, tlog_verify::VerifyError> {
+    let fetch = HttpFetcher::new(url, None, Duration::from_secs(10)).unwrap();
+    let verifier = NoteVerifier::from_vkey(VKEY).unwrap();
+    let mut summary = FsckSummary::default();
+    fsck(
+        &fetch,
+        ORIGIN,
+        &verifier,
+        &FsckOptions::default(),
+        &mut (),
+        &mut summary,
+    )
+    .await
+    .map(|()| summary)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -164,6 +186,11 @@ async fn a_tampered_bundle_is_found_and_named() {
             .any(|f| f.contains("tile/0/000") && f.contains("tile/entries/000")),
         "{:?}",
         r.failure_reasons
+    );
+    let e = fsck_log(&url).await.unwrap_err().to_string();
+    assert!(
+        e.starts_with("tile/0/000 is not the tile recomputed from tile/entries/000"),
+        "{e}"
     );
 }
 

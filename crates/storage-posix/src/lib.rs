@@ -19,6 +19,23 @@
 //! files only for the tiles it completes, instead of one per changed partial: file
 //! creation was the largest cost of the commit path (profiled: ext4's inode allocator).
 //!
+//! # Adopting a Tessera log
+//!
+//! A directory written by Trillian Tessera's POSIX storage (v1) has the same public
+//! layout (tlog-tiles) and keeps its private state in `.state/`: `treeState` (JSON
+//! `{"size":N,"root":"<base64>"}`, the integrated tree), lock files and GC state. When
+//! a directory has no tlogd state but has `.state/treeState`, [`PosixStorage::open`]
+//! adopts it: it reads the tree state and the public edge tiles at that size (the
+//! partial tile of every level and the partial bundle), refuses with an error naming
+//! what disagrees unless the tiles hash to that root and the partial bundle to the
+//! level-0 tile, and checks the public checkpoint (origin, and its root recomputed from
+//! the tiles at its size). The log then continues from that state; the first commit
+//! writes tlogd's own state. Tessera's files are never modified, and while tlogd has the
+//! directory open it holds the `flock`s Tessera takes to integrate, publish and GC
+//! (`.state/*.lock`), so a Tessera process started on it waits instead of forking the
+//! log. (Tessera's Badger antispam index is not read: tlogd's dedup index is rebuilt
+//! from the bundles.)
+//!
 //! # Commit protocol (see `tlogd_core::engine` for the engine's side)
 //!
 //! 1. Write every tile and bundle the batch completes (full ones) to a temp file and
@@ -83,6 +100,13 @@ pub enum OpenError {
     /// Filesystem error.
     #[error("{0}: {1}")]
     Io(PathBuf, io::Error),
+    /// A Tessera log's state and public files disagree, or cannot be read: it is not
+    /// adopted.
+    #[error("refusing to adopt the Tessera log in {0}: {1}")]
+    Tessera(PathBuf, String),
+    /// A Tessera process holds one of the directory's Tessera locks.
+    #[error("log directory {0} is in use by a Tessera process (lock on {1} is held)")]
+    TesseraLocked(PathBuf, PathBuf),
 }
 
 /// A tlog-tiles log in a directory.
@@ -96,6 +120,11 @@ struct Inner {
     origin: String,
     /// Keeps the OFD lock: it is released when the last descriptor closes.
     _lock: File,
+    /// Tessera's own locks (`flock`), held for as long as the log is open, when the
+    /// directory was a Tessera log.
+    _tessera_locks: Vec<File>,
+    /// The size of the Tessera tree adopted at open, until tlogd's first commit.
+    adopted: Option<u64>,
     /// The committed state and right edge, as on disk.
     state: Mutex<Committed>,
     /// Serializes commits (the engine commits one batch at a time anyway); `state` is
@@ -152,7 +181,8 @@ impl PosixStorage {
         for f in fs::read_dir(&tmp).map_err(io_err(&tmp))?.flatten() {
             let _ = fs::remove_file(f.path());
         }
-        let committed = load_committed(&private, origin).map_err(|e| match e {
+        let tessera_locks = lock_tessera(&root)?;
+        let mut committed = load_committed(&private, origin).map_err(|e| match e {
             LoadError::Io(p, e) => OpenError::Io(p, e),
             LoadError::Corrupt(p, m) => OpenError::CorruptState(p, m),
             LoadError::Origin(found) => OpenError::OriginMismatch {
@@ -161,6 +191,11 @@ impl PosixStorage {
                 found,
             },
         })?;
+        let mut adopted = None;
+        if committed.tree.is_none() && root.join(TESSERA_TREE_STATE).exists() {
+            committed = adopt_tessera(&root, origin)?;
+            adopted = committed.tree.map(|t| t.size);
+        }
         // Both slots exist from now on, so a commit never creates a file whose
         // directory entry would need its own fsync.
         let mut created = false;
@@ -182,6 +217,8 @@ impl PosixStorage {
                 private,
                 origin: origin.to_string(),
                 _lock: lock,
+                _tessera_locks: tessera_locks,
+                adopted,
                 state: Mutex::new(committed),
                 commit_lock: Mutex::new(()),
                 dirs: Mutex::new(HashSet::new()),
@@ -200,6 +237,12 @@ impl PosixStorage {
     /// The private state directory (`<root>/.tlogd`), e.g. for the dedup index.
     pub fn private_dir(&self) -> &Path {
         &self.inner.private
+    }
+
+    /// When this open adopted a Tessera log (no tlogd state yet, see the module docs):
+    /// the size of the tree it continues.
+    pub fn adopted_tessera_size(&self) -> Option<u64> {
+        self.inner.adopted
     }
 
     async fn blocking<T: Send + 'static>(
@@ -290,6 +333,205 @@ fn load_committed(private: &Path, origin: &str) -> Result<Committed, LoadError> 
             })
         }
     }
+}
+
+/// Tessera's integrated tree state, relative to the log root.
+const TESSERA_TREE_STATE: &str = ".state/treeState";
+/// Tessera's state format version file, and the only version this release reads.
+const TESSERA_VERSION: &str = ".state/version";
+const TESSERA_VERSION_SUPPORTED: &str = "1";
+/// The locks Tessera's POSIX storage takes (`flock`) to integrate, publish and GC.
+const TESSERA_LOCKS: [&str; 3] = [
+    ".state/treeState.lock",
+    ".state/publish.lock",
+    ".state/gcState.lock",
+];
+
+/// Take Tessera's locks if this is (or was) a Tessera directory, so no Tessera process
+/// can integrate into it while tlogd has it open.
+fn lock_tessera(root: &Path) -> Result<Vec<File>, OpenError> {
+    if !root.join(".state").is_dir() {
+        return Ok(Vec::new());
+    }
+    let mut held = Vec::new();
+    for name in TESSERA_LOCKS {
+        let path = root.join(name);
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(io_err(&path))?;
+        // SAFETY: valid fd.
+        let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc == -1 {
+            let e = io::Error::last_os_error();
+            return Err(if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                OpenError::TesseraLocked(root.to_path_buf(), path)
+            } else {
+                OpenError::Io(path, e)
+            });
+        }
+        held.push(f);
+    }
+    Ok(held)
+}
+
+/// Tessera's `.state/treeState`: `{"size":N,"root":"<base64 of 32 bytes>"}`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TesseraTreeState {
+    size: u64,
+    root: String,
+}
+
+/// Read a Tessera log's state and public edge, and check they agree (module docs).
+fn adopt_tessera(root: &Path, origin: &str) -> Result<Committed, OpenError> {
+    use base64::Engine as _;
+    let refuse = |m: String| OpenError::Tessera(root.to_path_buf(), m);
+    match fs::read_to_string(root.join(TESSERA_VERSION)) {
+        Ok(v) if v.trim() == TESSERA_VERSION_SUPPORTED => {}
+        Ok(v) => {
+            return Err(refuse(format!(
+                "{TESSERA_VERSION} is {:?}; only version {TESSERA_VERSION_SUPPORTED} is supported",
+                v.trim()
+            )));
+        }
+        // Tessera wrote no version file before it introduced version 1.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(OpenError::Io(root.join(TESSERA_VERSION), e)),
+    }
+    let state_path = root.join(TESSERA_TREE_STATE);
+    let text = fs::read(&state_path).map_err(io_err(&state_path))?;
+    let ts: TesseraTreeState = serde_json::from_slice(&text).map_err(|e| {
+        refuse(format!(
+            "{TESSERA_TREE_STATE} is not a Tessera tree state: {e}"
+        ))
+    })?;
+    let state_root: tlogd_core::hash::Hash = base64::engine::general_purpose::STANDARD
+        .decode(ts.root.as_bytes())
+        .ok()
+        .and_then(|r| r.try_into().ok())
+        .ok_or_else(|| {
+            refuse(format!(
+                "{TESSERA_TREE_STATE}: root is not base64 of 32 bytes"
+            ))
+        })?;
+    let state = TreeState {
+        size: ts.size,
+        root: state_root,
+    };
+    // The edge at that size, from the public files.
+    let mut edge = Vec::new();
+    for id in edge_ids(state.size) {
+        let path = root.join(id.path());
+        let bytes = fs::read(&path).map_err(|e| {
+            refuse(format!(
+                "{TESSERA_TREE_STATE} says size {} but {} cannot be read: {e}",
+                state.size,
+                id.path()
+            ))
+        })?;
+        edge.push((id, bytes));
+    }
+    let mut levels: Vec<Vec<tlogd_core::hash::Hash>> = Vec::new();
+    for (id, bytes) in &edge {
+        if let TileKind::Hash { level } = id.kind {
+            let hashes = tile::parse_hash_tile(bytes, id.width)
+                .map_err(|e| refuse(format!("{}: {e}", id.path())))?;
+            let l = level as usize;
+            if levels.len() <= l {
+                levels.resize(l + 1, Vec::new());
+            }
+            levels[l] = hashes;
+        }
+    }
+    let tree = tlogd_core::merkle::TileTree::from_edge(state.size, levels.clone())
+        .map_err(|e| refuse(format!("edge tiles at size {}: {e}", state.size)))?;
+    if tree.root() != state.root {
+        return Err(refuse(format!(
+            "{TESSERA_TREE_STATE} and the public tiles disagree: the edge tiles at size {} hash to root {}, the tree state says {}",
+            state.size,
+            base64::engine::general_purpose::STANDARD.encode(tree.root()),
+            ts.root
+        )));
+    }
+    if let Some((id, bytes)) = edge.iter().find(|(id, _)| id.kind == TileKind::Entries) {
+        let entries = tlogd_core::bundle::parse_bundle(bytes)
+            .map_err(|e| refuse(format!("{}: {e}", id.path())))?;
+        let level0 = levels.first().map(Vec::as_slice).unwrap_or_default();
+        let agree = entries.len() == level0.len()
+            && entries
+                .iter()
+                .zip(level0)
+                .all(|(e, h)| tlogd_core::hash::leaf_hash(e) == *h);
+        if !agree {
+            return Err(refuse(format!(
+                "{} does not match the level-0 tile at size {}",
+                id.path(),
+                state.size
+            )));
+        }
+    }
+    check_tessera_checkpoint(root, origin, &state).map_err(refuse)?;
+    Ok(Committed {
+        tree: Some(state),
+        edge: Arc::new(edge),
+        seq: 0,
+    })
+}
+
+/// The public checkpoint of a Tessera log being adopted must be of this log and name a
+/// prefix of the adopted tree: its root is recomputed from the tiles at its size. Its
+/// signature is the engine's to check (it knows the key).
+fn check_tessera_checkpoint(root: &Path, origin: &str, state: &TreeState) -> Result<(), String> {
+    use tlogd_core::checkpoint::Checkpoint;
+    let bytes = match fs::read(root.join("checkpoint")) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(format!("checkpoint: {e}")),
+    };
+    let cp = tlogd_core::note::Note::parse(&bytes)
+        .map_err(|e| e.to_string())
+        .and_then(|n| Checkpoint::parse(&n.text).map_err(|e| e.to_string()))
+        .map_err(|e| format!("checkpoint: {e}"))?;
+    if cp.origin != origin {
+        return Err(format!(
+            "its checkpoint is for the log {:?}, not {origin:?}",
+            cp.origin
+        ));
+    }
+    if cp.size > state.size {
+        return Err(format!(
+            "the checkpoint names size {} but {TESSERA_TREE_STATE} only {}",
+            cp.size, state.size
+        ));
+    }
+    let mut tiles = std::collections::HashMap::new();
+    for id in tlogd_core::proof::tree_root_tiles(cp.size) {
+        // A partial may be gone once its full tile exists (tlog-tiles "Partial Tiles").
+        let (got, bytes) = match fs::read(root.join(id.path())) {
+            Ok(b) => (id, b),
+            Err(_) => match fs::read(root.join(id.full().path())) {
+                Ok(b) => (id.full(), b),
+                Err(e) => return Err(format!("{} cannot be read: {e}", id.path())),
+            },
+        };
+        let mut hashes =
+            tile::parse_hash_tile(&bytes, got.width).map_err(|e| format!("{}: {e}", got.path()))?;
+        hashes.truncate(id.width as usize);
+        tiles.insert(id, hashes);
+    }
+    let cp_root = tlogd_core::proof::tree_root(cp.size, &tiles)
+        .map_err(|e| format!("checkpoint of size {}: {e}", cp.size))?;
+    if cp_root != cp.root {
+        return Err(format!(
+            "the checkpoint and the public tiles disagree: the tiles at size {} hash to another root than the checkpoint's",
+            cp.size
+        ));
+    }
+    Ok(())
 }
 
 fn tile_level(id: &TileId) -> u8 {

@@ -306,3 +306,235 @@ async fn a_log_with_no_readable_state_is_refused_not_restarted() {
         other => panic!("expected a corrupt state error, got {:?}", other.err()),
     }
 }
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), &target).unwrap();
+        }
+    }
+}
+
+/// The entries of a log directory up to `size`, read from its bundles.
+fn entries_of(dir: &std::path::Path, size: u64) -> Vec<Bytes> {
+    let mut out = Vec::new();
+    for n in 0..size.div_ceil(256) {
+        let w = (size - n * 256).min(256) as u16;
+        let b = std::fs::read(dir.join(tlogd_core::tile::TileId::entries(n, w).path())).unwrap();
+        for e in tlogd_core::bundle::parse_bundle(&b).unwrap() {
+            out.push(Bytes::copy_from_slice(e));
+        }
+    }
+    out
+}
+
+/// Adopting Tessera v1.0.4's POSIX directory: tlogd continues the same tree, and the
+/// result is byte for byte what tlogd writes for the same entries from scratch.
+#[tokio::test(flavor = "current_thread")]
+async fn a_tessera_posix_log_is_adopted_and_continued_byte_for_byte() {
+    let tessera = vectors().join("tessera-posix-dir");
+    let dir = tempfile::tempdir().unwrap();
+    let adopted = dir.path().join("adopted");
+    copy_dir(&tessera, &adopted);
+    let old_entries = entries_of(&tessera, 1000);
+    let new_entries: Vec<Bytes> = (0..1500)
+        .map(|i| Bytes::from(format!("appended by tlogd {i}")))
+        .collect();
+
+    let storage = Arc::new(PosixStorage::open(&adopted, ORIGIN).unwrap());
+    assert_eq!(storage.adopted_tessera_size(), Some(1000));
+    let state = storage.load_state().await.unwrap().unwrap();
+    assert_eq!(state.size, 1000);
+    // A Tessera process cannot integrate while tlogd has the directory.
+    let tessera_lock = std::fs::File::open(adopted.join(".state/treeState.lock")).unwrap();
+    // SAFETY: valid fd.
+    let rc = unsafe {
+        libc::flock(
+            std::os::fd::AsRawFd::as_raw_fd(&tessera_lock),
+            libc::LOCK_EX | libc::LOCK_NB,
+        )
+    };
+    assert_eq!(rc, -1, "Tessera's tree lock is held by tlogd");
+    let (log, tasks) = Log::open(storage.clone(), None, config(100)).await.unwrap();
+    add_in_order(&log, new_entries.clone(), 1000).await;
+    log.shutdown();
+    tasks.join().await;
+    drop(log);
+    drop(storage);
+
+    // The same entries through a fresh tlogd log.
+    let fresh = dir.path().join("fresh");
+    let storage = Arc::new(PosixStorage::open(&fresh, ORIGIN).unwrap());
+    let (log, tasks) = Log::open(storage.clone(), None, config(100)).await.unwrap();
+    let all: Vec<Bytes> = old_entries.iter().chain(&new_entries).cloned().collect();
+    add_in_order(&log, all, 0).await;
+    log.shutdown();
+    tasks.join().await;
+
+    // Every full tile and bundle, the final checkpoint and its partials. (Partials of
+    // intermediate checkpoints depend on when those were published.)
+    let edge: Vec<std::path::PathBuf> = tlogd_core::tile::edge_tiles(2500)
+        .into_iter()
+        .chain(tlogd_core::tile::edge_bundle(2500))
+        .map(|id| id.path().into())
+        .collect();
+    for f in files(&fresh)
+        .into_iter()
+        .filter(|f| !f.to_string_lossy().contains(".p/") || edge.contains(f))
+    {
+        let got = std::fs::read(adopted.join(&f))
+            .unwrap_or_else(|e| panic!("{} missing from the adopted log: {e}", f.display()));
+        assert!(
+            got == std::fs::read(fresh.join(&f)).unwrap(),
+            "{} differs between the adopted and the fresh log",
+            f.display()
+        );
+    }
+    // Tessera's full tiles are untouched; anything else extra is an old partial.
+    for f in files(&tessera) {
+        let s = f.to_string_lossy();
+        if s.starts_with(".state") || s.contains(".p/") || s == "checkpoint" {
+            continue;
+        }
+        assert_eq!(
+            std::fs::read(adopted.join(&f)).unwrap(),
+            std::fs::read(tessera.join(&f)).unwrap(),
+            "{s}"
+        );
+    }
+    for f in files(&adopted) {
+        let s = f.to_string_lossy();
+        assert!(
+            s.starts_with(".state") || s.contains(".p/") || fresh.join(&f).exists(),
+            "unexpected {s}"
+        );
+    }
+    assert!(
+        !adopted.join("tile/0/003.p").exists(),
+        "Tessera's partials of a tile now full were collected"
+    );
+    // Reopened, it is tlogd's log now (its own state), and it checks out.
+    let storage = Arc::new(PosixStorage::open(&adopted, ORIGIN).unwrap());
+    assert_eq!(storage.adopted_tessera_size(), None);
+    let verifier = NoteSigner::from_skey(SKEY).unwrap().verifier();
+    let r = check_log(&*storage, ORIGIN, &verifier, None).await.unwrap();
+    assert_eq!((r.state.size, r.checkpoint_size), (2500, 2500));
+}
+
+/// A Tessera directory whose state and files disagree is refused, naming what
+/// disagrees, and nothing public is written.
+#[tokio::test]
+async fn a_tessera_log_that_disagrees_with_itself_is_refused() {
+    let tessera = vectors().join("tessera-posix-dir");
+    let tmp = tempfile::tempdir().unwrap();
+    let signer = NoteSigner::from_skey(SKEY).unwrap();
+    let mut case = 0;
+    let mut refused = |prepare: &dyn Fn(&std::path::Path), needle: &str| {
+        case += 1;
+        let d = tmp.path().join(format!("case{case}"));
+        copy_dir(&tessera, &d);
+        prepare(&d);
+        let before = files(&d);
+        match PosixStorage::open(&d, ORIGIN) {
+            Err(e @ (OpenError::Tessera(..) | OpenError::OriginMismatch { .. })) => {
+                assert!(e.to_string().contains(needle), "{needle:?} not in: {e}")
+            }
+            other => panic!("case {case}: expected a refusal, got {:?}", other.err()),
+        }
+        assert_eq!(files(&d), before, "case {case} changed the log");
+        assert!(!d.join(".tlogd/state.0").exists() && !d.join(".tlogd/state.1").exists());
+    };
+    let tree_state =
+        |d: &std::path::Path, json: &str| std::fs::write(d.join(".state/treeState"), json).unwrap();
+    refused(
+        &|d| {
+            tree_state(
+                d,
+                r#"{"size":1000,"root":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="}"#,
+            )
+        },
+        ".state/treeState and the public tiles disagree: the edge tiles at size 1000 hash to root IbAOuiyFS0NiMRNgC0pdZ+cisRr24kFfaoModBPAQug=",
+    );
+    refused(
+        &|d| {
+            tree_state(
+                d,
+                r#"{"size":1001,"root":"IbAOuiyFS0NiMRNgC0pdZ+cisRr24kFfaoModBPAQug="}"#,
+            )
+        },
+        "says size 1001 but tile/0/003.p/233 cannot be read",
+    );
+    refused(
+        &|d| tree_state(d, "not json"),
+        "is not a Tessera tree state",
+    );
+    refused(
+        &|d| {
+            let p = d.join("tile/1/000.p/3");
+            let mut b = std::fs::read(&p).unwrap();
+            b[40] ^= 1;
+            std::fs::write(p, b).unwrap();
+        },
+        "disagree",
+    );
+    refused(
+        &|d| {
+            let p = d.join("tile/entries/003.p/232");
+            let mut b = std::fs::read(&p).unwrap();
+            b[3] ^= 1;
+            std::fs::write(p, b).unwrap();
+        },
+        "tile/entries/003.p/232 does not match the level-0 tile at size 1000",
+    );
+    refused(
+        &|d| {
+            let cp = tlogd_core::checkpoint::Checkpoint {
+                origin: ORIGIN.into(),
+                size: 768,
+                root: [3u8; 32],
+                extensions: vec![],
+            };
+            std::fs::write(d.join("checkpoint"), cp.sign(&signer).unwrap()).unwrap();
+        },
+        "the checkpoint and the public tiles disagree",
+    );
+    refused(
+        &|d| std::fs::write(d.join(".state/version"), "2").unwrap(),
+        "only version 1 is supported",
+    );
+    refused(
+        &|d| {
+            let other = tlogd_core::checkpoint::Checkpoint {
+                origin: "example.com/other".into(),
+                size: 1000,
+                root: [3u8; 32],
+                extensions: vec![],
+            };
+            let (sk, _) = tlogd_core::note::generate_key("example.com/other").unwrap();
+            let s = NoteSigner::from_skey(&sk).unwrap();
+            std::fs::write(d.join("checkpoint"), other.sign(&s).unwrap()).unwrap();
+        },
+        "its checkpoint is for the log \"example.com/other\"",
+    );
+
+    // A running Tessera (holding its tree lock) keeps tlogd out.
+    let d = tmp.path().join("locked");
+    copy_dir(&tessera, &d);
+    let held = std::fs::File::open(d.join(".state/treeState.lock")).unwrap();
+    // SAFETY: valid fd.
+    let rc = unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&held), libc::LOCK_EX) };
+    assert_eq!(rc, 0);
+    match PosixStorage::open(&d, ORIGIN) {
+        Err(e @ OpenError::TesseraLocked(..)) => {
+            assert!(e.to_string().contains("in use by a Tessera process"), "{e}")
+        }
+        other => panic!(
+            "expected the Tessera lock to be refused, got {:?}",
+            other.err()
+        ),
+    }
+}

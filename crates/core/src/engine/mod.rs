@@ -36,10 +36,12 @@
 //! acknowledged entry and never forks the tree: the state only moves by
 //! compare-and-swap from the state the batch was built on.
 
+mod cosign;
 mod dedup;
 mod queue;
 mod storage;
 
+pub use cosign::{BoxFuture, CheckpointCosigner, ConsistencyProver, StorageProver, read_hashes};
 pub use dedup::{DedupError, DedupIndex, EntryHash, entry_hash};
 pub use storage::{CommitBatch, LogStorage, StorageError, TreeState};
 
@@ -73,6 +75,11 @@ pub struct LogConfig {
     pub batch_max_age: Duration,
     /// Minimum time between two published checkpoints.
     pub checkpoint_interval: Duration,
+    /// Publish a fresh checkpoint when the tree has not grown for this long, so that
+    /// witnesses keep cosigning and monitors see the log alive. Zero: never.
+    pub republish_interval: Duration,
+    /// Collects cosignatures (witnesses) on each checkpoint before it is published.
+    pub cosigner: Option<Arc<dyn CheckpointCosigner>>,
     /// Bound on entries queued or committing; beyond it adds get pushback.
     pub max_pending_entries: usize,
     /// Bound on entry bytes queued or committing; beyond it adds get pushback.
@@ -95,6 +102,9 @@ impl LogConfig {
             batch_max_entries: 4096,
             batch_max_age: Duration::ZERO,
             checkpoint_interval: Duration::from_secs(1),
+            // Tessera's default.
+            republish_interval: Duration::from_secs(600),
+            cosigner: None,
             max_pending_entries: 65_536,
             max_pending_bytes: 256 << 20,
             dedup_max_lag: 200_000,
@@ -665,27 +675,48 @@ impl<S: LogStorage> Log<S> {
 
     async fn run_publisher(self, mut rx: watch::Receiver<TreeState>) {
         let inner = &self.inner;
+        let republish = inner.config.republish_interval;
+        // When the last checkpoint was published (or the log opened).
+        let mut last_published = tokio::time::Instant::now();
         loop {
             let state = *rx.borrow_and_update();
             // The interval runs from the start of a publish, so a slow publish (a
-            // backend writing the checkpoint's partial tiles) does not stretch it.
+            // backend writing the checkpoint's partial tiles, witnesses answering) does
+            // not stretch it.
             let started = tokio::time::Instant::now();
-            if self.published_size() != Some(state.size) {
-                self.publish(state).await;
+            let stale = self.published_size() != Some(state.size);
+            let due = !republish.is_zero() && started >= last_published + republish;
+            let mut failed = false;
+            if stale || due {
+                if self.publish(state).await {
+                    last_published = tokio::time::Instant::now();
+                } else {
+                    failed = true;
+                }
             }
-            if rx.changed().await.is_err() {
-                break;
+            // Wait for a reason to publish again: the tree grew, the last attempt
+            // failed (retry), or it is time to republish an unchanged tree.
+            if !failed {
+                let republish_at = (!republish.is_zero()).then(|| last_published + republish);
+                tokio::select! {
+                    changed = rx.changed() => if changed.is_err() { break },
+                    _ = sleep_until_or_never(republish_at) => {}
+                }
             }
             // Rate-limit: at most one checkpoint per interval, but stop waiting as soon
             // as the integrator has drained and dropped its sender, so the final state
             // is published at once.
             let deadline = tokio::time::sleep_until(started + inner.config.checkpoint_interval);
             tokio::pin!(deadline);
+            let mut closed = false;
             loop {
                 tokio::select! {
                     _ = &mut deadline => break,
-                    changed = rx.changed() => if changed.is_err() { break },
+                    changed = rx.changed() => if changed.is_err() { closed = true; break },
                 }
+            }
+            if closed {
+                break;
             }
         }
         // Sender dropped with the integrator: publish the final state.
@@ -695,7 +726,9 @@ impl<S: LogStorage> Log<S> {
         }
     }
 
-    async fn publish(&self, state: TreeState) {
+    /// Sign, cosign (if configured) and store a checkpoint of `state`; whether it was
+    /// published.
+    async fn publish(&self, state: TreeState) -> bool {
         let inner = &self.inner;
         let cp = Checkpoint {
             origin: inner.config.origin.clone(),
@@ -703,20 +736,32 @@ impl<S: LogStorage> Log<S> {
             root: state.root,
             extensions: Vec::new(),
         };
-        let signed = match cp.sign(&inner.config.signer) {
+        let mut signed = match cp.sign(&inner.config.signer) {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!(error = %e, "signing checkpoint failed");
-                return;
+                return false;
             }
         };
+        if let Some(cosigner) = &inner.config.cosigner {
+            let prover = StorageProver(&*inner.storage);
+            match cosigner.cosign(&cp, &signed, &prover).await {
+                Ok(cosigned) => signed = cosigned,
+                Err(reason) => {
+                    metrics::counter!("tlogd_checkpoints_withheld_total").increment(1);
+                    tracing::error!(size = state.size, %reason, "checkpoint not published");
+                    return false;
+                }
+            }
+        }
         let backend = inner.storage.backend_name();
         let started = Instant::now();
         match inner.storage.publish_checkpoint(&signed).await {
             Ok(()) => {
                 metrics::histogram!("tlogd_storage_op_duration_seconds", "backend" => backend, "op" => "publish_checkpoint")
                     .record(started.elapsed().as_secs_f64());
-                inner.published.store(state.size + 1, Ordering::Release);
+                let previous = inner.published.swap(state.size + 1, Ordering::AcqRel);
+                metrics::counter!("tlogd_checkpoints_published_total").increment(1);
                 metrics::gauge!("tlogd_checkpoint_size").set(state.size as f64);
                 metrics::gauge!("tlogd_checkpoint_published_timestamp_seconds").set(
                     std::time::SystemTime::now()
@@ -724,11 +769,17 @@ impl<S: LogStorage> Log<S> {
                         .map(|d| d.as_secs_f64())
                         .unwrap_or(0.0),
                 );
-                tracing::info!(size = state.size, "published checkpoint");
+                if previous == state.size + 1 {
+                    tracing::info!(size = state.size, "republished checkpoint");
+                } else {
+                    tracing::info!(size = state.size, "published checkpoint");
+                }
+                true
             }
             Err(e) => {
                 metrics::counter!("tlogd_storage_errors_total", "backend" => backend, "op" => "publish_checkpoint").increment(1);
                 tracing::error!(error = %e, size = state.size, "publishing checkpoint failed");
+                false
             }
         }
     }
@@ -858,6 +909,14 @@ impl<S: LogStorage> Log<S> {
             n += 1;
         }
         Ok(out)
+    }
+}
+
+/// Sleep until `at`, or forever when `None`.
+async fn sleep_until_or_never(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -34,6 +34,19 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// Extra ways to start a daemon.
+#[derive(Default)]
+pub struct Opts {
+    /// Environment variables set for the daemon.
+    pub env: Vec<(String, String)>,
+    /// `RUST_LOG` (default `warn`).
+    pub rust_log: Option<&'static str>,
+    /// Write the daemon's stderr to this file instead of the test's.
+    pub stderr_to: Option<PathBuf>,
+    /// Keys added to the `[checkpoint]` section (which sets `interval_ms = 50`).
+    pub checkpoint_toml: String,
+}
+
 pub struct Daemon {
     pub child: Child,
     pub url: String,
@@ -52,6 +65,12 @@ impl Daemon {
     /// Start tlogd with `storage_toml` as its `[storage]` section (key and config files
     /// go to `dir`) and extra TOML appended.
     pub fn start_with(dir: &Path, storage_toml: &str, extra_toml: &str) -> Daemon {
+        Daemon::start_opts(dir, storage_toml, extra_toml, &Opts::default())
+    }
+
+    /// [`Daemon::start_with`] with environment variables, a log level and optionally
+    /// stderr captured to a file.
+    pub fn start_opts(dir: &Path, storage_toml: &str, extra_toml: &str, opts: &Opts) -> Daemon {
         let port = free_port();
         let mport = free_port();
         let key = dir.join("key");
@@ -61,18 +80,24 @@ impl Daemon {
             &cfg,
             format!(
                 "listen = \"127.0.0.1:{port}\"\norigin = \"{ORIGIN}\"\nprivate_key_file = \"{}\"\n\
-                 [storage]\n{storage_toml}[checkpoint]\ninterval_ms = 50\n\
+                 [storage]\n{storage_toml}[checkpoint]\ninterval_ms = 50\n{}\
                  [metrics]\nlisten = \"127.0.0.1:{mport}\"\n{extra_toml}",
                 key.display(),
+                opts.checkpoint_toml,
             ),
         )
         .unwrap();
+        let stderr = match &opts.stderr_to {
+            Some(p) => Stdio::from(std::fs::File::create(p).unwrap()),
+            None => Stdio::inherit(),
+        };
         let child = Command::new(env!("CARGO_BIN_EXE_tlogd"))
             .args(["serve", "--config"])
             .arg(&cfg)
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", opts.rust_log.unwrap_or("warn"))
+            .envs(opts.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("spawn tlogd");
         Daemon {
@@ -180,6 +205,19 @@ impl Http {
     pub async fn post(&self, url: &str, body: Bytes) -> Result<Resp, String> {
         let req = hyper::Request::post(url).body(Full::new(body)).unwrap();
         self.send(req).await
+    }
+
+    pub async fn post_with(
+        &self,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: Bytes,
+    ) -> Result<Resp, String> {
+        let mut req = hyper::Request::post(url);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        self.send(req.body(Full::new(body)).unwrap()).await
     }
 
     /// POST /add; Ok(index) on 200.
@@ -354,4 +392,13 @@ impl Writers {
             .map(|(k, v)| (*k, v.clone()))
             .collect()
     }
+}
+
+/// The value of the Prometheus sample `name_and_labels` in a `/metrics` text.
+pub fn metric(text: &str, name_and_labels: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(name_and_labels) && l[name_and_labels.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("metric {name_and_labels} not found in:\n{text}"))
 }

@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use anyhow::{Context, anyhow, bail};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
@@ -11,6 +10,15 @@ use hyper::header::{AUTHORIZATION, HOST, HeaderValue};
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
+
+/// A failed request: transport error, timeout, unexpected status or a bad URL.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ClientError(pub String);
+
+fn err(msg: impl Into<String>) -> ClientError {
+    ClientError(msg.into())
+}
 
 /// A parsed `http://host:port/prefix` base URL.
 #[derive(Clone, Debug)]
@@ -23,16 +31,16 @@ pub struct BaseUrl {
 
 impl BaseUrl {
     /// Parse an `http://` URL (https is not supported: run a TLS proxy).
-    pub fn parse(url: &str) -> anyhow::Result<Self> {
+    pub fn parse(url: &str) -> Result<Self, ClientError> {
         let rest = url
             .strip_prefix("http://")
-            .ok_or_else(|| anyhow!("{url}: only http:// URLs are supported"))?;
+            .ok_or_else(|| err(format!("{url}: only http:// URLs are supported")))?;
         let (authority, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, ""),
         };
         if authority.is_empty() {
-            bail!("{url}: missing host");
+            return Err(err(format!("{url}: missing host")));
         }
         let authority = if authority.contains(':') {
             authority.to_string()
@@ -69,12 +77,21 @@ pub struct Response {
 
 impl Client {
     /// A client for `base`; connects lazily.
-    pub fn new(base: BaseUrl, bearer: Option<&str>, timeout: Duration) -> anyhow::Result<Self> {
+    pub fn new(
+        base: BaseUrl,
+        bearer: Option<&str>,
+        timeout: Duration,
+    ) -> Result<Self, ClientError> {
         let auth = match bearer {
-            Some(t) => Some(HeaderValue::from_str(&format!("Bearer {t}")).context("bearer token")?),
+            // Never echo the token in the error.
+            Some(t) => Some(
+                HeaderValue::from_str(&format!("Bearer {t}"))
+                    .map_err(|_| err("the bearer token is not a valid header value"))?,
+            ),
             None => None,
         };
-        let host = HeaderValue::from_str(&base.authority).context("host")?;
+        let host = HeaderValue::from_str(&base.authority)
+            .map_err(|_| err(format!("{}: not a valid host", base.authority)))?;
         Ok(Client {
             base,
             auth,
@@ -84,20 +101,23 @@ impl Client {
         })
     }
 
-    async fn connect(&mut self) -> anyhow::Result<&mut SendRequest<Full<Bytes>>> {
+    async fn connect(&mut self) -> Result<&mut SendRequest<Full<Bytes>>, ClientError> {
         if self.sender.as_ref().is_none_or(|s| s.is_closed()) {
             let stream = TcpStream::connect(&self.base.authority)
                 .await
-                .with_context(|| format!("connecting to {}", self.base.authority))?;
-            stream.set_nodelay(true)?;
-            let (sender, conn) =
-                hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+                .map_err(|e| err(format!("connecting to {}: {e}", self.base.authority)))?;
+            stream
+                .set_nodelay(true)
+                .map_err(|e| err(format!("connecting to {}: {e}", self.base.authority)))?;
+            let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                .await
+                .map_err(|e| err(format!("connecting to {}: {e}", self.base.authority)))?;
             tokio::spawn(async move {
                 let _ = conn.await;
             });
             self.sender = Some(sender);
         }
-        self.sender.as_mut().ok_or_else(|| anyhow!("not connected"))
+        self.sender.as_mut().ok_or_else(|| err("not connected"))
     }
 
     /// Send one request to `path` (relative to the base URL).
@@ -106,12 +126,13 @@ impl Client {
         method: Method,
         path: &str,
         body: Bytes,
-    ) -> anyhow::Result<Response> {
+    ) -> Result<Response, ClientError> {
         let uri = format!("{}/{}", self.base.prefix, path.trim_start_matches('/'));
         let mut req = Request::builder()
             .method(method)
             .uri(uri)
-            .body(Full::new(body))?;
+            .body(Full::new(body))
+            .map_err(|e| err(format!("{path}: {e}")))?;
         req.headers_mut().insert(HOST, self.host.clone());
         if let Some(a) = &self.auth {
             req.headers_mut().insert(AUTHORIZATION, a.clone());
@@ -119,8 +140,14 @@ impl Client {
         let timeout = self.timeout;
         let result = tokio::time::timeout(timeout, async {
             let sender = self.connect().await?;
-            sender.ready().await?;
-            let resp = sender.send_request(req).await?;
+            sender
+                .ready()
+                .await
+                .map_err(|e| err(format!("{path}: {e}")))?;
+            let resp = sender
+                .send_request(req)
+                .await
+                .map_err(|e| err(format!("{path}: {e}")))?;
             let status = resp.status();
             let retry_after = resp
                 .headers()
@@ -131,8 +158,13 @@ impl Client {
                 .headers()
                 .get("x-tlog-duplicate")
                 .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"));
-            let body = resp.into_body().collect().await?.to_bytes();
-            anyhow::Ok(Response {
+            let body = resp
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| err(format!("{path}: {e}")))?
+                .to_bytes();
+            Ok::<_, ClientError>(Response {
                 status,
                 retry_after,
                 duplicate,
@@ -148,18 +180,20 @@ impl Client {
             }
             Err(_) => {
                 self.sender = None;
-                bail!("request to {path} timed out after {timeout:?}")
+                Err(err(format!(
+                    "request to {path} timed out after {timeout:?}"
+                )))
             }
         }
     }
 
     /// GET `path`; `Ok(None)` on 404.
-    pub async fn get(&mut self, path: &str) -> anyhow::Result<Option<Bytes>> {
+    pub async fn get(&mut self, path: &str) -> Result<Option<Bytes>, ClientError> {
         let r = self.send(Method::GET, path, Bytes::new()).await?;
         match r.status {
             StatusCode::OK => Ok(Some(r.body)),
             StatusCode::NOT_FOUND => Ok(None),
-            s => bail!("GET {path}: HTTP {s}"),
+            s => Err(err(format!("GET {path}: HTTP {s}"))),
         }
     }
 }

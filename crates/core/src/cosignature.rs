@@ -1,0 +1,252 @@
+//! Checkpoint cosignatures (C2SP tlog-cosignature), Ed25519 type: signed-note
+//! signature type `0x04`, message `cosignature/v1`.
+//!
+//! A cosignature is a note signature line on a checkpoint whose signature bytes are a
+//! `timestamped_signature` (tlog-cosignature "Format"): an 8-byte big-endian POSIX
+//! timestamp, then the Ed25519 signature over the "Ed25519 signed message":
+//!
+//! ```text
+//! cosignature/v1
+//! time <timestamp>
+//! <the checkpoint's note text, final newline included>
+//! ```
+//!
+//! The key ID is `SHA-256(<name> || "\n" || 0x04 || public key)[:4]`. (The ML-DSA-44
+//! type, `0x06`, is not implemented.)
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
+
+use crate::note::{NoteError, NoteSignature, key_id, split_key, valid_name};
+
+/// signed-note "Signature types": timestamped Ed25519 checkpoint cosignatures.
+pub const ALG_COSIGNATURE_V1: u8 = 0x04;
+
+/// tlog-cosignature: a timestamp MUST NOT exceed 2^63 - 1.
+const MAX_TIMESTAMP: u64 = (1 << 63) - 1;
+
+fn cosigner_key_id(name: &str, key: &VerifyingKey) -> u32 {
+    let mut b = [0u8; 33];
+    b[0] = ALG_COSIGNATURE_V1;
+    b[1..].copy_from_slice(key.as_bytes());
+    key_id(name, &b)
+}
+
+/// tlog-cosignature "Ed25519 signed message" for a checkpoint's note `text`.
+pub fn signed_message(text: &str, timestamp: u64) -> Vec<u8> {
+    let mut m = Vec::with_capacity(40 + text.len());
+    m.extend_from_slice(b"cosignature/v1\ntime ");
+    m.extend_from_slice(timestamp.to_string().as_bytes());
+    m.push(b'\n');
+    m.extend_from_slice(text.as_bytes());
+    m
+}
+
+/// A witness's (cosigner's) public key, `name+hex key id+base64(0x04 || key)`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CosignatureVerifier {
+    name: String,
+    id: u32,
+    key: VerifyingKey,
+}
+
+impl CosignatureVerifier {
+    /// Parse a cosigner vkey (signature type `0x04`).
+    pub fn from_vkey(s: &str) -> Result<Self, NoteError> {
+        let (name, id, key) = split_key(s)?;
+        if key.len() != 33 || key[0] != ALG_COSIGNATURE_V1 {
+            return Err(NoteError::BadKey(
+                "not an Ed25519 cosignature (type 0x04) verifier key",
+            ));
+        }
+        let mut pk = [0u8; 32];
+        pk.copy_from_slice(&key[1..]);
+        let key = VerifyingKey::from_bytes(&pk)
+            .map_err(|_| NoteError::BadKey("invalid Ed25519 public key"))?;
+        if cosigner_key_id(name, &key) != id {
+            return Err(NoteError::BadKey("key id does not match the key"));
+        }
+        Ok(CosignatureVerifier {
+            name: name.to_string(),
+            id,
+            key,
+        })
+    }
+
+    /// The vkey string.
+    pub fn to_vkey(&self) -> String {
+        let mut b = Vec::with_capacity(33);
+        b.push(ALG_COSIGNATURE_V1);
+        b.extend_from_slice(self.key.as_bytes());
+        format!("{}+{:08x}+{}", self.name, self.id, B64.encode(b))
+    }
+
+    /// The cosigner's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The key ID.
+    pub fn key_id(&self) -> u32 {
+        self.id
+    }
+
+    /// The same public key as this verifier (two vkeys wrapping one key are duplicates
+    /// in a tlog-policy).
+    pub fn public_key(&self) -> [u8; 32] {
+        self.key.to_bytes()
+    }
+
+    /// Whether `sig` is a line from this cosigner (name and key ID match).
+    pub fn matches(&self, sig: &NoteSignature) -> bool {
+        sig.name == self.name && sig.key_id == self.id
+    }
+
+    /// Verify a cosignature line of this cosigner over the checkpoint note `text`;
+    /// returns its timestamp.
+    pub fn verify(&self, text: &str, sig: &NoteSignature) -> Result<u64, NoteError> {
+        let bad = || NoteError::BadSignature(self.name.clone());
+        if !self.matches(sig) || sig.signature.len() != 8 + 64 {
+            return Err(bad());
+        }
+        let mut ts = [0u8; 8];
+        ts.copy_from_slice(&sig.signature[..8]);
+        let timestamp = u64::from_be_bytes(ts);
+        if timestamp > MAX_TIMESTAMP {
+            return Err(bad());
+        }
+        let signature =
+            ed25519_dalek::Signature::from_slice(&sig.signature[8..]).map_err(|_| bad())?;
+        self.key
+            .verify_strict(&signed_message(text, timestamp), &signature)
+            .map_err(|_| bad())?;
+        Ok(timestamp)
+    }
+}
+
+/// A cosigner's private key (used by witnesses; tlogd itself only verifies):
+/// `PRIVATE+KEY+<name>+<hex key id>+<base64(0x04 || 32-byte seed)>`.
+pub struct CosignatureSigner {
+    name: String,
+    id: u32,
+    key: SigningKey,
+}
+
+impl std::fmt::Debug for CosignatureSigner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CosignatureSigner({}+{:08x})", self.name, self.id)
+    }
+}
+
+impl CosignatureSigner {
+    /// Parse a cosigner private key.
+    pub fn from_skey(s: &str) -> Result<Self, NoteError> {
+        let rest = s
+            .strip_prefix("PRIVATE+KEY+")
+            .ok_or(NoteError::BadKey("missing PRIVATE+KEY+ prefix"))?;
+        let (name, id, key) = split_key(rest)?;
+        if key.len() != 33 || key[0] != ALG_COSIGNATURE_V1 {
+            return Err(NoteError::BadKey(
+                "not an Ed25519 cosignature (type 0x04) private key",
+            ));
+        }
+        let mut seed = [0u8; 32];
+        seed.copy_from_slice(&key[1..]);
+        let key = SigningKey::from_bytes(&seed);
+        if cosigner_key_id(name, &key.verifying_key()) != id {
+            return Err(NoteError::BadKey("key id does not match the key"));
+        }
+        Ok(CosignatureSigner {
+            name: name.to_string(),
+            id,
+            key,
+        })
+    }
+
+    /// The matching verifier.
+    pub fn verifier(&self) -> CosignatureVerifier {
+        CosignatureVerifier {
+            name: self.name.clone(),
+            id: self.id,
+            key: self.key.verifying_key(),
+        }
+    }
+
+    /// Cosign the checkpoint note `text` as of `timestamp` (POSIX seconds).
+    pub fn cosign(&self, text: &str, timestamp: u64) -> NoteSignature {
+        let sig = self.key.sign(&signed_message(text, timestamp)).to_bytes();
+        let mut signature = Vec::with_capacity(8 + 64);
+        signature.extend_from_slice(&timestamp.to_be_bytes());
+        signature.extend_from_slice(&sig);
+        NoteSignature {
+            name: self.name.clone(),
+            key_id: self.id,
+            signature,
+        }
+    }
+}
+
+/// Generate a cosigner key named `name`: `(private key, verifier key)` strings.
+pub fn generate_cosigner_key(name: &str) -> Result<(String, String), NoteError> {
+    if !valid_name(name) {
+        return Err(NoteError::BadKey("invalid key name"));
+    }
+    let mut seed = [0u8; 32];
+    getrandom::fill(&mut seed).map_err(|e| NoteError::Random(e.to_string()))?;
+    let key = SigningKey::from_bytes(&seed);
+    let id = cosigner_key_id(name, &key.verifying_key());
+    let mut b = Vec::with_capacity(33);
+    b.push(ALG_COSIGNATURE_V1);
+    b.extend_from_slice(&seed);
+    let skey = format!("PRIVATE+KEY+{name}+{id:08x}+{}", B64.encode(&b));
+    let vkey = CosignatureSigner::from_skey(&skey)?.verifier().to_vkey();
+    Ok((skey, vkey))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::note::{Note, NoteSigner, open_note};
+
+    const SKEY: &str = "PRIVATE+KEY+example.com/log/testdata+33d7b496+AeymY/SZAX0jZcJ8enZ5FY1Dz+wTML2yWSkK+9DSF3eg";
+
+    #[test]
+    fn the_signed_message_is_the_spec_example_layout() {
+        let text =
+            "example.com/behind-the-sofa\n20852163\nCsUYapGGPo4dkMgIAUqom/Xajj7h2fB2MPA3j2jxq2I=\n";
+        assert_eq!(
+            signed_message(text, 1679315147),
+            b"cosignature/v1\ntime 1679315147\nexample.com/behind-the-sofa\n20852163\nCsUYapGGPo4dkMgIAUqom/Xajj7h2fB2MPA3j2jxq2I=\n"
+        );
+    }
+
+    #[test]
+    fn cosign_verify_and_coexist_with_the_log_signature() {
+        let (sk, vk) = generate_cosigner_key("witness.example/w1").unwrap();
+        let w = CosignatureSigner::from_skey(&sk).unwrap();
+        let v = CosignatureVerifier::from_vkey(&vk).unwrap();
+        assert_eq!(v, w.verifier());
+        assert_eq!(v.to_vkey(), vk);
+        let log = NoteSigner::from_skey(SKEY).unwrap();
+        let text = "example.com/log/testdata\n3\nBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=\n";
+        let mut note = Note::parse(&crate::note::sign_note(text, &[&log]).unwrap()).unwrap();
+        note.signatures.push(w.cosign(text, 1_700_000_000));
+        let bytes = note.to_bytes();
+        // The log's verifier ignores the cosignature; the cosigner's verifies it.
+        assert!(open_note(&bytes, &[&log.verifier()]).is_ok());
+        let parsed = Note::parse(&bytes).unwrap();
+        let cosig = parsed.signatures.iter().find(|s| v.matches(s)).unwrap();
+        assert_eq!(v.verify(&parsed.text, cosig), Ok(1_700_000_000));
+        // Another text, another time, or another key: no.
+        assert!(v.verify("other\n", cosig).is_err());
+        let mut later = cosig.clone();
+        later.signature[7] ^= 1;
+        assert!(v.verify(&parsed.text, &later).is_err());
+        let (_, other) = generate_cosigner_key("witness.example/w1").unwrap();
+        let other = CosignatureVerifier::from_vkey(&other).unwrap();
+        assert!(other.verify(&parsed.text, cosig).is_err());
+        // A log key (type 0x01) is not a cosigner key.
+        assert!(CosignatureVerifier::from_vkey(&log.verifier().to_vkey()).is_err());
+    }
+}

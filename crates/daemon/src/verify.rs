@@ -1,0 +1,282 @@
+//! `tlogd verify`: check any tlog-tiles log, tlogd's or not, from a base URL or a
+//! local directory (the check itself is `tlog_verify::fsck`, shared with the load
+//! generator's verification).
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use tlog_verify::VerifyError;
+use tlog_verify::fetch::{DirFetcher, Fetch, HttpFetcher};
+use tlog_verify::fsck::{FsckOptions, FsckProgress, FsckSummary, fsck};
+use tlog_verify::reader::open_checkpoint;
+use tlogd_core::checkpoint::Checkpoint;
+use tlogd_core::note::NoteVerifier;
+
+/// Exit status when the log failed verification (or could not be read in full).
+pub const EXIT_FAILED: u8 = 1;
+/// Exit status for bad arguments (nothing was checked).
+pub const EXIT_USAGE: u8 = 2;
+
+/// `tlogd verify` arguments.
+#[derive(clap::Args, Debug)]
+pub struct VerifyArgs {
+    /// The log: a base URL (http://host:port/prefix) or a local directory holding
+    /// `checkpoint` and `tile/`.
+    pub location: String,
+    /// The log's verifier key (`name+hash+base64`); its name is the origin unless
+    /// --origin is given.
+    #[arg(long, visible_alias = "key")]
+    pub log_public_key: String,
+    /// The checkpoint origin, when it differs from the key's name.
+    #[arg(long)]
+    pub origin: Option<String>,
+    /// A signed checkpoint saved earlier from the same log (a file): the log must be
+    /// consistent with it. Repeat for several.
+    #[arg(long = "earlier-checkpoint", value_name = "FILE")]
+    pub earlier: Vec<PathBuf>,
+    /// Bundles (each with its level-0 tile) read at once.
+    #[arg(long, default_value_t = 16)]
+    pub jobs: usize,
+    /// HTTP timeout per request, in seconds.
+    #[arg(long, default_value_t = 30.0)]
+    pub http_timeout: f64,
+    /// No progress bar (it is only drawn on a terminal anyway).
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+struct Bar(ProgressBar);
+
+impl FsckProgress for Bar {
+    fn start(&mut self, cp: &Checkpoint) {
+        self.0.set_length(cp.size);
+    }
+    fn entries(&mut self, done: u64) {
+        self.0.set_position(done);
+    }
+}
+
+/// Run the check; prints a summary on stdout, the first failure on stderr, and
+/// returns the exit status (0 = the log verified).
+pub fn run(args: VerifyArgs) -> u8 {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("tlogd verify: starting the async runtime: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    runtime.block_on(run_async(args))
+}
+
+async fn run_async(args: VerifyArgs) -> u8 {
+    let verifier = match NoteVerifier::from_vkey(args.log_public_key.trim()) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("tlogd verify: --log-public-key: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    let origin = args
+        .origin
+        .clone()
+        .unwrap_or_else(|| verifier.name().to_string());
+    let mut earlier = Vec::new();
+    for path in &args.earlier {
+        let opened = std::fs::read(path)
+            .map_err(|e| e.to_string())
+            .and_then(|b| open_checkpoint(&b, &origin, &verifier).map_err(|e| e.to_string()));
+        match opened {
+            Ok(cp) => earlier.push(cp),
+            Err(e) => {
+                eprintln!("tlogd verify: --earlier-checkpoint {}: {e}", path.display());
+                return EXIT_USAGE;
+            }
+        }
+    }
+    let options = FsckOptions {
+        concurrency: args.jobs.max(1),
+        earlier,
+    };
+    let timeout = Duration::from_secs_f64(args.http_timeout.max(0.1));
+    if args.location.contains("://") {
+        match HttpFetcher::new(&args.location, None, timeout) {
+            Ok(f) => check(&f, &origin, &verifier, &options, &args).await,
+            Err(e) => {
+                eprintln!("tlogd verify: {e}");
+                EXIT_USAGE
+            }
+        }
+    } else {
+        match DirFetcher::new(&args.location) {
+            Ok(f) => check(&f, &origin, &verifier, &options, &args).await,
+            Err(e) => {
+                eprintln!("tlogd verify: {e}");
+                EXIT_USAGE
+            }
+        }
+    }
+}
+
+async fn check<F: Fetch>(
+    fetch: &F,
+    origin: &str,
+    verifier: &NoteVerifier,
+    options: &FsckOptions,
+    args: &VerifyArgs,
+) -> u8 {
+    let started = Instant::now();
+    let bar = if !args.quiet && std::io::stderr().is_terminal() {
+        let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
+        if let Ok(style) = ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {wide_bar} {human_pos}/{human_len} entries ({per_sec}, eta {eta})",
+        ) {
+            bar.set_style(style);
+        }
+        bar
+    } else {
+        ProgressBar::hidden()
+    };
+    let mut progress = Bar(bar);
+    let mut summary = FsckSummary::default();
+    let result = fsck(
+        fetch,
+        origin,
+        verifier,
+        options,
+        &mut progress,
+        &mut summary,
+    )
+    .await;
+    progress.0.finish_and_clear();
+    let elapsed = started.elapsed();
+    match result {
+        Ok(()) => {
+            println!(
+                "{}",
+                describe_ok(&fetch.location(), verifier, &summary, elapsed)
+            );
+            0
+        }
+        Err(e) => {
+            eprintln!("FAIL {}", failure(&e));
+            eprintln!(
+                "     checked before the failure: {} entries in {} bundles of {}",
+                summary.entries,
+                summary.bundles,
+                fetch.location()
+            );
+            EXIT_FAILED
+        }
+    }
+}
+
+fn failure(e: &VerifyError) -> String {
+    match e {
+        VerifyError::Fetch(m) => format!("could not read the log: {m}"),
+        other => other.to_string(),
+    }
+}
+
+/// The summary of a successful check.
+fn describe_ok(
+    location: &str,
+    verifier: &NoteVerifier,
+    s: &FsckSummary,
+    elapsed: Duration,
+) -> String {
+    let size = s.checkpoint.as_ref().map_or(0, |c| c.size);
+    let origin = s
+        .checkpoint
+        .as_ref()
+        .map_or(String::new(), |c| c.origin.clone());
+    let levels: Vec<String> = s
+        .hash_tiles
+        .iter()
+        .enumerate()
+        .map(|(l, n)| format!("level {l}: {n}"))
+        .collect();
+    let mut out = format!(
+        "OK   {origin}: checkpoint of size {size} verified with {}\n     {} entries in {} bundles; hash tiles recomputed and identical: {}\n     {} partial tiles and bundles named by the checkpoint present",
+        verifier.to_vkey(),
+        s.entries,
+        s.bundles,
+        if levels.is_empty() {
+            "none (empty log)".to_string()
+        } else {
+            levels.join(", ")
+        },
+        s.partials,
+    );
+    if s.partials_from_full > 0 {
+        out.push_str(&format!(
+            " ({} of them deleted after their full tile was written, checked against it)",
+            s.partials_from_full
+        ));
+    }
+    if !s.earlier.is_empty() {
+        let sizes: Vec<String> = s.earlier.iter().map(u64::to_string).collect();
+        out.push_str(&format!(
+            "\n     consistent with the earlier checkpoints of size {}",
+            sizes.join(", ")
+        ));
+    }
+    out.push_str(&format!(
+        "\n     read {:.1} MiB from {location} in {:.1} s",
+        s.bytes as f64 / (1 << 20) as f64,
+        elapsed.as_secs_f64()
+    ));
+    out
+}
+
+/// Before serving a Tessera log adopted at `size` (see `tlogd_storage_posix`), check
+/// the whole of it as `tlogd verify` would, up to its published checkpoint: every
+/// bundle, every hash tile, the root, the checkpoint's signature with this log's key.
+/// The storage has already checked the tiles at `size` against Tessera's tree state.
+pub async fn check_adopted_tessera(
+    dir: &std::path::Path,
+    origin: &str,
+    verifier: &NoteVerifier,
+    size: u64,
+) -> anyhow::Result<()> {
+    if !dir.join("checkpoint").exists() {
+        tracing::warn!(
+            size,
+            "adopting a Tessera log that never published a checkpoint: only its edge tiles were checked"
+        );
+        return Ok(());
+    }
+    tracing::info!(size, dir = %dir.display(), "adopting a Tessera log: checking it first");
+    let fetch = DirFetcher::new(dir)?;
+    let mut summary = FsckSummary::default();
+    let started = Instant::now();
+    fsck(
+        &fetch,
+        origin,
+        verifier,
+        &FsckOptions::default(),
+        &mut (),
+        &mut summary,
+    )
+    .await
+    .map_err(|e| {
+        anyhow::anyhow!(
+            "refusing to adopt the Tessera log in {}: {}",
+            dir.display(),
+            failure(&e)
+        )
+    })?;
+    tracing::info!(
+        size,
+        checkpoint = summary.checkpoint.as_ref().map_or(0, |c| c.size),
+        entries = summary.entries,
+        seconds = started.elapsed().as_secs_f64(),
+        "adopted the Tessera log: it verifies; appending continues it (tlogd's dedup index is rebuilt from the bundles)"
+    );
+    Ok(())
+}

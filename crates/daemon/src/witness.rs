@@ -1,0 +1,357 @@
+//! Witness cosigning (C2SP tlog-witness, tlog-cosignature): after the log signs a
+//! checkpoint, every witness of the policy is asked, concurrently, to `add-checkpoint`
+//! it with a consistency proof built from the log's own tiles; the cosignatures that
+//! verify are appended to the published checkpoint. When the policy's quorum is not
+//! met the checkpoint is withheld (the engine retries after the checkpoint interval),
+//! or published anyway with `fail_open`.
+//!
+//! tlog-witness "add-checkpoint": the old size sent is the size the witness last
+//! cosigned. It is not persisted: after a restart the first request says `old 0` (or the
+//! last size this process saw) and a witness that knows better answers `409 Conflict`
+//! with its size, which is then retried once with a proof from that size.
+
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::StatusCode;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use tlogd_core::checkpoint::Checkpoint;
+use tlogd_core::engine::{BoxFuture, CheckpointCosigner, ConsistencyProver};
+use tlogd_core::note::{Note, NoteSignature, NoteVerifier};
+use tlogd_core::witness::{
+    PolicyWitness, WitnessPolicy, add_checkpoint_body, parse_cosignatures, parse_size_body,
+};
+
+use crate::config::WitnessingConfig;
+
+/// Largest witness response read (a few signature lines).
+const MAX_RESPONSE: usize = 64 << 10;
+/// `409` answers followed per request: one for a witness that knows a newer size than
+/// we did, one more if it moved meanwhile.
+const MAX_CONFLICTS: usize = 2;
+
+/// Why one witness did not cosign.
+#[derive(Debug)]
+enum Failure {
+    Timeout(Duration),
+    Transport(String),
+    Status(StatusCode, String),
+    Invalid(String),
+    Ahead(u64),
+}
+
+impl Failure {
+    fn outcome(&self) -> &'static str {
+        match self {
+            Failure::Timeout(_) => "timeout",
+            Failure::Transport(_) => "error",
+            Failure::Status(..) => "error",
+            Failure::Invalid(_) => "invalid",
+            Failure::Ahead(_) => "ahead",
+        }
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Timeout(t) => write!(f, "no answer within {t:?}"),
+            Failure::Transport(e) => write!(f, "{e}"),
+            Failure::Status(s, body) => write!(f, "HTTP {s}: {body}"),
+            Failure::Invalid(e) => write!(f, "{e}"),
+            Failure::Ahead(size) => write!(
+                f,
+                "it has cosigned size {size}, beyond this checkpoint: the log went back?"
+            ),
+        }
+    }
+}
+
+/// `e: its source: ...`, without repeating a source's text already in its parent.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let t = s.to_string();
+        if !out.contains(&t) {
+            out.push_str(": ");
+            out.push_str(&t);
+        }
+        source = s.source();
+    }
+    out
+}
+
+/// The witnesses of a policy and how to reach them.
+pub struct Witnesses {
+    policy: WitnessPolicy,
+    client: Client<HttpConnector, Full<Bytes>>,
+    timeout: Duration,
+    fail_open: bool,
+    /// Per witness: the size it last cosigned or reported (the `old` it expects).
+    known: Mutex<Vec<u64>>,
+}
+
+impl std::fmt::Debug for Witnesses {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Witnesses({})", self.policy.describe())
+    }
+}
+
+/// The witnesses of `[witnessing]`, or `None` when no policy is configured.
+pub fn from_config(c: &WitnessingConfig, log: &NoteVerifier) -> anyhow::Result<Option<Witnesses>> {
+    let Some(path) = &c.policy_file else {
+        return Ok(None);
+    };
+    let policy = load_policy(path)?;
+    Witnesses::new(
+        policy,
+        log,
+        Duration::from_millis(c.timeout_ms),
+        c.fail_open,
+    )
+    .map(Some)
+    .with_context(|| format!("witness policy {}", path.display()))
+}
+
+fn load_policy(path: &Path) -> anyhow::Result<WitnessPolicy> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading witness policy {}", path.display()))?;
+    WitnessPolicy::parse(&text).with_context(|| format!("in {}", path.display()))
+}
+
+impl Witnesses {
+    /// Witnesses of `policy` for the log signed by `log`. Every witness needs a URL
+    /// (its submission prefix, `http://`); a policy that lists logs must list this one.
+    pub fn new(
+        policy: WitnessPolicy,
+        log: &NoteVerifier,
+        timeout: Duration,
+        fail_open: bool,
+    ) -> anyhow::Result<Self> {
+        if !policy.logs().is_empty() && !policy.logs().iter().any(|l| l == log) {
+            bail!(
+                "the policy lists logs, but not this one ({})",
+                log.to_vkey()
+            );
+        }
+        for w in policy.witnesses() {
+            match &w.url {
+                None => bail!(
+                    "witness {} has no URL: the log must reach it (witness <name> <vkey> <url>)",
+                    w.name
+                ),
+                Some(u) if !u.starts_with("http://") => bail!(
+                    "witness {}: {u} is not an http:// URL (put a TLS-terminating proxy in front of an https:// witness)",
+                    w.name
+                ),
+                Some(u) => {
+                    u.parse::<hyper::Uri>()
+                        .with_context(|| format!("witness {}: {u}", w.name))?;
+                }
+            }
+        }
+        if timeout.is_zero() {
+            bail!("`witnessing.timeout_ms` must be at least 1");
+        }
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(timeout));
+        let known = Mutex::new(vec![0; policy.witnesses().len()]);
+        Ok(Witnesses {
+            policy,
+            client: Client::builder(TokioExecutor::new()).build(connector),
+            timeout,
+            fail_open,
+            known,
+        })
+    }
+
+    /// The policy's quorum in words.
+    pub fn describe(&self) -> String {
+        self.policy.describe()
+    }
+
+    fn known(&self, i: usize) -> u64 {
+        self.known.lock().unwrap_or_else(|e| e.into_inner())[i]
+    }
+
+    fn set_known(&self, i: usize, size: u64) {
+        self.known.lock().unwrap_or_else(|e| e.into_inner())[i] = size;
+    }
+
+    /// POST add-checkpoint; `(status, body)`.
+    async fn post(&self, url: &str, body: Vec<u8>) -> Result<(StatusCode, Bytes), Failure> {
+        let req = hyper::Request::post(url)
+            .header(hyper::header::CONTENT_TYPE, "text/plain; charset=utf-8")
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| Failure::Transport(e.to_string()))?;
+        let resp = self
+            .client
+            .request(req)
+            .await
+            .map_err(|e| Failure::Transport(error_chain(&e)))?;
+        let status = resp.status();
+        let body = Limited::new(resp.into_body(), MAX_RESPONSE)
+            .collect()
+            .await
+            .map_err(|e| Failure::Transport(e.to_string()))?
+            .to_bytes();
+        Ok((status, body))
+    }
+
+    /// Ask witness `i` to cosign; its verified cosignature lines.
+    async fn ask(
+        &self,
+        i: usize,
+        w: &PolicyWitness,
+        cp: &Checkpoint,
+        text: &str,
+        signed: &[u8],
+        prover: &dyn ConsistencyProver,
+    ) -> Result<Vec<NoteSignature>, Failure> {
+        let url = format!("{}/add-checkpoint", w.url.as_deref().unwrap_or_default());
+        let mut old = self.known(i);
+        let mut conflicts = 0;
+        loop {
+            if old > cp.size {
+                return Err(Failure::Ahead(old));
+            }
+            let proof = prover
+                .consistency_proof(old, cp.size)
+                .await
+                .map_err(|e| Failure::Invalid(format!("building the proof from {old}: {e}")))?;
+            let (status, body) = self
+                .post(&url, add_checkpoint_body(old, &proof, signed))
+                .await?;
+            match status {
+                StatusCode::OK => {
+                    let sigs = parse_cosignatures(text, &body).map_err(|e| {
+                        Failure::Invalid(format!("unparseable cosignature lines: {e}"))
+                    })?;
+                    // tlog-witness: cosignatures from unknown keys are ignored.
+                    let mine: Vec<NoteSignature> =
+                        sigs.into_iter().filter(|s| w.verifier.matches(s)).collect();
+                    if mine.is_empty() {
+                        return Err(Failure::Invalid(format!(
+                            "no cosignature from its key {}",
+                            w.verifier.to_vkey()
+                        )));
+                    }
+                    for s in &mine {
+                        w.verifier.verify(text, s).map_err(|e| {
+                            Failure::Invalid(format!("its cosignature does not verify: {e}"))
+                        })?;
+                    }
+                    self.set_known(i, cp.size);
+                    return Ok(mine);
+                }
+                StatusCode::CONFLICT => {
+                    metrics::counter!("tlogd_witness_requests_total", "witness" => w.name.clone(), "outcome" => "conflict").increment(1);
+                    let size = parse_size_body(&body).ok_or_else(|| {
+                        Failure::Invalid("409 without a tree size in its body".into())
+                    })?;
+                    tracing::info!(witness = %w.name, sent = old, size, "witness knows another size; retrying from it");
+                    self.set_known(i, size);
+                    conflicts += 1;
+                    if size == old || conflicts > MAX_CONFLICTS {
+                        return Err(Failure::Invalid(format!(
+                            "409 again, with size {size} (sent old {old})"
+                        )));
+                    }
+                    old = size;
+                }
+                s => {
+                    let first = String::from_utf8_lossy(&body)
+                        .lines()
+                        .next()
+                        .unwrap_or_default()
+                        .chars()
+                        .take(200)
+                        .collect();
+                    return Err(Failure::Status(s, first));
+                }
+            }
+        }
+    }
+}
+
+impl CheckpointCosigner for Witnesses {
+    fn cosign<'a>(
+        &'a self,
+        cp: &'a Checkpoint,
+        signed: &'a [u8],
+        prover: &'a dyn ConsistencyProver,
+    ) -> BoxFuture<'a, Result<Vec<u8>, String>> {
+        Box::pin(async move {
+            let text = cp.to_text();
+            let asks = self.policy.witnesses().iter().enumerate().map(|(i, w)| {
+                let text = &text;
+                async move {
+                    let started = Instant::now();
+                    let r = match tokio::time::timeout(
+                        self.timeout,
+                        self.ask(i, w, cp, text, signed, prover),
+                    )
+                    .await
+                    {
+                        Ok(r) => r,
+                        Err(_) => Err(Failure::Timeout(self.timeout)),
+                    };
+                    metrics::histogram!("tlogd_witness_request_duration_seconds", "witness" => w.name.clone())
+                        .record(started.elapsed().as_secs_f64());
+                    let outcome = match &r {
+                        Ok(_) => "cosigned",
+                        Err(f) => f.outcome(),
+                    };
+                    metrics::counter!("tlogd_witness_requests_total", "witness" => w.name.clone(), "outcome" => outcome).increment(1);
+                    r
+                }
+            });
+            let results = futures_util::future::join_all(asks).await;
+            let mut note = Note::parse(signed).map_err(|e| format!("own checkpoint: {e}"))?;
+            let mut cosigned = Vec::with_capacity(results.len());
+            let mut failures = Vec::new();
+            for (w, r) in self.policy.witnesses().iter().zip(results) {
+                match r {
+                    Ok(sigs) => {
+                        cosigned.push(true);
+                        note.signatures.extend(sigs);
+                    }
+                    Err(f) => {
+                        tracing::warn!(witness = %w.name, size = cp.size, error = %f, "witness did not cosign");
+                        cosigned.push(false);
+                        failures.push(format!("{}: {f}", w.name));
+                    }
+                }
+            }
+            let count = cosigned.iter().filter(|c| **c).count();
+            if self.policy.satisfied(&cosigned) {
+                metrics::gauge!("tlogd_checkpoint_cosignatures").set(count as f64);
+                return Ok(note.to_bytes());
+            }
+            let reason = format!(
+                "witness policy not met (quorum {}): {count} of {} witnesses cosigned; {}",
+                self.policy.describe(),
+                cosigned.len(),
+                failures.join("; ")
+            );
+            if self.fail_open {
+                metrics::counter!("tlogd_witness_policy_unmet_total", "action" => "published")
+                    .increment(1);
+                metrics::gauge!("tlogd_checkpoint_cosignatures").set(count as f64);
+                tracing::warn!(size = cp.size, %reason, "publishing anyway (witnessing.fail_open)");
+                return Ok(note.to_bytes());
+            }
+            metrics::counter!("tlogd_witness_policy_unmet_total", "action" => "withheld")
+                .increment(1);
+            Err(reason)
+        })
+    }
+}

@@ -1,0 +1,299 @@
+//! The whole-log check (`tlogd verify`): every entry bundle and hash tile of a log is
+//! recomputed up to its checkpoint, and the root compared.
+//!
+//! 1. The checkpoint must verify with the log's key and origin (tlog-checkpoint,
+//!    signed-note).
+//! 2. Every entry bundle up to the checkpoint's size is read (many at once, processed
+//!    in order); its entries are hashed and appended to a tree rebuilt from scratch.
+//!    Every bundle must hold exactly its width of entries (tlog-tiles "Log entries").
+//! 3. Every hash tile of every level is compared with the one the entries determine,
+//!    byte for byte; the partial tiles the checkpoint names must be served (tlog-tiles
+//!    "Partial Tiles": a log MUST serve them; it MAY have deleted one whose full tile
+//!    exists, and then the full tile's prefix is checked).
+//! 4. The rebuilt root must be the checkpoint's root, and every earlier checkpoint
+//!    given must be the root of the first entries of this tree (the definition of
+//!    consistency, RFC 6962 section 2.1.2).
+//!
+//! The first failure stops the check and names the resource.
+
+use std::collections::VecDeque;
+
+use base64::Engine as _;
+use bytes::Bytes;
+use tlogd_core::checkpoint::Checkpoint;
+use tlogd_core::hash::{Hash, leaf_hash};
+use tlogd_core::note::NoteVerifier;
+use tlogd_core::tile::{TILE_WIDTH, TileId, TileKind};
+use tokio::task::JoinHandle;
+
+use crate::VerifyError;
+use crate::fetch::Fetch;
+use crate::reader::{bundle_entries, open_checkpoint, width_at};
+use crate::rebuild::{TreeRebuilder, compare_tile};
+
+/// What to check, and how hard to push the log.
+#[derive(Clone, Debug)]
+pub struct FsckOptions {
+    /// Bundles (each with its level-0 tile) fetched at once.
+    pub concurrency: usize,
+    /// Earlier checkpoints of the same log (already verified): each must be consistent
+    /// with the one checked.
+    pub earlier: Vec<Checkpoint>,
+}
+
+impl Default for FsckOptions {
+    fn default() -> Self {
+        FsckOptions {
+            concurrency: 16,
+            earlier: Vec::new(),
+        }
+    }
+}
+
+/// Told how far the check got.
+pub trait FsckProgress {
+    /// The checkpoint verified; `size` entries will be checked.
+    fn start(&mut self, _checkpoint: &Checkpoint) {}
+    /// `done` entries (and their tiles) checked so far.
+    fn entries(&mut self, _done: u64) {}
+}
+
+impl FsckProgress for () {}
+
+/// What a check covered.
+#[derive(Clone, Debug, Default)]
+pub struct FsckSummary {
+    /// The checkpoint checked (signature verified).
+    pub checkpoint: Option<Checkpoint>,
+    /// Entries read, hashed and found in place.
+    pub entries: u64,
+    /// Entry bundles read.
+    pub bundles: u64,
+    /// Hash tiles recomputed and found identical, per level.
+    pub hash_tiles: Vec<u64>,
+    /// Partial tiles and bundles the checkpoint names, found.
+    pub partials: u64,
+    /// Of those, how many were gone and checked as the prefix of their full tile.
+    pub partials_from_full: u64,
+    /// Sizes of the earlier checkpoints found consistent.
+    pub earlier: Vec<u64>,
+    /// Bytes read.
+    pub bytes: u64,
+}
+
+/// One bundle and its level-0 tile, as read.
+struct Fetched {
+    bundle: (TileId, Bytes),
+    tile: (TileId, Bytes),
+}
+
+/// Read `id`; a partial that is gone may be read as its full tile (returned id).
+async fn get_tile<F: Fetch>(fetch: &F, id: TileId) -> Result<(TileId, Bytes), VerifyError> {
+    if let Some(b) = fetch.get(&id.path()).await? {
+        return Ok((id, b));
+    }
+    if !id.is_full()
+        && let Some(b) = fetch.get(&id.full().path()).await?
+    {
+        return Ok((id.full(), b));
+    }
+    Err(VerifyError::NotFound(id.path()))
+}
+
+/// Aborts the fetches still running when the check stops early.
+struct Inflight(VecDeque<JoinHandle<Result<Fetched, VerifyError>>>);
+
+impl Drop for Inflight {
+    fn drop(&mut self) {
+        for h in &self.0 {
+            h.abort();
+        }
+    }
+}
+
+fn b64(h: &Hash) -> String {
+    base64::engine::general_purpose::STANDARD.encode(h)
+}
+
+/// Check the log behind `fetch` (see the module docs). `origin` and `verifier`
+/// identify the log. On failure, `summary` tells what had been checked before it.
+pub async fn fsck<F: Fetch>(
+    fetch: &F,
+    origin: &str,
+    verifier: &NoteVerifier,
+    options: &FsckOptions,
+    progress: &mut dyn FsckProgress,
+    summary: &mut FsckSummary,
+) -> Result<(), VerifyError> {
+    let bytes = fetch
+        .get("checkpoint")
+        .await?
+        .ok_or_else(|| VerifyError::NotFound("checkpoint".into()))?;
+    summary.bytes += bytes.len() as u64;
+    let cp = open_checkpoint(&bytes, origin, verifier)?;
+    summary.checkpoint = Some(cp.clone());
+    progress.start(&cp);
+    let size = cp.size;
+    let mut earlier: Vec<&Checkpoint> = options.earlier.iter().collect();
+    earlier.sort_by_key(|c| c.size);
+    if let Some(ahead) = earlier.iter().find(|c| c.size > size) {
+        return Err(VerifyError::Invalid(format!(
+            "the earlier checkpoint of size {} is ahead of the log's checkpoint of size {size}: the log went back",
+            ahead.size
+        )));
+    }
+    let mut earlier = earlier.into_iter().peekable();
+    let mut check_earlier = |tree: &TreeRebuilder, summary: &mut FsckSummary| {
+        while let Some(old) = earlier.next_if(|c| c.size <= tree.size()) {
+            // Only sizes reached exactly are checked here; the loop below splits
+            // appends at every earlier size.
+            let root = tree.root();
+            if old.size != tree.size() || root != old.root {
+                return Err(VerifyError::Invalid(format!(
+                    "the earlier checkpoint of size {} is not consistent with the log: its first {} entries hash to {}, the earlier checkpoint names {}",
+                    old.size,
+                    old.size,
+                    b64(&root),
+                    b64(&old.root)
+                )));
+            }
+            summary.earlier.push(old.size);
+        }
+        Ok(())
+    };
+    let mut tree = TreeRebuilder::new();
+    // Earlier checkpoints of the empty tree.
+    check_earlier(&tree, summary)?;
+    let split_points: Vec<u64> = options.earlier.iter().map(|c| c.size).collect();
+
+    let bundles = size.div_ceil(TILE_WIDTH);
+    let window = options.concurrency.max(1);
+    let mut inflight = Inflight(VecDeque::with_capacity(window));
+    let mut next = 0u64;
+    for n in 0..bundles {
+        while next < bundles && inflight.0.len() < window {
+            let f = fetch.clone();
+            let w = width_at(next, size);
+            let i = next;
+            inflight.0.push_back(tokio::spawn(async move {
+                let (bundle, tile) = tokio::join!(
+                    get_tile(&f, TileId::entries(i, w)),
+                    get_tile(&f, TileId::hash(0, i, w))
+                );
+                Ok(Fetched {
+                    bundle: bundle?,
+                    tile: tile?,
+                })
+            }));
+            next += 1;
+        }
+        let Some(job) = inflight.0.pop_front() else {
+            break;
+        };
+        let fetched = job
+            .await
+            .map_err(|e| VerifyError::Fetch(format!("fetch task failed: {e}")))??;
+        let width = width_at(n, size);
+        let (bundle_id, bundle_bytes) = &fetched.bundle;
+        summary.bytes += (bundle_bytes.len() + fetched.tile.1.len()) as u64;
+        let entries = bundle_entries(bundle_id, bundle_bytes, width)?;
+        summary.bundles += 1;
+        let leaves: Vec<Hash> = entries.iter().map(|e| leaf_hash(e)).collect();
+        // Append in pieces that end at every earlier checkpoint's size.
+        let start = n * TILE_WIDTH;
+        let mut completed = Vec::new();
+        let mut at = 0usize;
+        for cut in split_points
+            .iter()
+            .filter(|&&s| s > start && s < start + width as u64)
+            .map(|&s| (s - start) as usize)
+            .chain([leaves.len()])
+        {
+            if cut > at {
+                completed.extend(tree.append_leaves(&leaves[at..cut], false));
+                at = cut;
+            }
+            check_earlier(&tree, summary)?;
+        }
+        let bundle_named = TileId::entries(n, width);
+        if !bundle_named.is_full() {
+            summary.partials += 1;
+            if bundle_id.is_full() {
+                summary.partials_from_full += 1;
+            }
+        }
+        // The level-0 tile of this bundle: completed (full) or the partial edge.
+        let level0 = match completed.first() {
+            Some((id, b)) if *id == TileId::hash(0, n, TILE_WIDTH as u16) => (*id, b.clone()),
+            _ => tree
+                .edge_tiles()
+                .into_iter()
+                .next()
+                .filter(|(id, _)| *id == TileId::hash(0, n, width))
+                .ok_or_else(|| VerifyError::Invalid(format!("no level-0 tile for bundle {n}")))?,
+        };
+        compare(&level0, &fetched.tile, bundle_id, summary)?;
+        // Higher tiles this bundle completed (one every 256 bundles at level 1, ...).
+        for (id, want) in completed
+            .iter()
+            .filter(|(id, _)| id.kind != TileKind::Hash { level: 0 })
+        {
+            let got = get_tile(fetch, *id).await?;
+            summary.bytes += got.1.len() as u64;
+            compare(&(*id, want.clone()), &got, bundle_id, summary)?;
+        }
+        summary.entries = tree.size();
+        progress.entries(tree.size());
+    }
+    // The partial hash tiles above level 0 that the checkpoint names.
+    for (id, want) in tree.edge_tiles() {
+        if id.kind == (TileKind::Hash { level: 0 }) {
+            continue;
+        }
+        let got = get_tile(fetch, id).await?;
+        summary.bytes += got.1.len() as u64;
+        let last = bundles.saturating_sub(1);
+        compare(
+            &(id, want),
+            &got,
+            &TileId::entries(last, width_at(last, size)),
+            summary,
+        )?;
+    }
+    let root = tree.root();
+    if root != cp.root {
+        return Err(VerifyError::Invalid(format!(
+            "the {size} entries hash to root {}, but the checkpoint names {}",
+            b64(&root),
+            b64(&cp.root)
+        )));
+    }
+    Ok(())
+}
+
+/// Compare the recomputed tile `want` with the log's `got` (its full tile when the
+/// partial is gone); counts it.
+fn compare(
+    want: &(TileId, Vec<u8>),
+    got: &(TileId, Bytes),
+    from: &TileId,
+    summary: &mut FsckSummary,
+) -> Result<(), VerifyError> {
+    let (want_id, want_bytes) = want;
+    let (got_id, got_bytes) = got;
+    compare_tile(want_id, want_bytes, got_id, got_bytes, from)?;
+    if !want_id.is_full() {
+        summary.partials += 1;
+        if got_id.is_full() {
+            summary.partials_from_full += 1;
+        }
+    }
+    if let TileKind::Hash { level } = want_id.kind {
+        let l = level as usize;
+        if summary.hash_tiles.len() <= l {
+            summary.hash_tiles.resize(l + 1, 0);
+        }
+        summary.hash_tiles[l] += 1;
+    }
+    Ok(())
+}

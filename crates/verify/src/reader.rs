@@ -1,0 +1,240 @@
+//! Verified reads of a tlog-tiles log: checkpoints, tiles, bundles and proofs.
+
+use std::collections::HashMap;
+
+use tlogd_core::bundle::parse_bundle;
+use tlogd_core::checkpoint::Checkpoint;
+use tlogd_core::hash::Hash;
+use tlogd_core::note::NoteVerifier;
+use tlogd_core::proof;
+use tlogd_core::tile::{TILE_WIDTH, TileId, parse_hash_tile};
+
+use crate::VerifyError;
+use crate::fetch::Fetch;
+
+/// Most full tiles kept in memory (full tiles are immutable).
+const TILE_CACHE: usize = 4096;
+
+/// Verify a signed checkpoint of the log `origin` with its key.
+pub fn open_checkpoint(
+    bytes: &[u8],
+    origin: &str,
+    verifier: &NoteVerifier,
+) -> Result<Checkpoint, VerifyError> {
+    Checkpoint::open(bytes, origin, verifier)
+        .map(|(cp, _)| cp)
+        .map_err(|e| VerifyError::Checkpoint(e.to_string()))
+}
+
+/// The width of bundle (or level-0 tile) `n` in a tree of `size`.
+pub fn width_at(n: u64, size: u64) -> u16 {
+    (size.saturating_sub(n * TILE_WIDTH)).min(TILE_WIDTH) as u16
+}
+
+/// Parse bundle `got` and check it holds exactly `got.width` entries (tlog-tiles "Log
+/// entries"); returns the first `want` of them.
+pub fn bundle_entries(got: &TileId, bytes: &[u8], want: u16) -> Result<Vec<Vec<u8>>, VerifyError> {
+    let entries =
+        parse_bundle(bytes).map_err(|e| VerifyError::Invalid(format!("{}: {e}", got.path())))?;
+    if entries.len() != got.width as usize {
+        return Err(VerifyError::Invalid(format!(
+            "{}: holds {} entries, expected {}",
+            got.path(),
+            entries.len(),
+            got.width
+        )));
+    }
+    Ok(entries
+        .into_iter()
+        .take(want as usize)
+        .map(<[u8]>::to_vec)
+        .collect())
+}
+
+/// A reader bound to one log and key.
+pub struct LogReader<F: Fetch> {
+    fetch: F,
+    origin: String,
+    verifier: NoteVerifier,
+    cache: HashMap<TileId, Vec<Hash>>,
+    /// Level-0 tiles whose subtree was proven included in the tree of this size.
+    proven: (u64, std::collections::HashSet<u64>),
+}
+
+impl<F: Fetch> LogReader<F> {
+    /// A reader of the log `origin` (signed by `verifier`) through `fetch`.
+    pub fn new(fetch: F, origin: String, verifier: NoteVerifier) -> Self {
+        LogReader {
+            fetch,
+            origin,
+            verifier,
+            cache: HashMap::new(),
+            proven: (0, Default::default()),
+        }
+    }
+
+    /// Fetch and verify the checkpoint.
+    pub async fn checkpoint(&mut self) -> Result<Checkpoint, VerifyError> {
+        let bytes = self
+            .fetch
+            .get("checkpoint")
+            .await?
+            .ok_or_else(|| VerifyError::NotFound("checkpoint".into()))?;
+        open_checkpoint(&bytes, &self.origin, &self.verifier)
+    }
+
+    /// Raw bytes of a tile or bundle; a missing partial falls back to the full one
+    /// (tlog-tiles "Partial Tiles": partials may be deleted once full). Returns the id
+    /// actually read.
+    pub async fn raw(&mut self, id: &TileId) -> Result<(TileId, Vec<u8>), VerifyError> {
+        if let Some(b) = self.fetch.get(&id.path()).await? {
+            return Ok((*id, b.to_vec()));
+        }
+        if !id.is_full() {
+            let full = id.full();
+            if let Some(b) = self.fetch.get(&full.path()).await? {
+                return Ok((full, b.to_vec()));
+            }
+        }
+        Err(VerifyError::NotFound(id.path()))
+    }
+
+    /// The hashes of tile `id` (at least `id.width` of them).
+    pub async fn tile(&mut self, id: &TileId) -> Result<Vec<Hash>, VerifyError> {
+        if let Some(h) = self.cache.get(&id.full()) {
+            return Ok(h.clone());
+        }
+        let (got, bytes) = self.raw(id).await?;
+        let hashes = parse_hash_tile(&bytes, got.width)
+            .map_err(|e| VerifyError::Invalid(format!("{}: {e}", got.path())))?;
+        if got.is_full() {
+            if self.cache.len() >= TILE_CACHE {
+                self.cache.clear();
+            }
+            self.cache.insert(got, hashes.clone());
+        }
+        Ok(hashes)
+    }
+
+    /// The entries of bundle `n` in a tree of `size` (exactly the width at that size).
+    pub async fn bundle(&mut self, n: u64, size: u64) -> Result<Vec<Vec<u8>>, VerifyError> {
+        let width = width_at(n, size);
+        let (got, bytes) = self.raw(&TileId::entries(n, width)).await?;
+        bundle_entries(&got, &bytes, width)
+    }
+
+    async fn tiles(&mut self, ids: Vec<TileId>) -> Result<HashMap<TileId, Vec<Hash>>, VerifyError> {
+        let mut out = HashMap::with_capacity(ids.len());
+        for id in ids {
+            let h = self.tile(&id).await?;
+            out.insert(id, h);
+        }
+        Ok(out)
+    }
+
+    /// Verify that `leaf` is at `index` in the tree of `cp`, with a proof from tiles.
+    pub async fn verify_inclusion(
+        &mut self,
+        cp: &Checkpoint,
+        index: u64,
+        leaf: &Hash,
+    ) -> Result<(), VerifyError> {
+        let tiles = self
+            .tiles(proof::inclusion_proof_tiles(index, cp.size).map_err(proof_err)?)
+            .await?;
+        let p = proof::inclusion_proof(index, cp.size, &tiles).map_err(proof_err)?;
+        proof::verify_inclusion(leaf, index, cp.size, &p, &cp.root).map_err(|e| {
+            VerifyError::Invalid(format!(
+                "inclusion proof of entry {index} in tree {}: {e}",
+                cp.size
+            ))
+        })
+    }
+
+    /// Verify that `leaf` is at `index` in the tree of `cp`, sharing work per tile: the
+    /// leaf must equal its hash in the level-0 tile, and the tile itself is proven
+    /// included once per checkpoint (an inclusion proof of one of its leaves built from
+    /// those very hashes fixes the whole tile's subtree root under `cp.root`). This is
+    /// as strong as one proof per entry at 1/256 of the hashing.
+    pub async fn verify_via_tile(
+        &mut self,
+        cp: &Checkpoint,
+        index: u64,
+        leaf: &Hash,
+    ) -> Result<(), VerifyError> {
+        if index >= cp.size {
+            return Err(VerifyError::Invalid(format!(
+                "entry {index} is beyond checkpoint {}",
+                cp.size
+            )));
+        }
+        let t = index / TILE_WIDTH;
+        let id = TileId::hash(0, t, width_at(t, cp.size));
+        let hashes = self.tile(&id).await?;
+        let j = (index % TILE_WIDTH) as usize;
+        if hashes.get(j) != Some(leaf) {
+            return Err(VerifyError::Invalid(format!(
+                "{}: hash {j} is not the leaf hash of entry {index}",
+                id.path()
+            )));
+        }
+        if self.proven.0 != cp.size {
+            self.proven = (cp.size, Default::default());
+        }
+        if self.proven.1.contains(&t) {
+            return Ok(());
+        }
+        let mut tiles = self
+            .tiles(proof::inclusion_proof_tiles(index, cp.size).map_err(proof_err)?)
+            .await?;
+        // Prove with exactly the hashes checked above, not a second fetch of them.
+        tiles.insert(id, hashes);
+        let p = proof::inclusion_proof(index, cp.size, &tiles).map_err(proof_err)?;
+        proof::verify_inclusion(leaf, index, cp.size, &p, &cp.root).map_err(|e| {
+            VerifyError::Invalid(format!(
+                "{} is not included in tree {}: {e}",
+                id.path(),
+                cp.size
+            ))
+        })?;
+        self.proven.1.insert(t);
+        Ok(())
+    }
+
+    /// Verify that `new` extends `old` with a consistency proof built from tiles.
+    pub async fn verify_consistency(
+        &mut self,
+        old: &Checkpoint,
+        new: &Checkpoint,
+    ) -> Result<(), VerifyError> {
+        if new.size < old.size {
+            return Err(VerifyError::Invalid(format!(
+                "checkpoint went back from {} to {}",
+                old.size, new.size
+            )));
+        }
+        if old.size == new.size {
+            if old.root != new.root {
+                return Err(VerifyError::Invalid(format!(
+                    "two different roots at size {}: the log forked",
+                    old.size
+                )));
+            }
+            return Ok(());
+        }
+        let tiles = self
+            .tiles(proof::consistency_proof_tiles(old.size, new.size).map_err(proof_err)?)
+            .await?;
+        let p = proof::consistency_proof(old.size, new.size, &tiles).map_err(proof_err)?;
+        proof::verify_consistency(old.size, new.size, &old.root, &new.root, &p).map_err(|e| {
+            VerifyError::Invalid(format!(
+                "checkpoints {} and {} are not consistent: {e}",
+                old.size, new.size
+            ))
+        })
+    }
+}
+
+fn proof_err(e: proof::ProofError) -> VerifyError {
+    VerifyError::Invalid(format!("proof: {e}"))
+}
