@@ -222,7 +222,7 @@ fn fails_naming_the_tampered_resource() {
     let o = verify(&v, &["--earlier-checkpoint", fork.to_str().unwrap()]);
     assert_fails_naming(
         &o,
-        "the earlier checkpoint of size 1000 is not consistent with the log",
+        "the checkpoint of size 1000 is not consistent with the log",
     );
 
     // Bad arguments: status 2, nothing checked.

@@ -178,17 +178,43 @@ async fn checkpoints_carry_the_cosignatures_of_the_quorum() {
         ) > conflicts_before,
         "{m}"
     );
-    // A cosigned log is still a tlog-tiles log any reader verifies.
-    let url = d.url.clone();
-    let o = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_tlogd"))
-            .args(["verify", &url, "--log-public-key", &verifier().to_vkey()])
-            .output()
-            .unwrap()
-    })
+    // A cosigned log is still a tlog-tiles log any reader verifies, and `tlogd verify
+    // --witness-policy` checks its cosignatures against a policy.
+    let verify = |policy: String| {
+        let url = d.url.clone();
+        let file = dir.path().join("verify.policy");
+        std::fs::write(&file, policy).unwrap();
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_tlogd"))
+                .args(["verify", &url, "--log-public-key", &verifier().to_vkey()])
+                .arg("--witness-policy")
+                .arg(&file)
+                .output()
+                .unwrap()
+        })
+    };
+    let o = verify(policy.clone()).await.unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        out.contains("cosigned as the witness policy requires by w1 (time"),
+        "{out}"
+    );
+    let (_, w3) = tlogd_core::cosignature::generate_cosigner_key("w3.example").unwrap();
+    let o = verify(format!(
+        "{}{}witness w3 {w3}\ngroup all3 all w1 w2 w3\nquorum all3\n",
+        w1.policy_line(),
+        w2.policy_line()
+    ))
     .await
     .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(
+        err.starts_with("FAIL checkpoint: its cosignatures do not meet the witness policy")
+            && err.contains("cosigned by w1, w2"),
+        "{err}"
+    );
     assert!(d.terminate().success());
 }
 
