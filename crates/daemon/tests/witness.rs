@@ -5,6 +5,8 @@
 //! not met (withheld) and not met with fail_open.
 
 mod common;
+#[path = "support/tls.rs"]
+mod tls;
 #[path = "support/witness.rs"]
 mod witness;
 
@@ -391,10 +393,8 @@ async fn bad_witness_policies_stop_the_daemon_with_the_line() {
     );
     let err = run(&format!("witness w {vk}\nquorum w\n"));
     assert!(err.contains("witness w has no URL"), "{err}");
-    let err = run(&format!(
-        "witness w {vk} https://witness.example\nquorum w\n"
-    ));
-    assert!(err.contains("not an http:// URL"), "{err}");
+    let err = run(&format!("witness w {vk} ftp://127.0.0.1:1\nquorum w\n"));
+    assert!(err.contains("not an http:// or https:// URL"), "{err}");
     let (_, other_log) = tlogd_core::note::generate_key("example.com/other").unwrap();
     let err = run(&format!(
         "log {other_log}\nwitness w {vk} http://127.0.0.1:1\nquorum w\n"
@@ -403,4 +403,28 @@ async fn bad_witness_policies_stop_the_daemon_with_the_line() {
         err.contains("the policy lists logs, but not this one"),
         "{err}"
     );
+}
+
+/// tlog-witness over HTTPS: the witness's certificate is checked against the system's
+/// roots, here a private CA given with `SSL_CERT_FILE`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_witness_behind_https_cosigns() {
+    let w = TestWitness::start("tls", verifier()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let target = w.url.trim_start_matches("http://").parse().unwrap();
+    let front = tls::TlsFront::start(&dir.path().join("tls"), target).await;
+    let policy = format!("witness tls {} {}\nquorum tls\n", w.vkey, front.url);
+    let opts = Opts {
+        env: vec![("SSL_CERT_FILE".into(), front.ca.display().to_string())],
+        ..Opts::default()
+    };
+    let mut d = start(dir.path(), &policy, "", &opts);
+    let http = Http::new();
+    d.wait_ready(&http).await;
+    add(&http, &d.url, 0, 3).await;
+    http.wait_checkpoint(&d.url, 3).await;
+    let (cp, stamps) = cosigned(&http, &d.url, &[&w]).await;
+    assert!(stamps[0].is_some(), "cosigned over https");
+    assert_eq!(w.latest(), Some((cp.size, cp.root)));
+    assert!(d.terminate().success());
 }
