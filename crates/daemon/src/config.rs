@@ -224,7 +224,7 @@ pub struct WitnessingConfig {
     /// A C2SP tlog-policy file: `witness <name> <vkey> <url>` lines, `group`s and the
     /// `quorum`. Unset: checkpoints are published without cosignatures.
     pub policy_file: Option<PathBuf>,
-    /// How long one witness may take to answer (its 409 retries included).
+    /// How long one request to a witness may take.
     pub timeout_ms: u64,
     /// Publish a checkpoint even when the quorum is not met (with the cosignatures
     /// obtained); by default it is withheld and retried.

@@ -227,8 +227,8 @@ async fn serve(c: Config) -> anyhow::Result<()> {
         PosixStorage::open(&dir, &origin)
             .with_context(|| format!("opening log directory {}", dir.display()))?,
     );
-    if let Some(size) = storage.adopted_tessera_size() {
-        tlogd::verify::check_adopted_tessera(&dir, &origin, &lc.signer.verifier(), size).await?;
+    if let Some(state) = storage.adopted_tessera() {
+        tlogd::verify::check_adopted_tessera(&dir, &origin, &lc.signer.verifier(), state).await?;
     }
     let dedup = open_dedup(&c, Some(storage.private_dir().join("dedup"))).await?;
     run(storage, dedup, lc, &c).await

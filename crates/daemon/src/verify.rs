@@ -11,8 +11,9 @@ use tlog_verify::VerifyError;
 use tlog_verify::fetch::{DirFetcher, Fetch, HttpFetcher};
 use tlog_verify::fsck::{FsckOptions, FsckProgress, FsckSummary, fsck};
 use tlog_verify::reader::open_checkpoint;
-use tlogd_core::checkpoint::Checkpoint;
+use tlogd_core::engine::TreeState;
 use tlogd_core::note::NoteVerifier;
+use tlogd_core::witness::WitnessPolicy;
 
 /// Exit status when the log failed verification (or could not be read in full).
 pub const EXIT_FAILED: u8 = 1;
@@ -36,6 +37,10 @@ pub struct VerifyArgs {
     /// consistent with it. Repeat for several.
     #[arg(long = "earlier-checkpoint", value_name = "FILE")]
     pub earlier: Vec<PathBuf>,
+    /// A witness policy (C2SP tlog-policy file): the checkpoint's cosignatures must
+    /// meet its quorum.
+    #[arg(long, value_name = "FILE")]
+    pub witness_policy: Option<PathBuf>,
     /// Bundles (each with its level-0 tile) read at once.
     #[arg(long, default_value_t = 16)]
     pub jobs: usize,
@@ -50,8 +55,8 @@ pub struct VerifyArgs {
 struct Bar(ProgressBar);
 
 impl FsckProgress for Bar {
-    fn start(&mut self, cp: &Checkpoint) {
-        self.0.set_length(cp.size);
+    fn start(&mut self, size: u64) {
+        self.0.set_length(size);
     }
     fn entries(&mut self, done: u64) {
         self.0.set_position(done);
@@ -99,9 +104,26 @@ async fn run_async(args: VerifyArgs) -> u8 {
             }
         }
     }
+    let witness_policy = match &args.witness_policy {
+        None => None,
+        Some(path) => {
+            match std::fs::read_to_string(path)
+                .map_err(|e| e.to_string())
+                .and_then(|t| WitnessPolicy::parse(&t).map_err(|e| e.to_string()))
+            {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    eprintln!("tlogd verify: --witness-policy {}: {e}", path.display());
+                    return EXIT_USAGE;
+                }
+            }
+        }
+    };
     let options = FsckOptions {
         concurrency: args.jobs.max(1),
         earlier,
+        witness_policy,
+        ..FsckOptions::default()
     };
     let timeout = Duration::from_secs_f64(args.http_timeout.max(0.1));
     if args.location.contains("://") {
@@ -219,6 +241,17 @@ fn describe_ok(
             s.partials_from_full
         ));
     }
+    if !s.cosigned.is_empty() {
+        let names: Vec<String> = s
+            .cosigned
+            .iter()
+            .map(|(n, t)| format!("{n} (time {t})"))
+            .collect();
+        out.push_str(&format!(
+            "\n     cosigned as the witness policy requires by {}",
+            names.join(", ")
+        ));
+    }
     if !s.earlier.is_empty() {
         let sizes: Vec<String> = s.earlier.iter().map(u64::to_string).collect();
         out.push_str(&format!(
@@ -234,45 +267,35 @@ fn describe_ok(
     out
 }
 
-/// Before serving a Tessera log adopted at `size` (see `tlogd_storage_posix`), check
-/// the whole of it as `tlogd verify` would, up to its published checkpoint: every
-/// bundle, every hash tile, the root, the checkpoint's signature with this log's key.
-/// The storage has already checked the tiles at `size` against Tessera's tree state.
+/// Before serving a Tessera log adopted at `state` (see `tlogd_storage_posix`), check
+/// the whole of it as `tlogd verify` would, up to that tree state: every bundle, every
+/// hash tile, the root; and its published checkpoint, if any: its signature with this
+/// log's key, and its consistency with the tree state.
 pub async fn check_adopted_tessera(
     dir: &std::path::Path,
     origin: &str,
     verifier: &NoteVerifier,
-    size: u64,
+    state: TreeState,
 ) -> anyhow::Result<()> {
-    if !dir.join("checkpoint").exists() {
-        tracing::warn!(
-            size,
-            "adopting a Tessera log that never published a checkpoint: only its edge tiles were checked"
-        );
-        return Ok(());
-    }
-    tracing::info!(size, dir = %dir.display(), "adopting a Tessera log: checking it first");
+    tracing::info!(size = state.size, dir = %dir.display(), "adopting a Tessera log: checking it first");
     let fetch = DirFetcher::new(dir)?;
     let mut summary = FsckSummary::default();
     let started = Instant::now();
-    fsck(
-        &fetch,
-        origin,
-        verifier,
-        &FsckOptions::default(),
-        &mut (),
-        &mut summary,
-    )
-    .await
-    .map_err(|e| {
-        anyhow::anyhow!(
-            "refusing to adopt the Tessera log in {}: {}",
-            dir.display(),
-            failure(&e)
-        )
-    })?;
+    let options = FsckOptions {
+        tree: Some((state.size, state.root)),
+        ..FsckOptions::default()
+    };
+    fsck(&fetch, origin, verifier, &options, &mut (), &mut summary)
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "refusing to adopt the Tessera log in {}: {}",
+                dir.display(),
+                failure(&e)
+            )
+        })?;
     tracing::info!(
-        size,
+        size = state.size,
         checkpoint = summary.checkpoint.as_ref().map_or(0, |c| c.size),
         entries = summary.entries,
         seconds = started.elapsed().as_secs_f64(),

@@ -16,11 +16,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::StatusCode;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use hyper::{Method, StatusCode};
+use tlog_verify::client::{BaseUrl, Client, ClientError};
 use tlogd_core::checkpoint::Checkpoint;
 use tlogd_core::engine::{BoxFuture, CheckpointCosigner, ConsistencyProver};
 use tlogd_core::note::{Note, NoteSignature, NoteVerifier};
@@ -30,8 +27,6 @@ use tlogd_core::witness::{
 
 use crate::config::WitnessingConfig;
 
-/// Largest witness response read (a few signature lines).
-const MAX_RESPONSE: usize = 64 << 10;
 /// `409` answers followed per request: one for a witness that knows a newer size than
 /// we did, one more if it moved meanwhile.
 const MAX_CONFLICTS: usize = 2;
@@ -73,25 +68,12 @@ impl std::fmt::Display for Failure {
     }
 }
 
-/// `e: its source: ...`, without repeating a source's text already in its parent.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let t = s.to_string();
-        if !out.contains(&t) {
-            out.push_str(": ");
-            out.push_str(&t);
-        }
-        source = s.source();
-    }
-    out
-}
-
 /// The witnesses of a policy and how to reach them.
 pub struct Witnesses {
     policy: WitnessPolicy,
-    client: Client<HttpConnector, Full<Bytes>>,
+    /// One keep-alive connection per witness (tlog-witness "HTTP Interface": clients
+    /// SHOULD use keep-alive); a witness gets one request at a time.
+    clients: Vec<tokio::sync::Mutex<Client>>,
     timeout: Duration,
     fail_open: bool,
     /// Per witness: the size it last cosigned or reported (the `old` it expects).
@@ -128,7 +110,8 @@ fn load_policy(path: &Path) -> anyhow::Result<WitnessPolicy> {
 
 impl Witnesses {
     /// Witnesses of `policy` for the log signed by `log`. Every witness needs a URL
-    /// (its submission prefix, `http://`); a policy that lists logs must list this one.
+    /// (its submission prefix, `http://` or `https://`); a policy that lists logs must
+    /// list this one.
     pub fn new(
         policy: WitnessPolicy,
         log: &NoteVerifier,
@@ -141,32 +124,26 @@ impl Witnesses {
                 log.to_vkey()
             );
         }
-        for w in policy.witnesses() {
-            match &w.url {
-                None => bail!(
-                    "witness {} has no URL: the log must reach it (witness <name> <vkey> <url>)",
-                    w.name
-                ),
-                Some(u) if !u.starts_with("http://") => bail!(
-                    "witness {}: {u} is not an http:// URL (put a TLS-terminating proxy in front of an https:// witness)",
-                    w.name
-                ),
-                Some(u) => {
-                    u.parse::<hyper::Uri>()
-                        .with_context(|| format!("witness {}: {u}", w.name))?;
-                }
-            }
-        }
         if timeout.is_zero() {
             bail!("`witnessing.timeout_ms` must be at least 1");
         }
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(timeout));
+        let mut clients = Vec::with_capacity(policy.witnesses().len());
+        for w in policy.witnesses() {
+            let Some(url) = &w.url else {
+                bail!(
+                    "witness {} has no URL: the log must reach it (witness <name> <vkey> <url>)",
+                    w.name
+                );
+            };
+            let base = BaseUrl::parse(url).with_context(|| format!("witness {}", w.name))?;
+            let client =
+                Client::new(base, None, timeout).with_context(|| format!("witness {}", w.name))?;
+            clients.push(tokio::sync::Mutex::new(client));
+        }
         let known = Mutex::new(vec![0; policy.witnesses().len()]);
         Ok(Witnesses {
             policy,
-            client: Client::builder(TokioExecutor::new()).build(connector),
+            clients,
             timeout,
             fail_open,
             known,
@@ -186,24 +163,17 @@ impl Witnesses {
         self.known.lock().unwrap_or_else(|e| e.into_inner())[i] = size;
     }
 
-    /// POST add-checkpoint; `(status, body)`.
-    async fn post(&self, url: &str, body: Vec<u8>) -> Result<(StatusCode, Bytes), Failure> {
-        let req = hyper::Request::post(url)
-            .header(hyper::header::CONTENT_TYPE, "text/plain; charset=utf-8")
-            .body(Full::new(Bytes::from(body)))
-            .map_err(|e| Failure::Transport(e.to_string()))?;
-        let resp = self
-            .client
-            .request(req)
+    /// POST add-checkpoint to witness `i`; `(status, body)`.
+    async fn post(&self, i: usize, body: Vec<u8>) -> Result<(StatusCode, Bytes), Failure> {
+        let mut client = self.clients[i].lock().await;
+        let resp = client
+            .send(Method::POST, "add-checkpoint", Bytes::from(body))
             .await
-            .map_err(|e| Failure::Transport(error_chain(&e)))?;
-        let status = resp.status();
-        let body = Limited::new(resp.into_body(), MAX_RESPONSE)
-            .collect()
-            .await
-            .map_err(|e| Failure::Transport(e.to_string()))?
-            .to_bytes();
-        Ok((status, body))
+            .map_err(|e| match e {
+                ClientError::Timeout(_) => Failure::Timeout(self.timeout),
+                other => Failure::Transport(other.to_string()),
+            })?;
+        Ok((resp.status, resp.body))
     }
 
     /// Ask witness `i` to cosign; its verified cosignature lines.
@@ -216,7 +186,6 @@ impl Witnesses {
         signed: &[u8],
         prover: &dyn ConsistencyProver,
     ) -> Result<Vec<NoteSignature>, Failure> {
-        let url = format!("{}/add-checkpoint", w.url.as_deref().unwrap_or_default());
         let mut old = self.known(i);
         let mut conflicts = 0;
         loop {
@@ -228,7 +197,7 @@ impl Witnesses {
                 .await
                 .map_err(|e| Failure::Invalid(format!("building the proof from {old}: {e}")))?;
             let (status, body) = self
-                .post(&url, add_checkpoint_body(old, &proof, signed))
+                .post(i, add_checkpoint_body(old, &proof, signed))
                 .await?;
             match status {
                 StatusCode::OK => {
@@ -295,14 +264,17 @@ impl CheckpointCosigner for Witnesses {
                 let text = &text;
                 async move {
                     let started = Instant::now();
+                    // Each request has the client's timeout (which also drops its
+                    // connection); this bounds the whole exchange, proofs included.
+                    let bound = self.timeout * (MAX_CONFLICTS as u32 + 2);
                     let r = match tokio::time::timeout(
-                        self.timeout,
+                        bound,
                         self.ask(i, w, cp, text, signed, prover),
                     )
                     .await
                     {
                         Ok(r) => r,
-                        Err(_) => Err(Failure::Timeout(self.timeout)),
+                        Err(_) => Err(Failure::Timeout(bound)),
                     };
                     metrics::histogram!("tlogd_witness_request_duration_seconds", "witness" => w.name.clone())
                         .record(started.elapsed().as_secs_f64());

@@ -4,6 +4,8 @@
 
 mod common;
 
+#[path = "support/tls.rs"]
+mod tls;
 #[path = "../../core/tests/support/vectors_dir.rs"]
 mod vectors_dir;
 
@@ -222,7 +224,7 @@ fn fails_naming_the_tampered_resource() {
     let o = verify(&v, &["--earlier-checkpoint", fork.to_str().unwrap()]);
     assert_fails_naming(
         &o,
-        "the earlier checkpoint of size 1000 is not consistent with the log",
+        "the checkpoint of size 1000 is not consistent with the log",
     );
 
     // Bad arguments: status 2, nothing checked.
@@ -377,4 +379,51 @@ async fn serve_adopts_a_tessera_directory_and_refuses_a_tampered_one() {
                 .unwrap()
                 .is_empty()
     );
+}
+
+/// `https://` logs: the certificate is checked against the system's roots, or those of
+/// `SSL_CERT_FILE` (here a private CA); an untrusted one fails, saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_an_https_log_and_checks_its_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(dir.path(), "");
+    let http = Http::new();
+    d.wait_ready(&http).await;
+    for i in 0..300 {
+        http.add(&d.url, Bytes::from(format!("over tls {i}")))
+            .await
+            .unwrap();
+    }
+    http.wait_checkpoint(&d.url, 300).await;
+    let target = d.url.trim_start_matches("http://").parse().unwrap();
+    let front = tls::TlsFront::start(&dir.path().join("tls"), target).await;
+    let (url, ca) = (front.url.clone(), front.ca.clone());
+    let (trusted, untrusted) = tokio::task::spawn_blocking(move || {
+        let run = |ca: Option<&Path>| {
+            let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_tlogd"));
+            c.args(["verify", &url, "--log-public-key"])
+                .arg(verifier().to_vkey());
+            match ca {
+                Some(p) => c.env("SSL_CERT_FILE", p),
+                None => c.env_remove("SSL_CERT_FILE"),
+            };
+            c.output().unwrap()
+        };
+        (run(Some(&ca)), run(None))
+    })
+    .await
+    .unwrap();
+    assert_ok(&trusted, "https with the CA trusted");
+    assert!(
+        stdout(&trusted).contains("300 entries"),
+        "{}",
+        stdout(&trusted)
+    );
+    assert_fails_naming(&untrusted, "could not read the log: TLS with 127.0.0.1");
+    assert!(
+        stderr(&untrusted).contains("certificate"),
+        "{}",
+        stderr(&untrusted)
+    );
+    assert!(d.terminate().success());
 }

@@ -5,6 +5,8 @@
 //! not met (withheld) and not met with fail_open.
 
 mod common;
+#[path = "support/tls.rs"]
+mod tls;
 #[path = "support/witness.rs"]
 mod witness;
 
@@ -178,17 +180,43 @@ async fn checkpoints_carry_the_cosignatures_of_the_quorum() {
         ) > conflicts_before,
         "{m}"
     );
-    // A cosigned log is still a tlog-tiles log any reader verifies.
-    let url = d.url.clone();
-    let o = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_tlogd"))
-            .args(["verify", &url, "--log-public-key", &verifier().to_vkey()])
-            .output()
-            .unwrap()
-    })
+    // A cosigned log is still a tlog-tiles log any reader verifies, and `tlogd verify
+    // --witness-policy` checks its cosignatures against a policy.
+    let verify = |policy: String| {
+        let url = d.url.clone();
+        let file = dir.path().join("verify.policy");
+        std::fs::write(&file, policy).unwrap();
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_tlogd"))
+                .args(["verify", &url, "--log-public-key", &verifier().to_vkey()])
+                .arg("--witness-policy")
+                .arg(&file)
+                .output()
+                .unwrap()
+        })
+    };
+    let o = verify(policy.clone()).await.unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        out.contains("cosigned as the witness policy requires by w1 (time"),
+        "{out}"
+    );
+    let (_, w3) = tlogd_core::cosignature::generate_cosigner_key("w3.example").unwrap();
+    let o = verify(format!(
+        "{}{}witness w3 {w3}\ngroup all3 all w1 w2 w3\nquorum all3\n",
+        w1.policy_line(),
+        w2.policy_line()
+    ))
     .await
     .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(
+        err.starts_with("FAIL checkpoint: its cosignatures do not meet the witness policy")
+            && err.contains("cosigned by w1, w2"),
+        "{err}"
+    );
     assert!(d.terminate().success());
 }
 
@@ -365,10 +393,8 @@ async fn bad_witness_policies_stop_the_daemon_with_the_line() {
     );
     let err = run(&format!("witness w {vk}\nquorum w\n"));
     assert!(err.contains("witness w has no URL"), "{err}");
-    let err = run(&format!(
-        "witness w {vk} https://witness.example\nquorum w\n"
-    ));
-    assert!(err.contains("not an http:// URL"), "{err}");
+    let err = run(&format!("witness w {vk} ftp://127.0.0.1:1\nquorum w\n"));
+    assert!(err.contains("not an http:// or https:// URL"), "{err}");
     let (_, other_log) = tlogd_core::note::generate_key("example.com/other").unwrap();
     let err = run(&format!(
         "log {other_log}\nwitness w {vk} http://127.0.0.1:1\nquorum w\n"
@@ -377,4 +403,28 @@ async fn bad_witness_policies_stop_the_daemon_with_the_line() {
         err.contains("the policy lists logs, but not this one"),
         "{err}"
     );
+}
+
+/// tlog-witness over HTTPS: the witness's certificate is checked against the system's
+/// roots, here a private CA given with `SSL_CERT_FILE`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_witness_behind_https_cosigns() {
+    let w = TestWitness::start("tls", verifier()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let target = w.url.trim_start_matches("http://").parse().unwrap();
+    let front = tls::TlsFront::start(&dir.path().join("tls"), target).await;
+    let policy = format!("witness tls {} {}\nquorum tls\n", w.vkey, front.url);
+    let opts = Opts {
+        env: vec![("SSL_CERT_FILE".into(), front.ca.display().to_string())],
+        ..Opts::default()
+    };
+    let mut d = start(dir.path(), &policy, "", &opts);
+    let http = Http::new();
+    d.wait_ready(&http).await;
+    add(&http, &d.url, 0, 3).await;
+    http.wait_checkpoint(&d.url, 3).await;
+    let (cp, stamps) = cosigned(&http, &d.url, &[&w]).await;
+    assert!(stamps[0].is_some(), "cosigned over https");
+    assert_eq!(w.latest(), Some((cp.size, cp.root)));
+    assert!(d.terminate().success());
 }

@@ -123,8 +123,8 @@ struct Inner {
     /// Tessera's own locks (`flock`), held for as long as the log is open, when the
     /// directory was a Tessera log.
     _tessera_locks: Vec<File>,
-    /// The size of the Tessera tree adopted at open, until tlogd's first commit.
-    adopted: Option<u64>,
+    /// The Tessera tree state adopted at open.
+    adopted: Option<TreeState>,
     /// The committed state and right edge, as on disk.
     state: Mutex<Committed>,
     /// Serializes commits (the engine commits one batch at a time anyway); `state` is
@@ -194,7 +194,7 @@ impl PosixStorage {
         let mut adopted = None;
         if committed.tree.is_none() && root.join(TESSERA_TREE_STATE).exists() {
             committed = adopt_tessera(&root, origin)?;
-            adopted = committed.tree.map(|t| t.size);
+            adopted = committed.tree;
         }
         // Both slots exist from now on, so a commit never creates a file whose
         // directory entry would need its own fsync.
@@ -240,8 +240,8 @@ impl PosixStorage {
     }
 
     /// When this open adopted a Tessera log (no tlogd state yet, see the module docs):
-    /// the size of the tree it continues.
-    pub fn adopted_tessera_size(&self) -> Option<u64> {
+    /// the tree state it continues.
+    pub fn adopted_tessera(&self) -> Option<TreeState> {
         self.inner.adopted
     }
 

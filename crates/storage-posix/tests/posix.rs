@@ -346,7 +346,7 @@ async fn a_tessera_posix_log_is_adopted_and_continued_byte_for_byte() {
         .collect();
 
     let storage = Arc::new(PosixStorage::open(&adopted, ORIGIN).unwrap());
-    assert_eq!(storage.adopted_tessera_size(), Some(1000));
+    assert_eq!(storage.adopted_tessera().map(|t| t.size), Some(1000));
     let state = storage.load_state().await.unwrap().unwrap();
     assert_eq!(state.size, 1000);
     // A Tessera process cannot integrate while tlogd has the directory.
@@ -419,7 +419,7 @@ async fn a_tessera_posix_log_is_adopted_and_continued_byte_for_byte() {
     );
     // Reopened, it is tlogd's log now (its own state), and it checks out.
     let storage = Arc::new(PosixStorage::open(&adopted, ORIGIN).unwrap());
-    assert_eq!(storage.adopted_tessera_size(), None);
+    assert_eq!(storage.adopted_tessera(), None);
     let verifier = NoteSigner::from_skey(SKEY).unwrap().verifier();
     let r = check_log(&*storage, ORIGIN, &verifier, None).await.unwrap();
     assert_eq!((r.state.size, r.checkpoint_size), (2500, 2500));

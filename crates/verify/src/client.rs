@@ -1,6 +1,9 @@
 //! A lean keep-alive HTTP/1.1 client: one hyper connection per task, reconnected on
-//! error. No pooling layer, no per-request allocation beyond the body.
+//! error. No pooling layer, no per-request allocation beyond the body. `https://` URLs
+//! use TLS (rustls) with the system's root certificates, or those of the PEM file named
+//! by `SSL_CERT_FILE`.
 
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -11,47 +14,111 @@ use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
-/// A failed request: transport error, timeout, unexpected status or a bad URL.
+/// A failed request.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct ClientError(pub String);
-
-fn err(msg: impl Into<String>) -> ClientError {
-    ClientError(msg.into())
+pub enum ClientError {
+    /// No complete answer within the client's timeout (the connection is dropped).
+    #[error("{0}")]
+    Timeout(String),
+    /// A transport or TLS error, an unexpected status, or a bad URL.
+    #[error("{0}")]
+    Other(String),
 }
 
-/// A parsed `http://host:port/prefix` base URL.
+fn err(msg: impl Into<String>) -> ClientError {
+    ClientError::Other(msg.into())
+}
+
+/// A parsed `http://host:port/prefix` or `https://...` base URL.
 #[derive(Clone, Debug)]
 pub struct BaseUrl {
     /// `host:port` to connect to.
     pub authority: String,
     /// Path prefix without a trailing slash.
     pub prefix: String,
+    /// For `https://`: the server name its certificate must be valid for.
+    pub tls_name: Option<String>,
 }
 
 impl BaseUrl {
-    /// Parse an `http://` URL (https is not supported: run a TLS proxy).
+    /// Parse an `http://` or `https://` URL.
     pub fn parse(url: &str) -> Result<Self, ClientError> {
-        let rest = url
-            .strip_prefix("http://")
-            .ok_or_else(|| err(format!("{url}: only http:// URLs are supported")))?;
+        let (rest, tls, default_port) = if let Some(r) = url.strip_prefix("http://") {
+            (r, false, 80)
+        } else if let Some(r) = url.strip_prefix("https://") {
+            (r, true, 443)
+        } else {
+            return Err(err(format!("{url}: not an http:// or https:// URL")));
+        };
         let (authority, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, ""),
         };
-        if authority.is_empty() {
-            return Err(err(format!("{url}: missing host")));
-        }
-        let authority = if authority.contains(':') {
-            authority.to_string()
-        } else {
-            format!("{authority}:80")
+        // `host`, `host:port`, `[v6]` or `[v6]:port`.
+        let (host, port) = match authority.rsplit_once(':') {
+            Some((h, p)) if !p.contains(']') => (h, Some(p)),
+            _ => (authority, None),
         };
+        if host.is_empty() || port.is_some_and(|p| p.parse::<u16>().is_err()) {
+            return Err(err(format!("{url}: not a host[:port]")));
+        }
+        let port = port.map_or(default_port, |p| p.parse().unwrap_or(default_port));
         Ok(BaseUrl {
-            authority,
+            authority: format!("{host}:{port}"),
             prefix: path.trim_end_matches('/').to_string(),
+            tls_name: tls.then(|| {
+                host.trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .to_string()
+            }),
         })
     }
+}
+
+/// The TLS client configuration, built once: rustls with ring, the system's roots (or
+/// `SSL_CERT_FILE`'s), HTTP/1.1 over ALPN.
+fn tls_config() -> Result<Arc<rustls::ClientConfig>, ClientError> {
+    static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            let found = rustls_native_certs::load_native_certs();
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in found.certs {
+                // A certificate rustls cannot use is skipped, as by every TLS client.
+                let _ = roots.add(cert);
+            }
+            if roots.is_empty() {
+                let why: Vec<String> = found.errors.iter().map(|e| e.to_string()).collect();
+                return Err(format!(
+                    "no trusted root certificates (system store or SSL_CERT_FILE): {}",
+                    why.join("; ")
+                ));
+            }
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let mut config = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .map_err(|e| e.to_string())?
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+            config.alpn_protocols = vec![b"http/1.1".to_vec()];
+            Ok(Arc::new(config))
+        })
+        .clone()
+        .map_err(ClientError::Other)
+}
+
+/// HTTP/1.1 over `io`; the connection is driven by a task of its own.
+async fn handshake<T>(io: T, authority: &str) -> Result<SendRequest<Full<Bytes>>, ClientError>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+        .await
+        .map_err(|e| err(format!("connecting to {authority}: {e}")))?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(sender)
 }
 
 /// One connection's worth of client.
@@ -103,18 +170,25 @@ impl Client {
 
     async fn connect(&mut self) -> Result<&mut SendRequest<Full<Bytes>>, ClientError> {
         if self.sender.as_ref().is_none_or(|s| s.is_closed()) {
-            let stream = TcpStream::connect(&self.base.authority)
+            let authority = &self.base.authority;
+            let stream = TcpStream::connect(authority)
                 .await
-                .map_err(|e| err(format!("connecting to {}: {e}", self.base.authority)))?;
+                .map_err(|e| err(format!("connecting to {authority}: {e}")))?;
             stream
                 .set_nodelay(true)
-                .map_err(|e| err(format!("connecting to {}: {e}", self.base.authority)))?;
-            let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-                .await
-                .map_err(|e| err(format!("connecting to {}: {e}", self.base.authority)))?;
-            tokio::spawn(async move {
-                let _ = conn.await;
-            });
+                .map_err(|e| err(format!("connecting to {authority}: {e}")))?;
+            let sender = match &self.base.tls_name {
+                None => handshake(stream, authority).await?,
+                Some(name) => {
+                    let server = rustls::pki_types::ServerName::try_from(name.clone())
+                        .map_err(|e| err(format!("{name}: {e}")))?;
+                    let tls = tokio_rustls::TlsConnector::from(tls_config()?)
+                        .connect(server, stream)
+                        .await
+                        .map_err(|e| err(format!("TLS with {authority}: {e}")))?;
+                    handshake(tls, authority).await?
+                }
+            };
             self.sender = Some(sender);
         }
         self.sender.as_mut().ok_or_else(|| err("not connected"))
@@ -180,7 +254,7 @@ impl Client {
             }
             Err(_) => {
                 self.sender = None;
-                Err(err(format!(
+                Err(ClientError::Timeout(format!(
                     "request to {path} timed out after {timeout:?}"
                 )))
             }

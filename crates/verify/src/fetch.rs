@@ -40,10 +40,10 @@ impl HttpFetcher {
     /// A fetcher for the log at `url` (`http://host:port/prefix`), sending `bearer` (if
     /// any) with every request.
     pub fn new(url: &str, bearer: Option<&str>, timeout: Duration) -> Result<Self, VerifyError> {
-        let base = BaseUrl::parse(url).map_err(|e| VerifyError::Fetch(e.0))?;
+        let base = BaseUrl::parse(url).map_err(|e| VerifyError::Fetch(e.to_string()))?;
         // Build one client now so a bad token or host fails here, not on first use.
-        let first =
-            Client::new(base.clone(), bearer, timeout).map_err(|e| VerifyError::Fetch(e.0))?;
+        let first = Client::new(base.clone(), bearer, timeout)
+            .map_err(|e| VerifyError::Fetch(e.to_string()))?;
         Ok(HttpFetcher {
             inner: Arc::new(HttpInner {
                 url: url.trim_end_matches('/').to_string(),
@@ -69,7 +69,7 @@ impl HttpFetcher {
                 self.inner.bearer.as_deref(),
                 self.inner.timeout,
             )
-            .map_err(|e| VerifyError::Fetch(e.0)),
+            .map_err(|e| VerifyError::Fetch(e.to_string())),
         }
     }
 }
@@ -83,7 +83,7 @@ impl Fetch for HttpFetcher {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(client);
-        got.map_err(|e| VerifyError::Fetch(e.0))
+        got.map_err(|e| VerifyError::Fetch(e.to_string()))
     }
 
     fn location(&self) -> String {

@@ -13,6 +13,10 @@
 //! 4. The rebuilt root must be the checkpoint's root, and every earlier checkpoint
 //!    given must be the root of the first entries of this tree (the definition of
 //!    consistency, RFC 6962 section 2.1.2).
+//! 5. Optionally, the checkpoint's cosignatures must meet a witness policy
+//!    (tlog-policy, tlog-cosignature), and the check may run up to a private tree state
+//!    ahead of the checkpoint (adopting a Tessera log), the checkpoint then being one of
+//!    the earlier ones.
 //!
 //! The first failure stops the check and names the resource.
 
@@ -22,8 +26,9 @@ use base64::Engine as _;
 use bytes::Bytes;
 use tlogd_core::checkpoint::Checkpoint;
 use tlogd_core::hash::{Hash, leaf_hash};
-use tlogd_core::note::NoteVerifier;
+use tlogd_core::note::{Note, NoteVerifier};
 use tlogd_core::tile::{TILE_WIDTH, TileId, TileKind};
+use tlogd_core::witness::WitnessPolicy;
 use tokio::task::JoinHandle;
 
 use crate::VerifyError;
@@ -39,6 +44,13 @@ pub struct FsckOptions {
     /// Earlier checkpoints of the same log (already verified): each must be consistent
     /// with the one checked.
     pub earlier: Vec<Checkpoint>,
+    /// Check up to this tree (size, root) instead of the checkpoint's: for a log whose
+    /// private tree state is ahead of its published checkpoint (a Tessera log being
+    /// adopted). The checkpoint, if any, must then be consistent with it.
+    pub tree: Option<(u64, Hash)>,
+    /// The checkpoint's cosignatures must meet this policy's quorum (tlog-policy,
+    /// tlog-cosignature).
+    pub witness_policy: Option<WitnessPolicy>,
 }
 
 impl Default for FsckOptions {
@@ -46,6 +58,8 @@ impl Default for FsckOptions {
         FsckOptions {
             concurrency: 16,
             earlier: Vec::new(),
+            tree: None,
+            witness_policy: None,
         }
     }
 }
@@ -53,7 +67,7 @@ impl Default for FsckOptions {
 /// Told how far the check got.
 pub trait FsckProgress {
     /// The checkpoint verified; `size` entries will be checked.
-    fn start(&mut self, _checkpoint: &Checkpoint) {}
+    fn start(&mut self, _size: u64) {}
     /// `done` entries (and their tiles) checked so far.
     fn entries(&mut self, _done: u64) {}
 }
@@ -77,6 +91,9 @@ pub struct FsckSummary {
     pub partials_from_full: u64,
     /// Sizes of the earlier checkpoints found consistent.
     pub earlier: Vec<u64>,
+    /// The policy's witnesses whose cosignature on the checkpoint verified: (name,
+    /// timestamp).
+    pub cosigned: Vec<(String, u64)>,
     /// Bytes read.
     pub bytes: u64,
 }
@@ -125,20 +142,36 @@ pub async fn fsck<F: Fetch>(
     progress: &mut dyn FsckProgress,
     summary: &mut FsckSummary,
 ) -> Result<(), VerifyError> {
-    let bytes = fetch
-        .get("checkpoint")
-        .await?
-        .ok_or_else(|| VerifyError::NotFound("checkpoint".into()))?;
-    summary.bytes += bytes.len() as u64;
-    let cp = open_checkpoint(&bytes, origin, verifier)?;
-    summary.checkpoint = Some(cp.clone());
-    progress.start(&cp);
-    let size = cp.size;
+    let cp = match fetch.get("checkpoint").await? {
+        Some(bytes) => {
+            summary.bytes += bytes.len() as u64;
+            let cp = open_checkpoint(&bytes, origin, verifier)?;
+            if let Some(policy) = &options.witness_policy {
+                check_cosignatures(&bytes, policy, summary)?;
+            }
+            summary.checkpoint = Some(cp.clone());
+            Some(cp)
+        }
+        // A tree state to check against does without a published checkpoint.
+        None if options.tree.is_some() => None,
+        None => return Err(VerifyError::NotFound("checkpoint".into())),
+    };
+    let (size, target_root, target) = match (options.tree, &cp) {
+        (Some((size, root)), _) => (size, root, "tree state"),
+        (None, Some(cp)) => (cp.size, cp.root, "checkpoint"),
+        (None, None) => return Err(VerifyError::NotFound("checkpoint".into())),
+    };
+    progress.start(size);
     let mut earlier: Vec<&Checkpoint> = options.earlier.iter().collect();
+    if options.tree.is_some()
+        && let Some(cp) = &cp
+    {
+        earlier.push(cp);
+    }
     earlier.sort_by_key(|c| c.size);
     if let Some(ahead) = earlier.iter().find(|c| c.size > size) {
         return Err(VerifyError::Invalid(format!(
-            "the earlier checkpoint of size {} is ahead of the log's checkpoint of size {size}: the log went back",
+            "the checkpoint of size {} is ahead of the {target} of size {size}: the log went back",
             ahead.size
         )));
     }
@@ -150,7 +183,7 @@ pub async fn fsck<F: Fetch>(
             let root = tree.root();
             if old.size != tree.size() || root != old.root {
                 return Err(VerifyError::Invalid(format!(
-                    "the earlier checkpoint of size {} is not consistent with the log: its first {} entries hash to {}, the earlier checkpoint names {}",
+                    "the checkpoint of size {} is not consistent with the log: its first {} entries hash to {}, the checkpoint names {}",
                     old.size,
                     old.size,
                     b64(&root),
@@ -164,7 +197,12 @@ pub async fn fsck<F: Fetch>(
     let mut tree = TreeRebuilder::new();
     // Earlier checkpoints of the empty tree.
     check_earlier(&tree, summary)?;
-    let split_points: Vec<u64> = options.earlier.iter().map(|c| c.size).collect();
+    let split_points: Vec<u64> = options
+        .earlier
+        .iter()
+        .chain(cp.iter().filter(|_| options.tree.is_some()))
+        .map(|c| c.size)
+        .collect();
 
     let bundles = size.div_ceil(TILE_WIDTH);
     let window = options.concurrency.max(1);
@@ -261,11 +299,46 @@ pub async fn fsck<F: Fetch>(
         )?;
     }
     let root = tree.root();
-    if root != cp.root {
+    if root != target_root {
         return Err(VerifyError::Invalid(format!(
-            "the {size} entries hash to root {}, but the checkpoint names {}",
+            "the {size} entries hash to root {}, but the {target} names {}",
             b64(&root),
-            b64(&cp.root)
+            b64(&target_root)
+        )));
+    }
+    Ok(())
+}
+
+/// The cosignatures on the signed checkpoint `bytes` from the policy's witnesses must
+/// verify and meet its quorum (tlog-policy; unknown signature lines are ignored).
+fn check_cosignatures(
+    bytes: &[u8],
+    policy: &WitnessPolicy,
+    summary: &mut FsckSummary,
+) -> Result<(), VerifyError> {
+    let note = Note::parse(bytes).map_err(|e| VerifyError::Checkpoint(e.to_string()))?;
+    let mut cosigned = Vec::with_capacity(policy.witnesses().len());
+    for w in policy.witnesses() {
+        let mut ok = false;
+        for sig in note.signatures.iter().filter(|s| w.verifier.matches(s)) {
+            let ts = w.verifier.verify(&note.text, sig).map_err(|e| {
+                VerifyError::Checkpoint(format!("cosignature of witness {}: {e}", w.name))
+            })?;
+            summary.cosigned.push((w.name.clone(), ts));
+            ok = true;
+        }
+        cosigned.push(ok);
+    }
+    if !policy.satisfied(&cosigned) {
+        let names: Vec<&str> = summary.cosigned.iter().map(|(n, _)| n.as_str()).collect();
+        return Err(VerifyError::Checkpoint(format!(
+            "its cosignatures do not meet the witness policy (quorum {}): cosigned by {}",
+            policy.describe(),
+            if names.is_empty() {
+                "none of its witnesses".to_string()
+            } else {
+                names.join(", ")
+            }
         )));
     }
     Ok(())
