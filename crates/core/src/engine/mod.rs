@@ -1057,5 +1057,6 @@ impl Edge {
 
 pub mod checker;
 pub mod memory;
+pub mod objects;
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,741 @@
+//! [`ObjectLog`]: the log over any object store (S3, GCS, memory), shared by any number
+//! of frontends, with no database.
+//!
+//! A backend is only bytes at keys and one conditional write ([`ObjectBackend`]); this
+//! module owns the commit protocol and the tile policy, so every object-store adapter
+//! is a thin translation of five calls.
+//!
+//! # Keys
+//!
+//! * `checkpoint`, `tile/...`: the public tlog-tiles resources, servable straight from
+//!   the bucket. Each holds only bytes the committed tree defines for it.
+//! * `.tlogd/state`: the state record, the commit point: origin, tree size, root, and
+//!   the key of the staged batch that produced it. Only ever replaced by a
+//!   compare-and-swap on its version.
+//! * `.tlogd/staged/<size>-<root>`: a staged batch: every tile it creates or changes,
+//!   with the states before and after it, checksummed. Deleted once a later state is
+//!   committed.
+//!
+//! # Commit protocol (one batch, [`LogStorage::commit`])
+//!
+//! 1. **Finish the previous batch.** The state record this process last read or wrote
+//!    names the staged batch that produced it; if this process has not applied it
+//!    (another frontend committed it and may have crashed before uploading its tiles),
+//!    [`LogStorage::load_state`] applied it before the engine integrated on top (step
+//!    4 below, idempotent).
+//! 2. **Stage.** Upload the batch (all its tiles, one object) under a key unique to its
+//!    resulting state. Nothing public changes; a crash leaves an orphan that nothing
+//!    names.
+//! 3. **Compare-and-swap the state** from the version holding `prev` to a record of
+//!    `next` naming the staged key. This is the commit point: the entries are durable
+//!    (staged) and a state containing them is durable. A lost race returns
+//!    [`StorageError::Conflict`]; a failed request (reset connection, timeout) is
+//!    resolved by reading the record back: it names our staged key (committed), or still
+//!    holds `prev` (retry), or anything else (conflict).
+//! 4. **Apply.** Upload every tile of the batch to its public key, concurrently, retried
+//!    and hedged. Their bytes are fixed by the committed tree, so any frontend writing
+//!    them (now, or after a crash in step 1) writes identical bytes: a public key is
+//!    never rewritten with different bytes. Only now does `commit` return, so the
+//!    engine acknowledges and publishes only sizes whose tiles are all readable.
+//! 5. **Clean up**, in the background and best effort: delete the staged object the
+//!    previous state named (its tiles were applied before this commit), and the
+//!    partial tiles of every tile this batch completed (tlog-tiles "Partial Tiles":
+//!    the full tile is readable by then, and readers fall back to it).
+//!
+//! A partial tile is written for every batch's right edge, so the partial named by any
+//! checkpoint (of any frontend) exists until its full tile does.
+//!
+//! Checkpoints are published by compare-and-swap too, so a frontend that lags never
+//! replaces a larger checkpoint with a smaller one.
+
+mod backend;
+pub mod memory;
+
+pub use backend::{ObjectBackend, ObjectClass, ObjectVersion, PutCondition, PutOutcome};
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use bytes::Bytes;
+use sha2::{Digest, Sha256};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::storage::{CommitBatch, LogStorage, StorageError, TreeState};
+use crate::checkpoint;
+use crate::tile::TileId;
+
+/// The key of the public checkpoint (tlog-tiles "Checkpoints").
+pub const CHECKPOINT_KEY: &str = "checkpoint";
+/// The key of the state record.
+pub const STATE_KEY: &str = ".tlogd/state";
+/// The prefix of staged batches.
+pub const STAGED_PREFIX: &str = ".tlogd/staged/";
+/// The prefix of the start-up probe of conditional writes.
+const PROBE_PREFIX: &str = ".tlogd/probe/";
+const STATE_MAGIC: &str = "tlogd-object-state v1";
+const STAGED_MAGIC: &[u8] = b"tlogd-staged-batch v1\n";
+
+/// Tuning of an [`ObjectLog`].
+#[derive(Clone, Debug)]
+pub struct ObjectLogOptions {
+    /// Most object writes in flight at once while applying a batch.
+    pub write_concurrency: usize,
+    /// A write that has not answered after this long is sent again (a "hedged"
+    /// request: object stores have long latency tails); the first answer wins.
+    /// Zero: never hedge.
+    pub hedge_after: Duration,
+    /// How long a failed write is retried, with backoff, before the commit fails.
+    pub write_retry: Duration,
+}
+
+impl Default for ObjectLogOptions {
+    fn default() -> Self {
+        ObjectLogOptions {
+            write_concurrency: 64,
+            hedge_after: Duration::from_millis(500),
+            write_retry: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The state record, as stored at [`STATE_KEY`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct StateRecord {
+    origin: String,
+    state: TreeState,
+    /// The staged batch that produced `state` (none for a log adopted or empty).
+    staged: Option<String>,
+}
+
+impl StateRecord {
+    fn encode(&self) -> Bytes {
+        let staged = self.staged.as_deref().unwrap_or("-");
+        Bytes::from(format!(
+            "{STATE_MAGIC}\n{}\n{}\n{}\n{staged}\n",
+            self.origin,
+            self.state.size,
+            B64.encode(self.state.root)
+        ))
+    }
+
+    fn decode(b: &[u8]) -> Result<Self, StorageError> {
+        let bad = |why: &str| StorageError::Corrupt(format!("state record {STATE_KEY}: {why}"));
+        let text = std::str::from_utf8(b).map_err(|_| bad("not UTF-8"))?;
+        let lines: Vec<&str> = text.split('\n').collect();
+        let [magic, origin, size, root, staged, ""] = lines[..] else {
+            return Err(bad("not five lines"));
+        };
+        if magic != STATE_MAGIC {
+            return Err(bad("unknown format"));
+        }
+        let size = size.parse().map_err(|_| bad("bad size"))?;
+        let root = B64
+            .decode(root)
+            .ok()
+            .and_then(|r| <[u8; 32]>::try_from(r).ok())
+            .ok_or_else(|| bad("bad root"))?;
+        Ok(StateRecord {
+            origin: origin.to_string(),
+            state: TreeState { size, root },
+            staged: (staged != "-").then(|| staged.to_string()),
+        })
+    }
+}
+
+/// A staged batch: the states around it and its tiles.
+struct Staged {
+    prev: TreeState,
+    next: TreeState,
+    tiles: Vec<(TileId, Bytes)>,
+}
+
+impl Staged {
+    fn key(next: &TreeState) -> String {
+        let mut root = String::with_capacity(64);
+        for b in next.root {
+            root.push_str(&format!("{b:02x}"));
+        }
+        format!("{STAGED_PREFIX}{:020}-{root}", next.size)
+    }
+
+    fn encode(prev: &TreeState, next: &TreeState, tiles: &[(TileId, Bytes)]) -> Bytes {
+        let len: usize = tiles.iter().map(|(_, b)| b.len() + 48).sum();
+        let mut out = Vec::with_capacity(STAGED_MAGIC.len() + 80 + 4 + len + 32);
+        out.extend_from_slice(STAGED_MAGIC);
+        out.extend_from_slice(&prev.to_bytes());
+        out.extend_from_slice(&next.to_bytes());
+        out.extend_from_slice(&(tiles.len() as u32).to_be_bytes());
+        for (id, bytes) in tiles {
+            let path = id.path();
+            out.extend_from_slice(&(path.len() as u16).to_be_bytes());
+            out.extend_from_slice(path.as_bytes());
+            out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+            out.extend_from_slice(bytes);
+        }
+        let sum = Sha256::digest(&out);
+        out.extend_from_slice(&sum);
+        Bytes::from(out)
+    }
+
+    fn decode(key: &str, b: &Bytes) -> Result<Self, StorageError> {
+        let bad = |why: &str| StorageError::Corrupt(format!("staged batch {key}: {why}"));
+        if b.len() < STAGED_MAGIC.len() + 84 + 32 || !b.starts_with(STAGED_MAGIC) {
+            return Err(bad("too short or unknown format"));
+        }
+        let (body, sum) = b.split_at(b.len() - 32);
+        if Sha256::digest(body).as_slice() != sum {
+            return Err(bad("checksum mismatch"));
+        }
+        let at = std::cell::Cell::new(STAGED_MAGIC.len());
+        let take = |n: usize| -> Result<&[u8], StorageError> {
+            let s = body
+                .get(at.get()..at.get() + n)
+                .ok_or_else(|| bad("truncated"))?;
+            at.set(at.get() + n);
+            Ok(s)
+        };
+        let prev = TreeState::from_bytes(take(40)?).ok_or_else(|| bad("prev"))?;
+        let next = TreeState::from_bytes(take(40)?).ok_or_else(|| bad("next"))?;
+        let count = u32::from_be_bytes(take(4)?.try_into().map_err(|_| bad("count"))?);
+        let mut spans = Vec::with_capacity(count as usize);
+        for _ in 0..count {
+            let plen = u16::from_be_bytes(take(2)?.try_into().map_err(|_| bad("path"))?);
+            let path = std::str::from_utf8(take(plen as usize)?).map_err(|_| bad("path"))?;
+            let id = TileId::parse(path).map_err(|e| bad(&e.to_string()))?;
+            let blen = u32::from_be_bytes(take(4)?.try_into().map_err(|_| bad("length"))?);
+            let start = at.get();
+            take(blen as usize)?;
+            spans.push((id, start, blen as usize));
+        }
+        // Zero-copy slices of the one downloaded buffer.
+        let tiles = spans
+            .into_iter()
+            .map(|(id, start, len)| (id, b.slice(start..start + len)))
+            .collect();
+        Ok(Staged { prev, next, tiles })
+    }
+}
+
+/// What this process knows of the state record.
+struct Known {
+    record: Option<StateRecord>,
+    /// The version of `record` in the store (`None`: no record exists).
+    version: Option<ObjectVersion>,
+}
+
+/// A tlog-tiles log in an object store. See the [module documentation](self) for the
+/// protocol.
+pub struct ObjectLog<B: ObjectBackend> {
+    backend: Arc<B>,
+    origin: String,
+    options: ObjectLogOptions,
+    known: Mutex<Known>,
+    /// The staged key whose tiles this process has applied (or knows applied).
+    applied: Mutex<Option<String>>,
+}
+
+/// Why [`ObjectLog::open`] refused the store.
+#[derive(Debug, thiserror::Error)]
+pub enum ObjectOpenError {
+    /// The store does not honour conditional writes.
+    #[error(
+        "the object store does not honour conditional writes ({0}); several frontends would fork the log, so tlogd refuses to use it"
+    )]
+    NoConditionalWrites(String),
+    /// The store holds another log.
+    #[error("the object store holds the log {found:?}, not {expected:?}")]
+    OriginMismatch {
+        /// The origin configured.
+        expected: String,
+        /// The origin stored.
+        found: String,
+    },
+    /// The store failed or holds a corrupt log.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+/// Prove that `backend` honours conditional writes: create-if-absent twice (the second
+/// must fail), then replace-if-version twice with the same version (the second must
+/// fail). A store that silently ignores conditions would let two frontends both win a
+/// compare-and-swap and fork the tree.
+pub async fn check_conditional_writes<B: ObjectBackend>(
+    backend: &B,
+) -> Result<(), ObjectOpenError> {
+    let mut nonce = [0u8; 8];
+    getrandom::fill(&mut nonce).map_err(|e| StorageError::Backend(e.to_string()))?;
+    let key = format!("{PROBE_PREFIX}{:016x}", u64::from_be_bytes(nonce));
+    let probe = |n: &str| Bytes::from(format!("conditional write probe {n}\n"));
+    let class = ObjectClass::Private;
+    let refuse = |what: &str| Err(ObjectOpenError::NoConditionalWrites(what.to_string()));
+    let v1 = match backend
+        .put_if(&key, probe("1"), class, PutCondition::Absent)
+        .await?
+    {
+        PutOutcome::Written(v) => v,
+        PutOutcome::ConditionFailed => return refuse("create-if-absent of a new key failed"),
+    };
+    let verdict = async {
+        if backend
+            .put_if(&key, probe("2"), class, PutCondition::Absent)
+            .await?
+            != PutOutcome::ConditionFailed
+        {
+            return refuse("create-if-absent replaced an existing object");
+        }
+        let PutOutcome::Written(v2) = backend
+            .put_if(&key, probe("3"), class, PutCondition::Matches(v1.clone()))
+            .await?
+        else {
+            return refuse("replace-if-version failed with the current version");
+        };
+        if v2 == v1 {
+            return refuse("a replaced object kept its version");
+        }
+        if backend
+            .put_if(&key, probe("4"), class, PutCondition::Matches(v1))
+            .await?
+            != PutOutcome::ConditionFailed
+        {
+            return refuse("replace-if-version succeeded with a stale version");
+        }
+        Ok(())
+    }
+    .await;
+    let _ = backend.delete(&key).await;
+    verdict
+}
+
+impl<B: ObjectBackend> ObjectLog<B> {
+    /// Open the log `origin` in `backend`: prove conditional writes work, check the
+    /// stored origin, and finish the last committed batch if its tiles are not all
+    /// uploaded.
+    pub async fn open(
+        backend: B,
+        origin: &str,
+        options: ObjectLogOptions,
+    ) -> Result<Self, ObjectOpenError> {
+        check_conditional_writes(&backend).await?;
+        let log = ObjectLog {
+            backend: Arc::new(backend),
+            origin: origin.to_string(),
+            options,
+            known: Mutex::new(Known {
+                record: None,
+                version: None,
+            }),
+            applied: Mutex::new(None),
+        };
+        match log.read_record().await {
+            Ok(_) => Ok(log),
+            Err(StorageError::Corrupt(why)) if why.starts_with(ORIGIN_MISMATCH) => {
+                let found = why[ORIGIN_MISMATCH.len()..].to_string();
+                Err(ObjectOpenError::OriginMismatch {
+                    expected: origin.to_string(),
+                    found,
+                })
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    fn known(&self) -> MutexGuard<'_, Known> {
+        self.known.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn applied(&self) -> MutexGuard<'_, Option<String>> {
+        self.applied.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Read the state record, remember it with its version, and apply the staged batch
+    /// it names unless this process knows it is applied (protocol step 1).
+    async fn read_record(&self) -> Result<Option<StateRecord>, StorageError> {
+        // A staged batch may be deleted by a frontend that committed after the record
+        // we read: then the record has moved on, and we read it again.
+        for _ in 0..16 {
+            let (record, version) = match self.backend.get_versioned(STATE_KEY).await? {
+                None => (None, None),
+                Some((bytes, v)) => (Some(StateRecord::decode(&bytes)?), Some(v)),
+            };
+            if let Some(r) = &record
+                && r.origin != self.origin
+            {
+                return Err(StorageError::Corrupt(format!(
+                    "{ORIGIN_MISMATCH}{}",
+                    r.origin
+                )));
+            }
+            let staged = record.as_ref().and_then(|r| r.staged.clone());
+            if let Some(key) = staged
+                && self.applied().as_deref() != Some(key.as_str())
+            {
+                match self.backend.get(&key).await? {
+                    Some(bytes) => {
+                        let batch = Staged::decode(&key, &bytes)?;
+                        let expected = record.as_ref().map(|r| r.state);
+                        if Some(batch.next) != expected || batch.prev.size > batch.next.size {
+                            return Err(StorageError::Corrupt(format!(
+                                "staged batch {key} does not end at the committed state"
+                            )));
+                        }
+                        self.apply(&batch.tiles).await?;
+                        *self.applied() = Some(key);
+                    }
+                    None => {
+                        let now = self.backend.get_versioned(STATE_KEY).await?;
+                        if now.as_ref().map(|(_, v)| v) != version.as_ref() {
+                            continue;
+                        }
+                        return Err(StorageError::Corrupt(format!(
+                            "the committed state names the staged batch {key}, which is missing"
+                        )));
+                    }
+                }
+            }
+            let mut known = self.known();
+            known.record = record.clone();
+            known.version = version;
+            return Ok(record);
+        }
+        Err(StorageError::Backend(
+            "the state record kept changing while it was read".into(),
+        ))
+    }
+
+    /// Upload tiles to their public keys: concurrently, each retried and hedged.
+    async fn apply(&self, tiles: &[(TileId, Bytes)]) -> Result<(), StorageError> {
+        let mut set = JoinSet::new();
+        let mut first_error = None;
+        for (id, bytes) in tiles {
+            if set.len() >= self.options.write_concurrency.max(1)
+                && let Some(r) = set.join_next().await
+            {
+                note_error(&mut first_error, r);
+            }
+            let backend = self.backend.clone();
+            let options = self.options.clone();
+            let (key, bytes) = (id.path(), bytes.clone());
+            set.spawn(async move {
+                put_reliably(&*backend, &options, &key, bytes, ObjectClass::Tile).await
+            });
+        }
+        while let Some(r) = set.join_next().await {
+            note_error(&mut first_error, r);
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Protocol step 3: compare-and-swap the state record from `prev` to `next`.
+    async fn swap_state(
+        &self,
+        prev: TreeState,
+        next: TreeState,
+        staged: &str,
+    ) -> Result<(), StorageError> {
+        let (record, version) = {
+            let k = self.known();
+            (k.record.clone(), k.version.clone())
+        };
+        let stored = record.as_ref().map_or(TreeState::empty(), |r| r.state);
+        if stored != prev {
+            // Our view is stale (another frontend committed since we read it) or the
+            // engine is behind: the engine reloads and re-integrates.
+            return Err(StorageError::Conflict {
+                expected: prev.size,
+                found: stored.size,
+            });
+        }
+        let new = StateRecord {
+            origin: self.origin.clone(),
+            state: next,
+            staged: Some(staged.to_string()),
+        };
+        let condition = match version {
+            Some(v) => PutCondition::Matches(v),
+            None => PutCondition::Absent,
+        };
+        let outcome = self
+            .backend
+            .put_if(STATE_KEY, new.encode(), ObjectClass::Private, condition)
+            .await;
+        match outcome {
+            Ok(PutOutcome::Written(v)) => {
+                let mut k = self.known();
+                k.record = Some(new);
+                k.version = Some(v);
+                Ok(())
+            }
+            Ok(PutOutcome::ConditionFailed) => {
+                let found = self.peek_record().await?;
+                Err(StorageError::Conflict {
+                    expected: prev.size,
+                    found: found.map_or(0, |r| r.state.size),
+                })
+            }
+            // The request failed: it may have taken effect. Learn which by reading the
+            // record back; if that fails too, the engine resolves it by reloading.
+            Err(e) => match self.backend.get_versioned(STATE_KEY).await {
+                Ok(Some((b, v))) => match StateRecord::decode(&b)? {
+                    r if r == new => {
+                        let mut k = self.known();
+                        k.record = Some(new);
+                        k.version = Some(v);
+                        Ok(())
+                    }
+                    r if r.state != prev => Err(StorageError::Conflict {
+                        expected: prev.size,
+                        found: r.state.size,
+                    }),
+                    _ => Err(e),
+                },
+                Ok(None) => Err(e),
+                Err(e2) => Err(StorageError::Backend(format!(
+                    "{e}; reading the state back: {e2}"
+                ))),
+            },
+        }
+    }
+
+    /// The stored record, without applying anything or updating what we know.
+    async fn peek_record(&self) -> Result<Option<StateRecord>, StorageError> {
+        match self.backend.get(STATE_KEY).await? {
+            None => Ok(None),
+            Some(b) => StateRecord::decode(&b).map(Some),
+        }
+    }
+
+    /// Protocol step 5, in the background.
+    fn clean_up(&self, superseded: Option<String>, completed: Vec<TileId>) {
+        let backend = self.backend.clone();
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        rt.spawn(async move {
+            if let Some(key) = superseded
+                && let Err(e) = backend.delete(&key).await
+            {
+                tracing::debug!(error = %e, %key, "deleting a superseded staged batch");
+            }
+            for id in completed {
+                let full = id.path();
+                let prefix = format!("{full}.p/");
+                match backend.list(&prefix).await {
+                    Ok(keys) => {
+                        for key in keys {
+                            if let Err(e) = backend.delete(&key).await {
+                                tracing::debug!(error = %e, %key, "deleting a partial tile");
+                            }
+                        }
+                    }
+                    Err(e) => tracing::debug!(error = %e, %prefix, "listing partial tiles"),
+                }
+            }
+        });
+    }
+}
+
+const ORIGIN_MISMATCH: &str = "origin mismatch: ";
+
+fn note_error(
+    first: &mut Option<StorageError>,
+    r: Result<Result<(), StorageError>, tokio::task::JoinError>,
+) {
+    let e = match r {
+        Ok(Ok(())) => return,
+        Ok(Err(e)) => e,
+        Err(e) => StorageError::Backend(format!("upload task: {e}")),
+    };
+    first.get_or_insert(e);
+}
+
+/// One write, retried with backoff for `options.write_retry`, each attempt hedged.
+/// Only for writes whose bytes are fixed (tiles, staged batches): repeating them is
+/// harmless.
+async fn put_reliably<B: ObjectBackend>(
+    backend: &B,
+    options: &ObjectLogOptions,
+    key: &str,
+    bytes: Bytes,
+    class: ObjectClass,
+) -> Result<(), StorageError> {
+    let deadline = Instant::now() + options.write_retry;
+    let mut backoff = Duration::from_millis(25);
+    loop {
+        match put_hedged(backend, options.hedge_after, key, bytes.clone(), class).await {
+            Ok(()) => return Ok(()),
+            Err(e) if Instant::now() + backoff < deadline => {
+                metrics::counter!("tlogd_object_write_retries_total", "backend" => backend.backend_name())
+                    .increment(1);
+                tracing::debug!(error = %e, %key, "object write failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// A write that is sent a second time if the first has not answered after `hedge`;
+/// the first success wins (both carry the same bytes).
+async fn put_hedged<B: ObjectBackend>(
+    backend: &B,
+    hedge: Duration,
+    key: &str,
+    bytes: Bytes,
+    class: ObjectClass,
+) -> Result<(), StorageError> {
+    let first = backend.put(key, bytes.clone(), class);
+    tokio::pin!(first);
+    if hedge.is_zero() {
+        return first.await;
+    }
+    let early = tokio::time::timeout(hedge, &mut first).await;
+    if let Ok(r) = early {
+        return r;
+    }
+    metrics::counter!("tlogd_object_write_hedges_total", "backend" => backend.backend_name())
+        .increment(1);
+    let second = backend.put(key, bytes, class);
+    tokio::pin!(second);
+    tokio::select! {
+        r = &mut first => match r {
+            Ok(()) => Ok(()),
+            Err(_) => second.await,
+        },
+        r = &mut second => match r {
+            Ok(()) => Ok(()),
+            Err(_) => first.await,
+        },
+    }
+}
+
+impl<B: ObjectBackend> LogStorage for ObjectLog<B> {
+    fn backend_name(&self) -> &'static str {
+        self.backend.backend_name()
+    }
+
+    async fn load_state(&self) -> Result<Option<TreeState>, StorageError> {
+        Ok(self.read_record().await?.map(|r| r.state))
+    }
+
+    async fn commit(&self, batch: CommitBatch) -> Result<(), StorageError> {
+        let CommitBatch { prev, next, tiles } = batch;
+        let tiles: Vec<(TileId, Bytes)> = tiles
+            .into_iter()
+            .map(|(id, b)| (id, Bytes::from(b)))
+            .collect();
+        let superseded = self.known().record.as_ref().and_then(|r| r.staged.clone());
+        // Step 2: stage.
+        let key = Staged::key(&next);
+        let staged = Staged::encode(&prev, &next, &tiles);
+        put_reliably(
+            &*self.backend,
+            &self.options,
+            &key,
+            staged,
+            ObjectClass::Private,
+        )
+        .await?;
+        // Step 3: the commit point.
+        self.swap_state(prev, next, &key).await?;
+        // Step 4: apply. A failure leaves a committed but unapplied batch; the engine
+        // resolves the error by reloading the state, which applies it (step 1).
+        self.apply(&tiles).await?;
+        *self.applied() = Some(key);
+        // Step 5.
+        let completed = tiles
+            .iter()
+            .filter(|(id, _)| id.is_full())
+            .map(|(id, _)| *id)
+            .collect();
+        self.clean_up(superseded, completed);
+        Ok(())
+    }
+
+    async fn read_tile(&self, id: &TileId) -> Result<Option<Vec<u8>>, StorageError> {
+        Ok(self.backend.get(&id.path()).await?.map(|b| b.to_vec()))
+    }
+
+    async fn read_tiles(&self, ids: &[TileId]) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
+        // One round trip's latency for all: the edge is four or five tiles.
+        let reads = ids.iter().map(|id| {
+            let backend = self.backend.clone();
+            let key = id.path();
+            tokio::spawn(async move { backend.get(&key).await })
+        });
+        let handles: Vec<_> = reads.collect();
+        let mut out = Vec::with_capacity(ids.len());
+        for h in handles {
+            let got = h
+                .await
+                .map_err(|e| StorageError::Backend(format!("read task: {e}")))??;
+            out.push(got.map(|b| b.to_vec()));
+        }
+        Ok(out)
+    }
+
+    async fn publish_checkpoint(&self, signed: &[u8]) -> Result<(), StorageError> {
+        let size = checkpoint::signed_size(signed)
+            .ok_or_else(|| StorageError::Corrupt("checkpoint without a size line".into()))?;
+        let bytes = Bytes::copy_from_slice(signed);
+        // Compare-and-swap, so that a frontend publishing a smaller tree never
+        // replaces a larger one.
+        for _ in 0..16 {
+            let current = self.backend.get_versioned(CHECKPOINT_KEY).await?;
+            let condition = match current {
+                Some((old, _)) if checkpoint::signed_size(&old).is_some_and(|s| s > size) => {
+                    return Ok(());
+                }
+                Some((old, _)) if old == bytes => return Ok(()),
+                Some((_, v)) => PutCondition::Matches(v),
+                None => PutCondition::Absent,
+            };
+            match self
+                .backend
+                .put_if(
+                    CHECKPOINT_KEY,
+                    bytes.clone(),
+                    ObjectClass::Checkpoint,
+                    condition,
+                )
+                .await?
+            {
+                PutOutcome::Written(_) => return Ok(()),
+                PutOutcome::ConditionFailed => continue,
+            }
+        }
+        Err(StorageError::Backend(
+            "the checkpoint kept changing while it was published".into(),
+        ))
+    }
+
+    async fn read_checkpoint(&self) -> Result<Option<Vec<u8>>, StorageError> {
+        Ok(self.backend.get(CHECKPOINT_KEY).await?.map(|b| b.to_vec()))
+    }
+
+    async fn check_writable(&self) -> Result<(), StorageError> {
+        // Reading the commit point proves the store answers; a write probe per
+        // readiness check would cost a PUT per frontend per probe.
+        self.backend.get_versioned(STATE_KEY).await.map(|_| ())
+    }
+
+    fn reads_are_committed(&self) -> bool {
+        // Public keys only ever hold committed bytes (step 4 runs after step 3), so
+        // every frontend serves what any frontend committed.
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests;
