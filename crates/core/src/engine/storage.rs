@@ -94,9 +94,12 @@ impl From<std::io::Error> for StorageError {
 /// * **Durable once it returns.** When [`commit`](Self::commit) returns `Ok`, every
 ///   tile of the batch and the new [`TreeState`] survive a crash or power loss.
 /// * **The tree state is the commit point.** `commit` makes the batch's tiles durable
-///   *before* it atomically advances the state from `prev` to `next`; a crash before the
-///   state advances leaves the old state in force, and whatever tiles were written are
-///   simply rewritten by the next batch (they were never acknowledged nor published).
+///   *before* (or atomically with) advancing the state from `prev` to `next`; a crash
+///   before the state advances leaves the old state in force.
+/// * **Public paths hold committed bytes only** (the engine's invariant 1): tiles of a
+///   batch are staged where readers cannot see them until the state names the batch
+///   (a private staging area, a transaction, a staged object), so a reader never sees,
+///   and a CDN never caches, bytes that a crash or a lost race would later replace.
 /// * **Compare-and-swap.** `commit` advances the state only if the stored state equals
 ///   `batch.prev`; otherwise it returns [`StorageError::Conflict`]. This is what lets
 ///   several frontends share one store without forking the tree.

@@ -375,3 +375,60 @@ async fn dedup_lag_pushback_triggers_and_clears() {
     log.shutdown();
     tasks.join().await;
 }
+
+/// A store whose commit panics (a bug in a backend or in the engine).
+struct PanickingStorage(MemoryStorage);
+
+impl LogStorage for PanickingStorage {
+    fn backend_name(&self) -> &'static str {
+        "panicking"
+    }
+    async fn load_state(&self) -> Result<Option<TreeState>, StorageError> {
+        self.0.load_state().await
+    }
+    async fn commit(&self, _batch: CommitBatch) -> Result<(), StorageError> {
+        panic!("injected bug in commit");
+    }
+    async fn read_tile(&self, id: &TileId) -> Result<Option<Vec<u8>>, StorageError> {
+        self.0.read_tile(id).await
+    }
+    async fn publish_checkpoint(&self, signed: &[u8]) -> Result<(), StorageError> {
+        self.0.publish_checkpoint(signed).await
+    }
+    async fn read_checkpoint(&self) -> Result<Option<Vec<u8>>, StorageError> {
+        self.0.read_checkpoint().await
+    }
+    async fn check_writable(&self) -> Result<(), StorageError> {
+        self.0.check_writable().await
+    }
+}
+
+/// A panicking integrator answers its adds, refuses new ones, reports not ready and
+/// tells the daemon to stop: nothing waits forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_integrator_stops_the_log() {
+    let storage = Arc::new(PanickingStorage(MemoryStorage::new()));
+    let (log, tasks) = Log::open(storage, None, config()).await.unwrap();
+    let adds: Vec<_> = (0..50)
+        .map(|i| {
+            let log = log.clone();
+            tokio::spawn(async move { log.add(entry(i)).await })
+        })
+        .collect();
+    let reason = tokio::time::timeout(Duration::from_secs(10), log.failed())
+        .await
+        .expect("the failure is reported");
+    assert!(reason.contains("integrator"), "{reason}");
+    for a in adds {
+        let r = tokio::time::timeout(Duration::from_secs(10), a)
+            .await
+            .expect("every add is answered")
+            .unwrap();
+        assert!(r.is_err(), "{r:?}");
+    }
+    assert!(!log.is_ready());
+    assert!(log.add(entry(99)).await.is_err());
+    tokio::time::timeout(Duration::from_secs(10), tasks.join())
+        .await
+        .expect("the tasks end");
+}
