@@ -151,10 +151,11 @@ async fn a_second_process_is_refused_and_origin_is_checked() {
 }
 
 #[tokio::test]
-async fn uncommitted_files_from_a_crash_are_overwritten_consistently() {
-    // Simulate a crash after step 1 of the commit protocol: files of a batch that never
-    // committed sit at final paths. Reopening must ignore them and later batches must
-    // replace them, leaving a log that checks out.
+async fn a_crash_leaves_staged_tiles_which_reopen_publishes_or_discards() {
+    // Where a crash really leaves bytes: full tiles of a batch are staged privately
+    // until the state commits (commit protocol steps 1-4). Simulate a crash after the
+    // state of size 300 committed but before its tiles were renamed into place, plus
+    // an uncommitted batch's staged tiles beyond it.
     let dir = tempfile::tempdir().unwrap();
     {
         let storage = Arc::new(PosixStorage::open(dir.path(), ORIGIN).unwrap());
@@ -165,17 +166,33 @@ async fn uncommitted_files_from_a_crash_are_overwritten_consistently() {
         log.shutdown();
         tasks.join().await;
     }
-    // Garbage where the next batch's files will go.
-    std::fs::write(dir.path().join("tile/0/001.p/45"), vec![9u8; 45 * 32]).unwrap();
-    std::fs::write(dir.path().join("tile/entries/001.p/45"), b"junk").unwrap();
-    let storage = Arc::new(PosixStorage::open(dir.path(), ORIGIN).unwrap());
-    let (log, tasks) = Log::open(storage.clone(), None, config(64)).await.unwrap();
-    for i in 0..1u32 {
-        log.add(Bytes::from(format!("b{i}"))).await.unwrap();
+    let staged = dir.path().join(".tlogd/staged");
+    let committed_bundle = std::fs::read(dir.path().join("tile/entries/000")).unwrap();
+    let committed_tile = std::fs::read(dir.path().join("tile/0/000")).unwrap();
+    for rel in ["tile/entries/000", "tile/0/000"] {
+        std::fs::create_dir_all(staged.join(rel).parent().unwrap()).unwrap();
+        std::fs::rename(dir.path().join(rel), staged.join(rel)).unwrap();
     }
-    let rest: Vec<Bytes> = (1..1000u32).map(|i| Bytes::from(format!("b{i}"))).collect();
-    for e in rest {
-        log.add(e).await.unwrap();
+    // An uncommitted batch's garbage.
+    for rel in ["tile/entries/001", "tile/0/001"] {
+        std::fs::write(staged.join(rel), vec![9u8; 32 * 256]).unwrap();
+    }
+    let storage = Arc::new(PosixStorage::open(dir.path(), ORIGIN).unwrap());
+    assert_eq!(
+        std::fs::read(dir.path().join("tile/entries/000")).unwrap(),
+        committed_bundle
+    );
+    assert_eq!(
+        std::fs::read(dir.path().join("tile/0/000")).unwrap(),
+        committed_tile
+    );
+    for rel in ["tile/entries/001", "tile/0/001"] {
+        assert!(!staged.join(rel).exists(), "{rel} was not discarded");
+        assert!(!dir.path().join(rel).exists(), "{rel} was published");
+    }
+    let (log, tasks) = Log::open(storage.clone(), None, config(64)).await.unwrap();
+    for i in 0..1000u32 {
+        log.add(Bytes::from(format!("b{i}"))).await.unwrap();
     }
     log.shutdown();
     tasks.join().await;
@@ -183,6 +200,49 @@ async fn uncommitted_files_from_a_crash_are_overwritten_consistently() {
     let r = check_log(&*storage, ORIGIN, &verifier, None).await.unwrap();
     assert_eq!(r.state.size, 1300);
     assert_eq!(r.checkpoint_size, 1300);
+}
+
+#[tokio::test]
+async fn a_batch_whose_state_does_not_commit_publishes_nothing() {
+    // Engine invariant 1: a public path only ever holds committed bytes. Make the
+    // state write fail (both slots replaced by directories) after the batch's full
+    // tiles were written: none of them may be at a public path.
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Arc::new(PosixStorage::open(dir.path(), ORIGIN).unwrap());
+    let mut cfg = config(64);
+    cfg.commit_retry = Duration::ZERO;
+    let (log, tasks) = Log::open(storage.clone(), None, cfg).await.unwrap();
+    for i in 0..200u32 {
+        log.add(Bytes::from(format!("a{i}"))).await.unwrap();
+    }
+    for slot in ["state.0", "state.1"] {
+        let p = dir.path().join(".tlogd").join(slot);
+        std::fs::remove_file(&p).unwrap();
+        std::fs::create_dir(&p).unwrap();
+    }
+    // Pushed together, so that one batch completes the first bundle and tile.
+    let adds: Vec<_> = (0..100u32)
+        .map(|i| {
+            let log = log.clone();
+            tokio::spawn(async move { log.add(Bytes::from(format!("b{i}"))).await })
+        })
+        .collect();
+    for a in adds {
+        let r = a.await.unwrap();
+        assert!(r.is_err(), "{r:?}");
+    }
+    assert!(
+        dir.path().join(".tlogd/staged/tile/entries/000").exists(),
+        "the batch did reach its staging step"
+    );
+    for rel in ["tile/entries/000", "tile/0/000"] {
+        assert!(
+            !dir.path().join(rel).exists(),
+            "{rel} is public uncommitted"
+        );
+    }
+    log.shutdown();
+    tasks.join().await;
 }
 
 #[tokio::test]
