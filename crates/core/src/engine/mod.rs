@@ -275,6 +275,20 @@ impl<S: LogStorage> Log<S> {
         dedup: Option<Arc<dyn DedupIndex>>,
         config: LogConfig,
     ) -> Result<(Log<S>, LogTasks), EngineError> {
+        // The checkpoint first, then the state: with several frontends on one store,
+        // another may commit and publish in between, and a checkpoint is never ahead
+        // of the state read after it.
+        let published = match storage.read_checkpoint().await? {
+            Some(bytes) => {
+                match Checkpoint::open(&bytes, &config.origin, &config.signer.verifier()) {
+                    Ok((cp, _)) => cp.size + 1,
+                    // A checkpoint this key cannot open means the wrong key or origin is
+                    // configured for this log: never overwrite it.
+                    Err(e) => return Err(EngineError::Checkpoint(e.to_string())),
+                }
+            }
+            None => 0,
+        };
         let edge = Edge::load(&*storage, None).await?;
         let state = edge.state();
         let indexed = match &dedup {
@@ -289,17 +303,6 @@ impl<S: LogStorage> Log<S> {
                 size: state.size,
             });
         }
-        let published = match storage.read_checkpoint().await? {
-            Some(bytes) => {
-                match Checkpoint::open(&bytes, &config.origin, &config.signer.verifier()) {
-                    Ok((cp, _)) => cp.size + 1,
-                    // A checkpoint this key cannot open means the wrong key or origin is
-                    // configured for this log: never overwrite it.
-                    Err(e) => return Err(EngineError::Checkpoint(e.to_string())),
-                }
-            }
-            None => 0,
-        };
         if published > state.size + 1 {
             return Err(EngineError::Storage(StorageError::Corrupt(format!(
                 "published checkpoint size {} is ahead of the committed tree size {}",
@@ -398,32 +401,48 @@ impl<S: LogStorage> Log<S> {
             return Err(AddError::TooLarge(entry.len()));
         }
         let inner = &self.inner;
-        let hash = match &inner.dedup {
-            None => None,
-            Some(d) => {
-                if self.dedup_lag() > inner.config.dedup_max_lag {
-                    return Err(AddError::DedupLag);
-                }
-                let h = entry_hash(&entry);
-                metrics::counter!("tlogd_dedup_lookups_total").increment(1);
-                match d.get(&h) {
-                    // Never answer with an index the committed tree does not contain.
-                    Ok(Some(index)) if index < self.committed_size() => {
-                        metrics::counter!("tlogd_dedup_hits_total").increment(1);
-                        return Ok(AddOutcome {
-                            index,
-                            duplicate: true,
-                        });
-                    }
-                    Ok(_) => {}
-                    // Best effort: an unreadable index never blocks logging.
-                    Err(e) => tracing::warn!(error = %e, "dedup lookup failed"),
-                }
-                Some(h)
-            }
-        };
         let leaf = leaf_hash(&entry);
-        let pushed = lock(&inner.queue).push(&inner.limits, entry, leaf, hash)?;
+        let Some(dedup) = &inner.dedup else {
+            let pushed = lock(&inner.queue).push(&inner.limits, entry, leaf, None)?;
+            return self.await_pushed(pushed).await;
+        };
+        if self.dedup_lag() > inner.config.dedup_max_lag {
+            return Err(AddError::DedupLag);
+        }
+        let h = entry_hash(&entry);
+        metrics::counter!("tlogd_dedup_lookups_total").increment(1);
+        loop {
+            // The indexer writes the index, then advances this marker, then forgets the
+            // entry's in-flight record. If the marker moved between our lookup and the
+            // queue lock, the entry may have left the in-flight map after our lookup
+            // missed it: look again rather than log it twice.
+            let marker = inner.indexed_size.load(Ordering::Acquire);
+            match dedup.get(&h) {
+                // Never answer with an index the committed tree does not contain.
+                Ok(Some(index)) if index < self.committed_size() => {
+                    metrics::counter!("tlogd_dedup_hits_total").increment(1);
+                    return Ok(AddOutcome {
+                        index,
+                        duplicate: true,
+                    });
+                }
+                Ok(_) => {}
+                // Best effort: an unreadable index never blocks logging.
+                Err(e) => tracing::warn!(error = %e, "dedup lookup failed"),
+            }
+            let pushed = {
+                let mut q = lock(&inner.queue);
+                if inner.indexed_size.load(Ordering::Acquire) != marker && !q.is_in_flight(&h) {
+                    continue;
+                }
+                q.push(&inner.limits, entry.clone(), leaf, Some(h))?
+            };
+            return self.await_pushed(pushed).await;
+        }
+    }
+
+    async fn await_pushed(&self, pushed: Pushed) -> Result<AddOutcome, AddError> {
+        let inner = &self.inner;
         match pushed {
             Pushed::Queued(slot, pos) => {
                 inner.work.notify_one();
@@ -1043,19 +1062,39 @@ impl<S: LogStorage> Log<S> {
             }
         }
         let mut batch: Vec<(EntryHash, u64)> = Vec::new();
-        while let Some((first, hashes)) = rx.recv().await {
+        while let Some(message) = rx.recv().await {
             batch.clear();
-            let mut take = |first: u64, hashes: Vec<EntryHash>| {
-                let fresh = hashes
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, h)| (h, first + i as u64));
-                // Entries below the marker were covered by the catch-up.
-                batch.extend(fresh.filter(|(_, i)| *i >= indexed));
-            };
-            take(first, hashes);
-            while let Ok((f, h)) = rx.try_recv() {
-                take(f, h);
+            let mut messages = vec![message];
+            while let Ok(m) = rx.try_recv() {
+                messages.push(m);
+            }
+            // The next index the index must cover: entries are indexed without gaps,
+            // so the marker never jumps past entries it does not hold.
+            let mut next = indexed;
+            for (first, hashes) in messages {
+                // Entries between our batches were committed by other frontends
+                // sharing the store: read them back.
+                while next < first {
+                    match self.read_hashes(next, first).await {
+                        Ok(read) => {
+                            let from = next;
+                            next += read.len() as u64;
+                            batch.extend(read.into_iter().zip(from..));
+                        }
+                        Err(e) if self.is_closed() => {
+                            tracing::error!(error = %e, "dedup gap fill abandoned at shutdown");
+                            return;
+                        }
+                        Err(e) => {
+                            tracing::error!(error = %e, "dedup gap fill read failed; retrying");
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                        }
+                    }
+                }
+                let end = first + hashes.len() as u64;
+                // Entries below the marker were covered already (catch-up).
+                batch.extend(hashes.into_iter().zip(first..).filter(|(_, i)| *i >= next));
+                next = next.max(end);
             }
             let Some(&(_, last)) = batch.last() else {
                 continue;
@@ -1101,10 +1140,16 @@ impl<S: LogStorage> Log<S> {
         while n * TILE_WIDTH < end {
             let width = (to - n * TILE_WIDTH).min(TILE_WIDTH) as u16;
             let id = TileId::entries(n, width);
-            let bytes = storage
-                .read_tile(&id)
-                .await?
-                .ok_or_else(|| StorageError::Corrupt(format!("missing {}", id.path())))?;
+            // A partial bundle of a past size may be gone once its bundle filled up
+            // (tlog-tiles "Partial Tiles"); the full one starts with the same entries.
+            let bytes = match storage.read_tile(&id).await? {
+                Some(b) => b,
+                None if !id.is_full() => storage
+                    .read_tile(&id.full())
+                    .await?
+                    .ok_or_else(|| StorageError::Corrupt(format!("missing {}", id.path())))?,
+                None => return Err(StorageError::Corrupt(format!("missing {}", id.path()))),
+            };
             let entries = bundle::parse_bundle(&bytes)
                 .map_err(|e| StorageError::Corrupt(format!("{}: {e}", id.path())))?;
             for (i, e) in entries.iter().enumerate() {

@@ -125,6 +125,11 @@ impl Queue {
     }
 
     /// Append one validated entry, or refuse it (full, closed) without side effects.
+    /// Whether `hash` is queued, committing, or committed but not yet indexed.
+    pub(crate) fn is_in_flight(&self, hash: &EntryHash) -> bool {
+        self.inflight.contains_key(hash)
+    }
+
     pub(crate) fn push(
         &mut self,
         limits: &QueueLimits,
