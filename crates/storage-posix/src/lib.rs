@@ -747,9 +747,12 @@ impl Inner {
             self.ensure_dir(dir)?;
         }
         let tmp = self.temp_path();
-        let mut f = File::create(&tmp)?;
-        f.write_all(bytes)?;
-        drop(f);
+        let written = File::create(&tmp).and_then(|mut f| f.write_all(bytes));
+        if let Err(e) = written {
+            // A full disk must not also fill up with half-written temp files.
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
         fs::rename(&tmp, path)
     }
 
@@ -757,10 +760,13 @@ impl Inner {
     fn put_durable(&self, path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
         let tmp = self.temp_path();
         let failed = |what: &str, e: io::Error| {
-            StorageError::Backend(format!("{what} {}: {e}", path.display()))
+            StorageError::from_io(format!("{what} {}: {e}", path.display()), &e)
         };
         let mut f = File::create(&tmp).map_err(|e| failed("writing", e))?;
-        f.write_all(bytes).map_err(|e| failed("writing", e))?;
+        if let Err(e) = f.write_all(bytes) {
+            let _ = fs::remove_file(&tmp);
+            return Err(failed("writing", e));
+        }
         self.synced(|| f.sync_all(), path)?;
         drop(f);
         fs::rename(&tmp, path).map_err(|e| failed("renaming", e))?;
@@ -845,8 +851,9 @@ impl Inner {
             batch.tiles.iter().filter(|(id, _)| id.is_full()).collect();
         for (id, bytes) in &full {
             let path = self.staged_path(id);
-            self.write_private(&path, bytes)
-                .map_err(|e| StorageError::Backend(format!("writing {}: {e}", path.display())))?;
+            self.write_private(&path, bytes).map_err(|e| {
+                StorageError::from_io(format!("writing {}: {e}", path.display()), &e)
+            })?;
         }
         // 2. One sync point for all of them.
         if !full.is_empty() {
@@ -876,7 +883,7 @@ impl Inner {
         // A failed write leaves this (older) slot torn and the newer one intact: the
         // next commit rewrites it. A failed sync poisons.
         let f = write_in_place(&slot, &encode_slot(&self.origin, seq, &batch.next, &edge))
-            .map_err(|e| StorageError::Backend(format!("writing {}: {e}", slot.display())))?;
+            .map_err(|e| StorageError::from_io(format!("writing {}: {e}", slot.display()), &e))?;
         self.synced(|| f.sync_data(), &slot)?;
         *self.state.lock().unwrap_or_else(|e| e.into_inner()) = Committed {
             tree: Some(batch.next),
@@ -938,7 +945,7 @@ impl Inner {
             if let Some(bytes) = edge_prefix(&edge, &id) {
                 let path = self.tile_path(&id);
                 self.put(&path, &bytes).map_err(|e| {
-                    StorageError::Backend(format!("writing {}: {e}", path.display()))
+                    StorageError::from_io(format!("writing {}: {e}", path.display()), &e)
                 })?;
                 wrote = true;
             }

@@ -598,3 +598,179 @@ async fn a_tessera_log_that_disagrees_with_itself_is_refused() {
         ),
     }
 }
+
+/// A small ext4 filesystem on a loop device, unmounted on drop. The suite runs as
+/// root; if it cannot mount, the test fails saying why (never skips).
+struct SmallFs {
+    dir: tempfile::TempDir,
+}
+
+impl SmallFs {
+    fn mount(mib: u64) -> SmallFs {
+        let dir = tempfile::tempdir().unwrap();
+        let img = dir.path().join("fs.img");
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        std::fs::File::create(&img)
+            .unwrap()
+            .set_len(mib << 20)
+            .unwrap();
+        let run = |cmd: &str, args: &[&std::ffi::OsStr]| {
+            let out = std::process::Command::new(cmd)
+                .args(args)
+                .output()
+                .unwrap_or_else(|e| panic!("cannot run {cmd} (install e2fsprogs, mount): {e}"));
+            assert!(
+                out.status.success(),
+                "{cmd} failed (this test needs root to loop-mount a small ext4): {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        run(
+            "mkfs.ext4",
+            &[
+                "-q".as_ref(),
+                "-F".as_ref(),
+                "-m".as_ref(),
+                "0".as_ref(),
+                img.as_os_str(),
+            ],
+        );
+        run(
+            "mount",
+            &[
+                "-o".as_ref(),
+                "loop".as_ref(),
+                img.as_os_str(),
+                mnt.as_os_str(),
+            ],
+        );
+        SmallFs { dir }
+    }
+
+    fn path(&self) -> std::path::PathBuf {
+        self.dir.path().join("mnt")
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.path())
+            .status();
+    }
+}
+
+/// Fill the filesystem at `dir` with one file; returns its path.
+fn fill(dir: &std::path::Path) -> std::path::PathBuf {
+    use std::io::Write;
+    let path = dir.join("filler");
+    let mut f = std::fs::File::create(&path).unwrap();
+    let chunk = vec![7u8; 64 << 10];
+    let mut small = vec![7u8; 4096];
+    loop {
+        if f.write_all(&chunk).is_err() {
+            break;
+        }
+    }
+    // The last few blocks.
+    while f.write_all(&small).is_ok() {}
+    small.truncate(1);
+    let _ = f.sync_all();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_pushes_back_at_once_and_recovers_when_space_returns() {
+    let fs = SmallFs::mount(24);
+    let root = fs.path().join("log");
+    let storage = Arc::new(PosixStorage::open(&root, ORIGIN).unwrap());
+    let mut cfg = config(64);
+    // Long enough that an answer before it proves the full disk was not retried.
+    cfg.commit_retry = Duration::from_secs(60);
+    // Every checkpoint leaves a partial bundle file until its bundle is full: with
+    // 4 KiB entries and a checkpoint per batch, those alone would fill this disk.
+    cfg.checkpoint_interval = Duration::from_millis(500);
+    let (log, tasks) = Log::open(storage.clone(), None, cfg).await.unwrap();
+    let mut acked = std::collections::HashMap::new();
+    let big = |i: u32| Bytes::from(format!("{i:08}").repeat(512));
+    for i in 0..50u32 {
+        let out = log.add(big(i)).await.unwrap();
+        acked.insert(out.index, big(i));
+    }
+    let filler = fill(&fs.path());
+    let started = std::time::Instant::now();
+    let mut full = 0;
+    for wave in 0..20u32 {
+        let adds: Vec<_> = (0..64u32)
+            .map(|j| {
+                let log = log.clone();
+                let e = big(1000 + wave * 64 + j);
+                tokio::spawn(async move { (e.clone(), log.add(e).await) })
+            })
+            .collect();
+        for a in adds {
+            match a.await.unwrap() {
+                (e, Ok(out)) => {
+                    acked.insert(out.index, e);
+                }
+                (_, Err(tlogd_core::engine::AddError::StorageFull)) => full += 1,
+                (_, Err(e)) => panic!("a full disk must push back, not: {e}"),
+            }
+        }
+        if full > 0 {
+            break;
+        }
+    }
+    assert!(full > 0, "the disk never filled up");
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "adds were retried instead of pushed back"
+    );
+    // Space returns (ext4 reuses freed blocks once its journal commits, within
+    // seconds): the log goes on without a restart.
+    std::fs::remove_file(filler).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let e = big(99_999);
+        match log.add(e.clone()).await {
+            Ok(out) => {
+                acked.insert(out.index, e);
+                break;
+            }
+            Err(tlogd_core::engine::AddError::StorageFull)
+                if std::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("no recovery after space returned: {e}"),
+        }
+    }
+    for i in 0..100u32 {
+        let e = Bytes::from(format!("small {i}"));
+        let out = log.add(e.clone()).await.expect("recovered without restart");
+        acked.insert(out.index, e);
+    }
+    log.shutdown();
+    tasks.join().await;
+    let verifier = NoteSigner::from_skey(SKEY).unwrap().verifier();
+    let mut found = std::collections::HashMap::new();
+    let mut visit = |i: u64, e: &[u8]| {
+        found.insert(i, e.to_vec());
+    };
+    check_log(&*storage, ORIGIN, &verifier, Some(&mut visit))
+        .await
+        .unwrap();
+    for (i, e) in &acked {
+        assert_eq!(
+            found.get(i).map(Vec::as_slice),
+            Some(e.as_ref()),
+            "entry {i}"
+        );
+    }
+    let mut seen = std::collections::HashSet::new();
+    for e in found.values() {
+        assert!(seen.insert(e.clone()), "an entry was logged twice");
+    }
+}

@@ -160,6 +160,9 @@ pub enum AddError {
     /// The batch could not be committed; the entry was not logged.
     #[error("storage: {0}")]
     Storage(String),
+    /// Storage is full: the entry was not logged; retry later (HTTP 503).
+    #[error("storage is full; retry later")]
+    StorageFull,
     /// Storage failed during the commit and could not be read back in time to learn
     /// whether the batch persisted: the entry may be logged. Resubmitting it is safe
     /// with dedup on (the same index comes back once the outcome is known).
@@ -175,7 +178,11 @@ impl AddError {
     pub fn is_pushback(&self) -> bool {
         matches!(
             self,
-            AddError::QueueFull | AddError::DedupLag | AddError::ShuttingDown | AddError::Uncertain
+            AddError::QueueFull
+                | AddError::DedupLag
+                | AddError::ShuttingDown
+                | AddError::Uncertain
+                | AddError::StorageFull
         )
     }
 }
@@ -783,6 +790,12 @@ impl<S: LogStorage> Log<S> {
                 Err(Retry::Transient(reason)) => reason,
                 Err(Retry::Bug(reason)) => return Err(Outcome::Failed(AddError::Internal(reason))),
                 Err(Retry::Unknown { prev, next }) => return Err(Outcome::Unknown { prev, next }),
+                // Retrying would hold the adds for the whole retry time for nothing:
+                // push back now; the next batch tries again.
+                Err(Retry::Full(reason)) => {
+                    tracing::error!(error = %reason, "storage is full; adds are pushed back");
+                    return Err(Outcome::Failed(AddError::StorageFull));
+                }
             };
             // Nothing of the batch persisted. Retry while the caller can still get an
             // answer in time (a database restart, a dropped connection); then fail.
@@ -865,6 +878,13 @@ impl<S: LogStorage> Log<S> {
                     "tree advanced by another writer; reloading"
                 );
                 Err(Retry::Conflict)
+            }
+            Err(StorageError::Full(reason)) => {
+                metrics::counter!("tlogd_storage_errors_total", "backend" => backend, "op" => "commit_full").increment(1);
+                // Nothing persisted (a failed write, not a failed sync): the edge we
+                // took is still the stored one.
+                *edge = Some(current);
+                Err(Retry::Full(reason))
             }
             Err(e) => {
                 metrics::counter!("tlogd_storage_errors_total", "backend" => backend, "op" => "commit").increment(1);
@@ -1184,6 +1204,8 @@ enum Retry {
     Transient(String),
     /// The batch cannot be integrated (a bug): fail at once, retrying cannot help.
     Bug(String),
+    /// The store is full; nothing of the batch persisted.
+    Full(String),
     /// The commit failed and its outcome could not be learned in time.
     Unknown {
         /// The state the batch was built on.

@@ -75,6 +75,11 @@ pub enum StorageError {
     /// The stored data is not what a correct log would hold.
     #[error("corrupt log storage: {0}")]
     Corrupt(String),
+    /// The store has no space left (`ENOSPC`, `EDQUOT`, a quota): the operation did not
+    /// take effect. Adds are pushed back at once (HTTP 503) instead of retried, and the
+    /// log recovers by itself when space returns.
+    #[error("storage full: {0}")]
+    Full(String),
     /// Any other backend failure (I/O, network, database). The operation may or may not
     /// have taken effect.
     #[error("{0}")]
@@ -83,7 +88,19 @@ pub enum StorageError {
 
 impl From<std::io::Error> for StorageError {
     fn from(e: std::io::Error) -> Self {
-        StorageError::Backend(e.to_string())
+        StorageError::from_io(e.to_string(), &e)
+    }
+}
+
+impl StorageError {
+    /// An I/O error with context: [`StorageError::Full`] when the device or quota is
+    /// full, [`StorageError::Backend`] otherwise.
+    pub fn from_io(context: impl std::fmt::Display, e: &std::io::Error) -> Self {
+        // ENOSPC = 28, EDQUOT = 122 on Linux.
+        match e.raw_os_error() {
+            Some(28) | Some(122) => StorageError::Full(context.to_string()),
+            _ => StorageError::Backend(context.to_string()),
+        }
     }
 }
 
