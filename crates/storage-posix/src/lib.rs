@@ -932,6 +932,13 @@ impl Inner {
     /// Write the partial tiles of a checkpoint of `size`, then the checkpoint.
     fn publish(&self, size: u64, signed: &[u8]) -> Result<(), StorageError> {
         self.check_poisoned()?;
+        // The checkpoint only ever moves forward (engine invariant 1), whoever asks.
+        let path = self.root.join("checkpoint");
+        if let Ok(old) = fs::read(&path)
+            && tlogd_core::checkpoint::signed_size(&old).is_some_and(|s| s > size)
+        {
+            return Ok(());
+        }
         let edge = self
             .state
             .lock()
@@ -953,7 +960,6 @@ impl Inner {
         if wrote {
             self.sync_all_files()?;
         }
-        let path = self.root.join("checkpoint");
         self.put_durable(&path, signed)
     }
 }

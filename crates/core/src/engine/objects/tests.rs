@@ -372,3 +372,40 @@ async fn two_frontends_racing_with_faults_at_every_step() {
         .collect();
     assert!(staged.len() < 20, "{} staged batches left", staged.len());
 }
+
+/// In-memory object stores by name, for the conformance suite.
+#[derive(Default)]
+struct MemoryStores(std::sync::Mutex<HashMap<String, MemoryObjects>>);
+
+impl crate::conformance::ConformanceStore for MemoryStores {
+    type Storage = ObjectLog<MemoryObjects>;
+
+    async fn fresh(&self, name: &str) -> String {
+        let mut stores = self.0.lock().unwrap();
+        let location = format!("{name}-{}", stores.len());
+        stores.insert(location.clone(), MemoryObjects::new());
+        location
+    }
+
+    async fn open(&self, location: &str) -> Arc<Self::Storage> {
+        let store = self.0.lock().unwrap()[location].clone();
+        Arc::new(
+            ObjectLog::open(
+                store,
+                crate::conformance::ORIGIN,
+                ObjectLogOptions::default(),
+            )
+            .await
+            .expect("open"),
+        )
+    }
+
+    fn shared(&self) -> bool {
+        true
+    }
+}
+
+mod conformance {
+    use super::MemoryStores;
+    crate::conformance_tests!(MemoryStores, MemoryStores::default());
+}
