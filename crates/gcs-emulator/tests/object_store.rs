@@ -569,7 +569,6 @@ async fn attributes_round_trip() {
                 .map(|v| v.as_ref()),
             Some("application/octet-stream")
         );
-        assert_eq!(got.attributes.get(&Attribute::CacheControl), None);
     })
     .await;
 }
@@ -791,6 +790,13 @@ async fn reset_before_applying() {
         assert!(matches!(r, Err(Error::Generic { .. })), "{r:?}");
         assert!(format!("{r:?}").to_lowercase().contains("reset"), "{r:?}");
         assert!(e.object("tlog", "entries/001").is_none());
+
+        // Nor is a delete.
+        e.inject(Op::Delete, "entries/", 1, Fault::Reset);
+        let r = store.delete(&path).await;
+        assert!(matches!(r, Err(Error::Generic { .. })), "{r:?}");
+        assert_eq!(e.request_count(Op::Delete), 1);
+        assert!(e.object("tlog", "entries/000").is_some());
     })
     .await;
 }
@@ -999,6 +1005,201 @@ async fn binary_prints_its_url_and_serves() {
                 .unwrap();
             assert_eq!(read(&store, &Path::from("k")).await, bucket);
         }
+    })
+    .await;
+}
+
+/// Injects faults into the next requests of one client: through the emulator's API, or, on
+/// Google's testbench (`TLOGD_GCS_URL`), through its `/retry_test` resource, so that the same
+/// scenarios show that both fail the same way as `object_store` sees it.
+enum Injector {
+    Own(GcsEmulator),
+    Testbench { url: String, bucket: String },
+}
+
+impl Injector {
+    fn new() -> Self {
+        match std::env::var("TLOGD_GCS_URL") {
+            Ok(url) if !url.is_empty() => Injector::Testbench {
+                url: url.trim_end_matches('/').to_owned(),
+                bucket: std::env::var("TLOGD_GCS_BUCKET").unwrap_or_else(|_| "tlog".into()),
+            },
+            _ => Injector::Own(GcsEmulator::start(&["tlog"]).unwrap()),
+        }
+    }
+
+    /// A client whose next requests meet `faults` (in order, per operation), and on the
+    /// testbench the id of its retry test.
+    fn client(&self, faults: &[(Op, Fault)]) -> (GoogleCloudStorage, Option<String>) {
+        match self {
+            Injector::Own(e) => {
+                for (op, fault) in faults {
+                    e.inject(*op, "", 1, fault.clone());
+                }
+                (client(&e.url(), "tlog", retry(5)), None)
+            }
+            Injector::Testbench { url, bucket } => {
+                let mut instructions = serde_json::Map::new();
+                for (op, fault) in faults {
+                    let method = match op {
+                        Op::Put => "storage.objects.insert",
+                        Op::Get | Op::Head => "storage.objects.get",
+                        Op::Delete => "storage.objects.delete",
+                        Op::List => "storage.objects.list",
+                        other => panic!("no testbench method for {other:?}"),
+                    };
+                    let action = match fault {
+                        Fault::ServiceUnavailable => "return-503",
+                        Fault::TooManyRequests => "return-429",
+                        Fault::Reset => "return-reset-connection",
+                        other => panic!("no testbench fault for {other:?}"),
+                    };
+                    instructions
+                        .entry(method)
+                        .or_insert_with(|| serde_json::Value::Array(Vec::new()))
+                        .as_array_mut()
+                        .unwrap()
+                        .push(action.into());
+                }
+                let body = serde_json::json!({ "instructions": instructions }).to_string();
+                let (status, answer) = http(url, "POST", "/retry_test", &body);
+                assert_eq!(status, 200, "{answer}");
+                let id = serde_json::from_str::<serde_json::Value>(&answer).unwrap()["id"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned();
+                let mut headers = object_store::HeaderMap::new();
+                headers.insert("x-retry-test-id", id.parse().unwrap());
+                let store = GoogleCloudStorageBuilder::new()
+                    .with_service_account_key(service_account_json(url))
+                    .with_bucket_name(bucket)
+                    .with_client_options(
+                        ClientOptions::new()
+                            .with_allow_http(true)
+                            .with_timeout(Duration::from_secs(30))
+                            .with_default_headers(headers),
+                    )
+                    .with_retry(retry(5))
+                    .build()
+                    .unwrap();
+                (store, Some(id))
+            }
+        }
+    }
+
+    /// Whether every injected fault has fired.
+    fn all_fired(&self, id: &Option<String>) -> bool {
+        match (self, id) {
+            (Injector::Own(e), _) => e.pending_faults() == 0,
+            (Injector::Testbench { url, .. }, Some(id)) => {
+                let (_, answer) = http(url, "GET", &format!("/retry_test/{id}"), "");
+                serde_json::from_str::<serde_json::Value>(&answer).unwrap()["completed"]
+                    == serde_json::Value::Bool(true)
+            }
+            (Injector::Testbench { .. }, None) => false,
+        }
+    }
+
+    /// A client without faults.
+    fn plain(&self) -> GoogleCloudStorage {
+        match self {
+            Injector::Own(e) => client(&e.url(), "tlog", retry(5)),
+            Injector::Testbench { url, bucket } => client(url, bucket, retry(5)),
+        }
+    }
+}
+
+/// A minimal blocking HTTP/1.0 exchange, for the testbench's control API.
+fn http(base: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let host = base.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(host).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.0\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    let status = answer[9..12].parse().unwrap();
+    let body = answer.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    (status, body.to_owned())
+}
+
+#[tokio::test]
+async fn faults_as_object_store_sees_them() {
+    bounded(async {
+        let injector = Injector::new();
+        let bucket_prefix = unique("faults");
+        let p = |k: &str| Path::from(format!("{bucket_prefix}/{k}"));
+        use Fault::*;
+
+        // Throttling and outages are retried, for plain and conditional writes alike (no
+        // answer came, so nothing was applied).
+        let (store, id) =
+            injector.client(&[(Op::Put, ServiceUnavailable), (Op::Put, TooManyRequests)]);
+        store
+            .put(&p("a"), Bytes::from_static(b"a").into())
+            .await
+            .unwrap();
+        assert!(injector.all_fired(&id));
+        let (store, id) = injector.client(&[(Op::Put, ServiceUnavailable)]);
+        store
+            .put_opts(&p("b"), Bytes::from_static(b"b").into(), create())
+            .await
+            .unwrap();
+        assert!(injector.all_fired(&id));
+        let (store, id) =
+            injector.client(&[(Op::Get, TooManyRequests), (Op::Get, ServiceUnavailable)]);
+        assert_eq!(read(&store, &p("a")).await, "a");
+        assert!(injector.all_fired(&id));
+        let (store, id) = injector.client(&[(Op::List, ServiceUnavailable)]);
+        let listed: Vec<_> = store
+            .list(Some(&Path::from(bucket_prefix.as_str())))
+            .try_collect()
+            .await
+            .unwrap();
+        assert_eq!(listed.len(), 2);
+        assert!(injector.all_fired(&id));
+
+        // A reset is retried for plain puts and reads...
+        let (store, id) = injector.client(&[(Op::Put, Reset)]);
+        store
+            .put(&p("c"), Bytes::from_static(b"c").into())
+            .await
+            .unwrap();
+        assert!(injector.all_fired(&id));
+        let (store, id) = injector.client(&[(Op::Get, Reset)]);
+        assert_eq!(read(&store, &p("c")).await, "c");
+        assert!(injector.all_fired(&id));
+
+        // ...but not for conditional puts or deletes, which surface it to the caller.
+        let (store, id) = injector.client(&[(Op::Put, Reset)]);
+        let r = store
+            .put_opts(&p("d"), Bytes::from_static(b"d").into(), create())
+            .await;
+        assert!(matches!(r, Err(Error::Generic { .. })), "{r:?}");
+        assert!(injector.all_fired(&id));
+        let plain = injector.plain();
+        assert!(matches!(
+            plain.head(&p("d")).await,
+            Err(Error::NotFound { .. })
+        ));
+        let version = plain.head(&p("c")).await.unwrap().version;
+        let (store, id) = injector.client(&[(Op::Put, Reset)]);
+        let r = store
+            .put_opts(&p("c"), Bytes::from_static(b"c2").into(), update(version))
+            .await;
+        assert!(matches!(r, Err(Error::Generic { .. })), "{r:?}");
+        assert!(injector.all_fired(&id));
+        assert_eq!(read(&plain, &p("c")).await, "c");
+        let (store, id) = injector.client(&[(Op::Delete, Reset)]);
+        let r = store.delete(&p("c")).await;
+        assert!(matches!(r, Err(Error::Generic { .. })), "{r:?}");
+        assert!(injector.all_fired(&id));
+        assert_eq!(read(&plain, &p("c")).await, "c");
     })
     .await;
 }
