@@ -23,6 +23,8 @@
 //! under a current-thread test runtime, outlives the runtimes of the tests that use it, and
 //! stops (closing every connection) when the [`GcsEmulator`] is dropped.
 
+#![deny(missing_docs)]
+
 mod server;
 mod store;
 
