@@ -95,6 +95,8 @@ macro_rules! sql_conformance_tests {
             reopening_works_and_a_foreign_or_future_database_is_refused,
             read_tiles_answers_like_read_tile_in_one_query);
         $crate::sql_conformance_tests!(@ $b, multi_thread:
+            a_commit_whose_reply_is_lost_is_logged_once,
+            cut_and_slow_connections_under_load_lose_nothing,
             no_acknowledged_add_is_lost_when_the_server_is_killed,
             tls_connections_verify_the_server_certificate);
     };
@@ -483,4 +485,119 @@ pub async fn read_tiles_answers_like_read_tile_in_one_query<B: SqlBackend>() {
         assert!(batched[3].is_none() && batched[7].is_none());
         assert!(batched.iter().filter(|b| b.is_some()).count() == 6);
     }
+}
+
+/// The storage behind a fault proxy on the shared server, and the proxy.
+async fn behind_proxy<B: SqlBackend>(
+    name: &str,
+) -> (Arc<B::Storage>, tlogd_storage_sql::faultproxy::FaultProxy) {
+    let server = B::shared();
+    let url = fresh::<B>(name).await;
+    let proxy =
+        tlogd_storage_sql::faultproxy::FaultProxy::start(([127, 0, 0, 1], server.port()).into())
+            .expect("fault proxy");
+    let proxied = url.replacen(
+        &format!(":{}/", server.port()),
+        &format!(":{}/", proxy.port()),
+        1,
+    );
+    assert_ne!(proxied, url, "the URL names the server's port");
+    (open::<B>(&proxied).await, proxy)
+}
+
+/// A `COMMIT` that reaches the server while its reply is lost (the connection dies):
+/// the engine learns from the stored state that the batch persisted, acknowledges it
+/// once, and never appends it again.
+pub async fn a_commit_whose_reply_is_lost_is_logged_once<B: SqlBackend>() {
+    let (storage, proxy) = behind_proxy::<B>("lostreply").await;
+    let (log, tasks) = Log::open(storage.clone(), None, config(16)).await.unwrap();
+    for i in 0..10u64 {
+        assert_eq!(
+            log.add(Bytes::from(format!("before {i}")))
+                .await
+                .unwrap()
+                .index,
+            i
+        );
+    }
+    proxy.lose_next_commit_reply();
+    let out = log.add(Bytes::from("the lost reply")).await.unwrap();
+    assert_eq!(out.index, 10);
+    assert_eq!(proxy.commits_lost(), 1, "the fault did not fire");
+    let next = log.add(Bytes::from("after")).await.unwrap();
+    assert_eq!(next.index, 11);
+    log.shutdown();
+    tasks.join().await;
+    let want = |i: u64| {
+        Some(match i {
+            0..10 => format!("before {i}").into_bytes(),
+            10 => b"the lost reply".to_vec(),
+            _ => b"after".to_vec(),
+        })
+    };
+    assert_eq!(check_entries(&storage, want).await, 12);
+}
+
+/// Connections cut again and again, and slowed, under load from eight writers: every
+/// acknowledged entry is at its index exactly once, and failed adds logged nothing
+/// twice.
+pub async fn cut_and_slow_connections_under_load_lose_nothing<B: SqlBackend>() {
+    let (storage, proxy) = behind_proxy::<B>("cuts").await;
+    let (log, tasks) = Log::open(storage.clone(), None, config(64)).await.unwrap();
+    let acked: Arc<Mutex<HashMap<u64, Vec<u8>>>> = Arc::default();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for w in 0..8u32 {
+        let (log, acked, stop) = (log.clone(), acked.clone(), stop.clone());
+        workers.push(tokio::spawn(async move {
+            let mut i = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                let e = format!("worker {w} entry {i}").into_bytes();
+                i += 1;
+                if let Ok(out) = log.add(Bytes::from(e.clone())).await {
+                    let prev = acked.lock().unwrap().insert(out.index, e);
+                    assert!(prev.is_none(), "index {} handed out twice", out.index);
+                }
+            }
+        }));
+    }
+    let progress = |n: usize| {
+        let acked = acked.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while acked.lock().unwrap().len() < n {
+                assert!(Instant::now() < deadline, "no progress past {n} entries");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    let mut target = 200;
+    for round in 0..6 {
+        progress(target).await;
+        if round % 2 == 0 {
+            proxy.cut();
+        } else {
+            proxy.set_latency(Duration::from_millis(20));
+            progress(target + 50).await;
+            proxy.set_latency(Duration::ZERO);
+        }
+        target = acked.lock().unwrap().len() + 200;
+    }
+    progress(target).await;
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    for w in workers {
+        w.await.unwrap();
+    }
+    log.shutdown();
+    tasks.join().await;
+    let acked = acked.lock().unwrap().clone();
+    let mut seen = std::collections::HashSet::new();
+    let size = check_entries(&storage, |i| acked.get(&i).cloned()).await;
+    let verifier = NoteSigner::from_skey(SKEY).unwrap().verifier();
+    let mut visit =
+        |_: u64, e: &[u8]| assert!(seen.insert(e.to_vec()), "an entry was logged twice");
+    check_log(&*storage, ORIGIN, &verifier, Some(&mut visit))
+        .await
+        .unwrap();
+    assert!(size >= acked.len() as u64);
 }
