@@ -822,7 +822,8 @@ impl Inner {
 
     fn check_poisoned(&self) -> Result<(), StorageError> {
         if self.poisoned.load(Ordering::Acquire) {
-            return Err(StorageError::Backend(
+            // Refused at once (HTTP 503): retrying cannot help before a restart.
+            return Err(StorageError::WritesRefused(
                 "an earlier fsync failed; restart tlogd to re-read the log from disk".into(),
             ));
         }

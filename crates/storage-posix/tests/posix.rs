@@ -615,18 +615,7 @@ impl SmallFs {
             .unwrap()
             .set_len(mib << 20)
             .unwrap();
-        let run = |cmd: &str, args: &[&std::ffi::OsStr]| {
-            let out = std::process::Command::new(cmd)
-                .args(args)
-                .output()
-                .unwrap_or_else(|e| panic!("cannot run {cmd} (install e2fsprogs, mount): {e}"));
-            assert!(
-                out.status.success(),
-                "{cmd} failed (this test needs root to loop-mount a small ext4): {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        };
-        run(
+        let out = Self::run(
             "mkfs.ext4",
             &[
                 "-q".as_ref(),
@@ -636,16 +625,77 @@ impl SmallFs {
                 img.as_os_str(),
             ],
         );
-        run(
+        assert!(
+            out.status.success(),
+            "mkfs.ext4: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let fs = SmallFs { dir };
+        fs.mount_image();
+        fs
+    }
+
+    fn run(cmd: &str, args: &[&std::ffi::OsStr]) -> std::process::Output {
+        std::process::Command::new(cmd)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {cmd} (install e2fsprogs, mount): {e}"))
+    }
+
+    /// Mount the image; an ext4 error (a failing disk) turns it read-only at once.
+    fn mount_image(&self) {
+        let img = self.dir.path().join("fs.img");
+        let out = Self::run(
             "mount",
             &[
                 "-o".as_ref(),
-                "loop".as_ref(),
+                "loop,errors=remount-ro".as_ref(),
                 img.as_os_str(),
-                mnt.as_os_str(),
+                self.path().as_os_str(),
             ],
         );
-        SmallFs { dir }
+        assert!(
+            out.status.success(),
+            "mount failed (this test needs root to loop-mount a small ext4): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Make the kernel see an ext4 error, as a failing disk would: with
+    /// `errors=remount-ro` the filesystem turns read-only under the daemon's feet.
+    fn fail(&self) {
+        let out = Self::run(
+            "findmnt",
+            &[
+                "-n".as_ref(),
+                "-o".as_ref(),
+                "SOURCE".as_ref(),
+                self.path().as_os_str(),
+            ],
+        );
+        let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let name = dev.rsplit('/').next().unwrap_or_default().to_string();
+        let knob = format!("/sys/fs/ext4/{name}/trigger_fs_error");
+        std::fs::write(&knob, "1").unwrap_or_else(|e| panic!("{knob}: {e}"));
+    }
+
+    /// Unmount, repair (as an operator would), mount again.
+    fn repair(&self) {
+        let out = Self::run("umount", &[self.path().as_os_str()]);
+        assert!(
+            out.status.success(),
+            "umount: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let img = self.dir.path().join("fs.img");
+        // 0: clean, 1: errors corrected.
+        let out = Self::run("e2fsck", &["-fy".as_ref(), img.as_os_str()]);
+        assert!(
+            matches!(out.status.code(), Some(0 | 1)),
+            "e2fsck: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        self.mount_image();
     }
 
     fn path(&self) -> std::path::PathBuf {
@@ -715,7 +765,7 @@ async fn a_full_disk_pushes_back_at_once_and_recovers_when_space_returns() {
                 (e, Ok(out)) => {
                     acked.insert(out.index, e);
                 }
-                (_, Err(tlogd_core::engine::AddError::StorageFull)) => full += 1,
+                (_, Err(tlogd_core::engine::AddError::WritesRefused)) => full += 1,
                 (_, Err(e)) => panic!("a full disk must push back, not: {e}"),
             }
         }
@@ -739,7 +789,7 @@ async fn a_full_disk_pushes_back_at_once_and_recovers_when_space_returns() {
                 acked.insert(out.index, e);
                 break;
             }
-            Err(tlogd_core::engine::AddError::StorageFull)
+            Err(tlogd_core::engine::AddError::WritesRefused)
                 if std::time::Instant::now() < deadline =>
             {
                 tokio::time::sleep(Duration::from_millis(200)).await;
@@ -772,5 +822,176 @@ async fn a_full_disk_pushes_back_at_once_and_recovers_when_space_returns() {
     let mut seen = std::collections::HashSet::new();
     for e in found.values() {
         assert!(seen.insert(e.clone()), "an entry was logged twice");
+    }
+}
+
+/// The filesystem turns read-only under load (an ext4 error with `errors=remount-ro`,
+/// as a failing disk causes): adds are refused with 503 at once, nothing acknowledged
+/// is lost, and after the operator repairs the filesystem the log reopens whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filesystem_turning_read_only_under_load_loses_nothing() {
+    let fs = SmallFs::mount(64);
+    let root = fs.path().join("log");
+    let acked: Arc<std::sync::Mutex<std::collections::HashMap<u64, Bytes>>> = Arc::default();
+    let refused = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    {
+        let storage = Arc::new(PosixStorage::open(&root, ORIGIN).unwrap());
+        let mut cfg = config(64);
+        cfg.commit_retry = Duration::from_secs(60);
+        let (log, tasks) = Log::open(storage, None, cfg).await.unwrap();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut writers = Vec::new();
+        for w in 0..8u32 {
+            let (log, acked, refused, stop) =
+                (log.clone(), acked.clone(), refused.clone(), stop.clone());
+            writers.push(tokio::spawn(async move {
+                let mut i = 0u32;
+                while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                    let e = Bytes::from(format!("writer {w} entry {i}"));
+                    i += 1;
+                    match log.add(e.clone()).await {
+                        Ok(out) => {
+                            acked.lock().unwrap().insert(out.index, e);
+                        }
+                        Err(tlogd_core::engine::AddError::WritesRefused) => {
+                            refused.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                        }
+                        Err(e) => panic!("a read-only filesystem must push back, not: {e}"),
+                    }
+                }
+            }));
+        }
+        let wait = |what: &str, cond: &dyn Fn() -> bool| {
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            while !cond() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "timed out waiting for {what}"
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        };
+        wait("500 acknowledged adds", &|| {
+            acked.lock().unwrap().len() >= 500
+        });
+        fs.fail();
+        wait("adds to be refused", &|| {
+            refused.load(std::sync::atomic::Ordering::Acquire) >= 50
+        });
+        assert!(!log.is_ready() || refused.load(std::sync::atomic::Ordering::Acquire) > 0);
+        stop.store(true, std::sync::atomic::Ordering::Release);
+        for w in writers {
+            w.await.unwrap();
+        }
+        log.shutdown();
+        tasks.join().await;
+    }
+    fs.repair();
+    let storage = Arc::new(PosixStorage::open(&root, ORIGIN).unwrap());
+    let verifier = NoteSigner::from_skey(SKEY).unwrap().verifier();
+    let mut found = std::collections::HashMap::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut visit = |i: u64, e: &[u8]| {
+        assert!(seen.insert(e.to_vec()), "an entry was logged twice");
+        found.insert(i, e.to_vec());
+    };
+    check_log(&*storage, ORIGIN, &verifier, Some(&mut visit))
+        .await
+        .unwrap();
+    let acked = acked.lock().unwrap().clone();
+    assert!(acked.len() >= 500);
+    for (i, e) in &acked {
+        assert_eq!(
+            found.get(i).map(Vec::as_slice),
+            Some(e.as_ref()),
+            "entry {i}"
+        );
+    }
+    // The log goes on after the repair.
+    let (log, tasks) = Log::open(storage, None, config(64)).await.unwrap();
+    log.add(Bytes::from("after the repair")).await.unwrap();
+    log.shutdown();
+    tasks.join().await;
+}
+
+/// A directory the log writes to stops accepting files mid-run (`chattr +i`, which
+/// binds root too): adds are refused with 503 at once, and once the directory is
+/// writable again the log goes on without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_refusing_writes_mid_run_pushes_back_then_recovers() {
+    let fs = SmallFs::mount(32);
+    let root = fs.path().join("log");
+    let storage = Arc::new(PosixStorage::open(&root, ORIGIN).unwrap());
+    let mut cfg = config(64);
+    cfg.commit_retry = Duration::from_secs(60);
+    let (log, tasks) = Log::open(storage.clone(), None, cfg).await.unwrap();
+    let mut acked = std::collections::HashMap::new();
+    let mut add_wave = |wave: u32| {
+        let log = log.clone();
+        async move {
+            let adds: Vec<_> = (0..256u32)
+                .map(|j| {
+                    let log = log.clone();
+                    let e = Bytes::from(format!("wave {wave} entry {j}"));
+                    tokio::spawn(async move { (e.clone(), log.add(e).await) })
+                })
+                .collect();
+            let mut out = Vec::new();
+            for a in adds {
+                out.push(a.await.unwrap());
+            }
+            out
+        }
+    };
+    for (e, r) in add_wave(0).await {
+        acked.insert(r.unwrap().index, e);
+    }
+    // Full bundles are staged under .tlogd/staged/tile/entries before they commit.
+    let staged = root.join(".tlogd/staged/tile/entries");
+    let chattr = |flag: &str| {
+        let out = std::process::Command::new("chattr")
+            .arg(flag)
+            .arg(&staged)
+            .output()
+            .expect("chattr (e2fsprogs)");
+        assert!(
+            out.status.success(),
+            "chattr {flag}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    chattr("+i");
+    let mut refused = 0;
+    for (e, r) in add_wave(1).await {
+        match r {
+            Ok(out) => {
+                acked.insert(out.index, e);
+            }
+            Err(tlogd_core::engine::AddError::WritesRefused) => refused += 1,
+            Err(e) => panic!("a directory refusing writes must push back, not: {e}"),
+        }
+    }
+    assert!(refused > 0, "the batch completing a bundle was not refused");
+    chattr("-i");
+    for (e, r) in add_wave(2).await {
+        acked.insert(r.expect("recovered without restart").index, e);
+    }
+    log.shutdown();
+    tasks.join().await;
+    let verifier = NoteSigner::from_skey(SKEY).unwrap().verifier();
+    let mut found = std::collections::HashMap::new();
+    let mut visit = |i: u64, e: &[u8]| {
+        found.insert(i, e.to_vec());
+    };
+    check_log(&*storage, ORIGIN, &verifier, Some(&mut visit))
+        .await
+        .unwrap();
+    for (i, e) in &acked {
+        assert_eq!(
+            found.get(i).map(Vec::as_slice),
+            Some(e.as_ref()),
+            "entry {i}"
+        );
     }
 }

@@ -160,9 +160,10 @@ pub enum AddError {
     /// The batch could not be committed; the entry was not logged.
     #[error("storage: {0}")]
     Storage(String),
-    /// Storage is full: the entry was not logged; retry later (HTTP 503).
-    #[error("storage is full; retry later")]
-    StorageFull,
+    /// Storage refuses writes (full, read-only, permission denied): the entry was not
+    /// logged; retry later (HTTP 503).
+    #[error("storage refuses writes (full, read-only or not permitted); retry later")]
+    WritesRefused,
     /// Storage failed during the commit and could not be read back in time to learn
     /// whether the batch persisted: the entry may be logged. Resubmitting it is safe
     /// with dedup on (the same index comes back once the outcome is known).
@@ -182,7 +183,7 @@ impl AddError {
                 | AddError::DedupLag
                 | AddError::ShuttingDown
                 | AddError::Uncertain
-                | AddError::StorageFull
+                | AddError::WritesRefused
         )
     }
 }
@@ -792,9 +793,9 @@ impl<S: LogStorage> Log<S> {
                 Err(Retry::Unknown { prev, next }) => return Err(Outcome::Unknown { prev, next }),
                 // Retrying would hold the adds for the whole retry time for nothing:
                 // push back now; the next batch tries again.
-                Err(Retry::Full(reason)) => {
-                    tracing::error!(error = %reason, "storage is full; adds are pushed back");
-                    return Err(Outcome::Failed(AddError::StorageFull));
+                Err(Retry::WritesRefused(reason)) => {
+                    tracing::error!(error = %reason, "storage refuses writes; adds are pushed back");
+                    return Err(Outcome::Failed(AddError::WritesRefused));
                 }
             };
             // Nothing of the batch persisted. Retry while the caller can still get an
@@ -879,12 +880,12 @@ impl<S: LogStorage> Log<S> {
                 );
                 Err(Retry::Conflict)
             }
-            Err(StorageError::Full(reason)) => {
-                metrics::counter!("tlogd_storage_errors_total", "backend" => backend, "op" => "commit_full").increment(1);
+            Err(StorageError::WritesRefused(reason)) => {
+                metrics::counter!("tlogd_storage_errors_total", "backend" => backend, "op" => "commit_refused").increment(1);
                 // Nothing persisted (a failed write, not a failed sync): the edge we
                 // took is still the stored one.
                 *edge = Some(current);
-                Err(Retry::Full(reason))
+                Err(Retry::WritesRefused(reason))
             }
             Err(e) => {
                 metrics::counter!("tlogd_storage_errors_total", "backend" => backend, "op" => "commit").increment(1);
@@ -1204,8 +1205,8 @@ enum Retry {
     Transient(String),
     /// The batch cannot be integrated (a bug): fail at once, retrying cannot help.
     Bug(String),
-    /// The store is full; nothing of the batch persisted.
-    Full(String),
+    /// The store refuses writes; nothing of the batch persisted.
+    WritesRefused(String),
     /// The commit failed and its outcome could not be learned in time.
     Unknown {
         /// The state the batch was built on.

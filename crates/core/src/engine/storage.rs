@@ -75,11 +75,13 @@ pub enum StorageError {
     /// The stored data is not what a correct log would hold.
     #[error("corrupt log storage: {0}")]
     Corrupt(String),
-    /// The store has no space left (`ENOSPC`, `EDQUOT`, a quota): the operation did not
-    /// take effect. Adds are pushed back at once (HTTP 503) instead of retried, and the
-    /// log recovers by itself when space returns.
-    #[error("storage full: {0}")]
-    Full(String),
+    /// The store refuses writes: no space left (`ENOSPC`, `EDQUOT`), a read-only
+    /// filesystem (`EROFS`), permission denied (`EACCES`, `EPERM`). The operation did
+    /// not take effect (a failed write, not a failed sync). Adds are pushed back at once
+    /// (HTTP 503) instead of retried, and the log recovers by itself once the store
+    /// takes writes again.
+    #[error("storage refuses writes: {0}")]
+    WritesRefused(String),
     /// Any other backend failure (I/O, network, database). The operation may or may not
     /// have taken effect.
     #[error("{0}")]
@@ -93,12 +95,12 @@ impl From<std::io::Error> for StorageError {
 }
 
 impl StorageError {
-    /// An I/O error with context: [`StorageError::Full`] when the device or quota is
-    /// full, [`StorageError::Backend`] otherwise.
+    /// An I/O error with context: [`StorageError::WritesRefused`] when the device is
+    /// full, read-only or not permitted, [`StorageError::Backend`] otherwise.
     pub fn from_io(context: impl std::fmt::Display, e: &std::io::Error) -> Self {
-        // ENOSPC = 28, EDQUOT = 122 on Linux.
+        // Linux: EPERM 1, EACCES 13, ENOSPC 28, EROFS 30, EDQUOT 122.
         match e.raw_os_error() {
-            Some(28) | Some(122) => StorageError::Full(context.to_string()),
+            Some(1 | 13 | 28 | 30 | 122) => StorageError::WritesRefused(context.to_string()),
             _ => StorageError::Backend(context.to_string()),
         }
     }
