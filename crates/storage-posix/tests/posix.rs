@@ -927,7 +927,7 @@ async fn a_directory_refusing_writes_mid_run_pushes_back_then_recovers() {
     cfg.commit_retry = Duration::from_secs(60);
     let (log, tasks) = Log::open(storage.clone(), None, cfg).await.unwrap();
     let mut acked = std::collections::HashMap::new();
-    let mut add_wave = |wave: u32| {
+    let add_wave = |wave: u32| {
         let log = log.clone();
         async move {
             let adds: Vec<_> = (0..256u32)
