@@ -86,13 +86,16 @@ pub fn config(batch: usize) -> LogConfig {
     c
 }
 
-/// Every file below `dir`, relative, sorted.
+/// Every file below `dir`, relative, sorted; a POSIX log's private `.tlogd` is skipped.
 pub fn files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
         for e in std::fs::read_dir(&d).expect("readable vectors").flatten() {
             let p = e.path();
+            if p.file_name().is_some_and(|n| n == ".tlogd") {
+                continue;
+            }
             if p.is_dir() {
                 stack.push(p);
             } else if let Ok(rel) = p.strip_prefix(dir) {

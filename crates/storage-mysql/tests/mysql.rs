@@ -11,8 +11,6 @@ use tlogd_core::engine::StorageError;
 use tlogd_storage_mysql::testdb::TestMariaDb;
 use tlogd_storage_mysql::{MysqlOptions, MysqlStorage, OpenError};
 
-#[path = "../../core/tests/support/backend.rs"]
-mod backend;
 #[path = "../../storage-sql/tests/support/conformance.rs"]
 mod conformance;
 

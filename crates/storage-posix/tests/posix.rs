@@ -10,11 +10,9 @@ use tlogd_core::engine::{Log, LogStorage};
 use tlogd_core::note::NoteSigner;
 use tlogd_storage_posix::{OpenError, PosixStorage};
 
-#[path = "../../core/tests/support/backend.rs"]
-mod backend;
 #[path = "../../core/tests/support/vectors_dir.rs"]
 mod vectors_dir;
-use backend::{ORIGIN, SKEY, add_in_order, config, files};
+use tlogd_core::conformance::{ORIGIN, SKEY, add_in_order, config, files};
 use vectors_dir::vectors;
 
 #[tokio::test(flavor = "current_thread")]
@@ -712,6 +710,27 @@ impl Drop for SmallFs {
     }
 }
 
+/// The whole-log check, every acknowledged entry at its index, and no entry twice.
+async fn check_acked(storage: &PosixStorage, acked: &std::collections::HashMap<u64, Bytes>) {
+    let verifier = NoteSigner::from_skey(SKEY).unwrap().verifier();
+    let mut found = std::collections::HashMap::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut visit = |i: u64, e: &[u8]| {
+        assert!(seen.insert(e.to_vec()), "an entry was logged twice");
+        found.insert(i, e.to_vec());
+    };
+    check_log(storage, ORIGIN, &verifier, Some(&mut visit))
+        .await
+        .unwrap();
+    for (i, e) in acked {
+        assert_eq!(
+            found.get(i).map(Vec::as_slice),
+            Some(e.as_ref()),
+            "entry {i}"
+        );
+    }
+}
+
 /// Fill the filesystem at `dir` with one file; returns its path.
 fn fill(dir: &std::path::Path) -> std::path::PathBuf {
     use std::io::Write;
@@ -804,25 +823,7 @@ async fn a_full_disk_pushes_back_at_once_and_recovers_when_space_returns() {
     }
     log.shutdown();
     tasks.join().await;
-    let verifier = NoteSigner::from_skey(SKEY).unwrap().verifier();
-    let mut found = std::collections::HashMap::new();
-    let mut visit = |i: u64, e: &[u8]| {
-        found.insert(i, e.to_vec());
-    };
-    check_log(&*storage, ORIGIN, &verifier, Some(&mut visit))
-        .await
-        .unwrap();
-    for (i, e) in &acked {
-        assert_eq!(
-            found.get(i).map(Vec::as_slice),
-            Some(e.as_ref()),
-            "entry {i}"
-        );
-    }
-    let mut seen = std::collections::HashSet::new();
-    for e in found.values() {
-        assert!(seen.insert(e.clone()), "an entry was logged twice");
-    }
+    check_acked(&storage, &acked).await;
 }
 
 /// The filesystem turns read-only under load (an ext4 error with `errors=remount-ro`,
@@ -889,25 +890,9 @@ async fn a_filesystem_turning_read_only_under_load_loses_nothing() {
     }
     fs.repair();
     let storage = Arc::new(PosixStorage::open(&root, ORIGIN).unwrap());
-    let verifier = NoteSigner::from_skey(SKEY).unwrap().verifier();
-    let mut found = std::collections::HashMap::new();
-    let mut seen = std::collections::HashSet::new();
-    let mut visit = |i: u64, e: &[u8]| {
-        assert!(seen.insert(e.to_vec()), "an entry was logged twice");
-        found.insert(i, e.to_vec());
-    };
-    check_log(&*storage, ORIGIN, &verifier, Some(&mut visit))
-        .await
-        .unwrap();
     let acked = acked.lock().unwrap().clone();
     assert!(acked.len() >= 500);
-    for (i, e) in &acked {
-        assert_eq!(
-            found.get(i).map(Vec::as_slice),
-            Some(e.as_ref()),
-            "entry {i}"
-        );
-    }
+    check_acked(&storage, &acked).await;
     // The log goes on after the repair.
     let (log, tasks) = Log::open(storage, None, config(64)).await.unwrap();
     log.add(Bytes::from("after the repair")).await.unwrap();
@@ -979,19 +964,5 @@ async fn a_directory_refusing_writes_mid_run_pushes_back_then_recovers() {
     }
     log.shutdown();
     tasks.join().await;
-    let verifier = NoteSigner::from_skey(SKEY).unwrap().verifier();
-    let mut found = std::collections::HashMap::new();
-    let mut visit = |i: u64, e: &[u8]| {
-        found.insert(i, e.to_vec());
-    };
-    check_log(&*storage, ORIGIN, &verifier, Some(&mut visit))
-        .await
-        .unwrap();
-    for (i, e) in &acked {
-        assert_eq!(
-            found.get(i).map(Vec::as_slice),
-            Some(e.as_ref()),
-            "entry {i}"
-        );
-    }
+    check_acked(&storage, &acked).await;
 }

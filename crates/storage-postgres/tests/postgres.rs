@@ -10,8 +10,6 @@ use tlogd_core::engine::StorageError;
 use tlogd_storage_postgres::testdb::TestPostgres;
 use tlogd_storage_postgres::{OpenError, PostgresOptions, PostgresStorage};
 
-#[path = "../../core/tests/support/backend.rs"]
-mod backend;
 #[path = "../../storage-sql/tests/support/conformance.rs"]
 mod conformance;
 

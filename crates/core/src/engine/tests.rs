@@ -495,19 +495,24 @@ async fn a_resubmission_racing_the_indexer_is_not_logged_twice() {
     assert_eq!(check(&storage, &config()).await.state.size, 1);
 }
 
+/// A frontend on an in-memory object store.
+async fn object_log(
+    store: &objects::memory::MemoryObjects,
+) -> Arc<objects::ObjectLog<objects::memory::MemoryObjects>> {
+    Arc::new(
+        objects::ObjectLog::open(store.clone(), ORIGIN, objects::ObjectLogOptions::default())
+            .await
+            .unwrap(),
+    )
+}
+
 /// With several frontends, each one's index covers the entries others committed
 /// between its own batches: its marker never jumps past entries it does not hold.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dedup_index_fills_in_other_frontends_entries() {
-    use super::objects::{ObjectLog, ObjectLogOptions, memory::MemoryObjects};
+    use super::objects::memory::MemoryObjects;
     let store = MemoryObjects::new();
-    let open = || async {
-        Arc::new(
-            ObjectLog::open(store.clone(), ORIGIN, ObjectLogOptions::default())
-                .await
-                .unwrap(),
-        )
-    };
+    let open = || object_log(&store);
     let index_a = Arc::new(MapIndex::default());
     let (a, tasks_a) = Log::open(open().await, Some(index_a.clone()), config())
         .await
@@ -538,16 +543,10 @@ async fn the_dedup_index_fills_in_other_frontends_entries() {
 /// at open may be newer than a state read before it, so the state is read after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn opening_while_another_frontend_publishes() {
+    use super::objects::CHECKPOINT_KEY;
     use super::objects::memory::{MemoryObjects, ObjectFault, ObjectOp};
-    use super::objects::{CHECKPOINT_KEY, ObjectLog, ObjectLogOptions};
     let store = MemoryObjects::new();
-    let open = || async {
-        Arc::new(
-            ObjectLog::open(store.clone(), ORIGIN, ObjectLogOptions::default())
-                .await
-                .unwrap(),
-        )
-    };
+    let open = || object_log(&store);
     let (a, tasks_a) = Log::open(open().await, None, config()).await.unwrap();
     a.add(entry(0)).await.unwrap();
     let b_storage = open().await;

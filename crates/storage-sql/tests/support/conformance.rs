@@ -23,7 +23,7 @@ use tlogd_core::note::NoteSigner;
 use tlogd_core::tile::TileId;
 use tlogd_storage_sql::{OpenError, SCHEMA_VERSION, SqlOptions};
 
-use crate::backend::{ORIGIN, SKEY, add_in_order, config};
+use tlogd_core::conformance::{ORIGIN, SKEY, add_in_order, config};
 
 /// A private test server of one SQL backend.
 pub trait TestServer: Send + Sync + 'static {
