@@ -18,7 +18,9 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
 
-use crate::note::{NoteError, NoteSignature, key_id, split_key, valid_name};
+use crate::note::{
+    NoteError, NoteSignature, parse_typed_vkey, split_key, typed_key_id, typed_vkey, valid_name,
+};
 
 /// signed-note "Signature types": timestamped Ed25519 checkpoint cosignatures.
 pub const ALG_COSIGNATURE_V1: u8 = 0x04;
@@ -27,10 +29,7 @@ pub const ALG_COSIGNATURE_V1: u8 = 0x04;
 const MAX_TIMESTAMP: u64 = (1 << 63) - 1;
 
 fn cosigner_key_id(name: &str, key: &VerifyingKey) -> u32 {
-    let mut b = [0u8; 33];
-    b[0] = ALG_COSIGNATURE_V1;
-    b[1..].copy_from_slice(key.as_bytes());
-    key_id(name, &b)
+    typed_key_id(name, ALG_COSIGNATURE_V1, key)
 }
 
 /// tlog-cosignature "Ed25519 signed message" for a checkpoint's note `text`.
@@ -54,19 +53,11 @@ pub struct CosignatureVerifier {
 impl CosignatureVerifier {
     /// Parse a cosigner vkey (signature type `0x04`).
     pub fn from_vkey(s: &str) -> Result<Self, NoteError> {
-        let (name, id, key) = split_key(s)?;
-        if key.len() != 33 || key[0] != ALG_COSIGNATURE_V1 {
-            return Err(NoteError::BadKey(
-                "not an Ed25519 cosignature (type 0x04) verifier key",
-            ));
-        }
-        let mut pk = [0u8; 32];
-        pk.copy_from_slice(&key[1..]);
-        let key = VerifyingKey::from_bytes(&pk)
-            .map_err(|_| NoteError::BadKey("invalid Ed25519 public key"))?;
-        if cosigner_key_id(name, &key) != id {
-            return Err(NoteError::BadKey("key id does not match the key"));
-        }
+        let (name, id, key) = parse_typed_vkey(
+            s,
+            ALG_COSIGNATURE_V1,
+            "not an Ed25519 cosignature (type 0x04) verifier key",
+        )?;
         Ok(CosignatureVerifier {
             name: name.to_string(),
             id,
@@ -76,10 +67,7 @@ impl CosignatureVerifier {
 
     /// The vkey string.
     pub fn to_vkey(&self) -> String {
-        let mut b = Vec::with_capacity(33);
-        b.push(ALG_COSIGNATURE_V1);
-        b.extend_from_slice(self.key.as_bytes());
-        format!("{}+{:08x}+{}", self.name, self.id, B64.encode(b))
+        typed_vkey(&self.name, self.id, ALG_COSIGNATURE_V1, &self.key)
     }
 
     /// The cosigner's name.

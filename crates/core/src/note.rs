@@ -46,10 +46,47 @@ pub(crate) fn valid_name(name: &str) -> bool {
 }
 
 fn ed25519_key_id(name: &str, key: &VerifyingKey) -> u32 {
+    typed_key_id(name, ALG_ED25519, key)
+}
+
+/// The key ID of an Ed25519 key of signature type `alg` (signed-note: the first four
+/// bytes of SHA-256(name || 0x0A || alg || key)).
+pub(crate) fn typed_key_id(name: &str, alg: u8, key: &VerifyingKey) -> u32 {
+    key_id(name, &typed_key(alg, key))
+}
+
+fn typed_key(alg: u8, key: &VerifyingKey) -> [u8; 33] {
     let mut b = [0u8; 33];
-    b[0] = ALG_ED25519;
+    b[0] = alg;
     b[1..].copy_from_slice(key.as_bytes());
-    key_id(name, &b)
+    b
+}
+
+/// Parse a verifier key string of an Ed25519 key of signature type `alg`: its name,
+/// key ID (checked against the key) and public key. `what` names the expected type in
+/// the error.
+pub(crate) fn parse_typed_vkey<'a>(
+    s: &'a str,
+    alg: u8,
+    what: &'static str,
+) -> Result<(&'a str, u32, VerifyingKey), NoteError> {
+    let (name, id, key) = split_key(s)?;
+    if key.len() != 33 || key[0] != alg {
+        return Err(NoteError::BadKey(what));
+    }
+    let mut pk = [0u8; 32];
+    pk.copy_from_slice(&key[1..]);
+    let key = VerifyingKey::from_bytes(&pk)
+        .map_err(|_| NoteError::BadKey("invalid Ed25519 public key"))?;
+    if typed_key_id(name, alg, &key) != id {
+        return Err(NoteError::BadKey("key id does not match the key"));
+    }
+    Ok((name, id, key))
+}
+
+/// The verifier key string `name+hex8+base64(alg || key)`.
+pub(crate) fn typed_vkey(name: &str, id: u32, alg: u8, key: &VerifyingKey) -> String {
+    format!("{name}+{id:08x}+{}", B64.encode(typed_key(alg, key)))
 }
 
 /// Parse `name+hex8+base64` (shared by private and verifier keys).
@@ -147,17 +184,7 @@ pub struct NoteVerifier {
 impl NoteVerifier {
     /// Parse `<name>+<hex key id>+<base64(0x01 || 32-byte public key)>`.
     pub fn from_vkey(s: &str) -> Result<Self, NoteError> {
-        let (name, id, key) = split_key(s)?;
-        if key.len() != 33 || key[0] != ALG_ED25519 {
-            return Err(NoteError::BadKey("not an Ed25519 verifier key"));
-        }
-        let mut pk = [0u8; 32];
-        pk.copy_from_slice(&key[1..]);
-        let key = VerifyingKey::from_bytes(&pk)
-            .map_err(|_| NoteError::BadKey("invalid Ed25519 public key"))?;
-        if ed25519_key_id(name, &key) != id {
-            return Err(NoteError::BadKey("key id does not match the key"));
-        }
+        let (name, id, key) = parse_typed_vkey(s, ALG_ED25519, "not an Ed25519 verifier key")?;
         Ok(NoteVerifier {
             name: name.to_string(),
             id,
@@ -167,10 +194,7 @@ impl NoteVerifier {
 
     /// The verifier key string.
     pub fn to_vkey(&self) -> String {
-        let mut b = Vec::with_capacity(33);
-        b.push(ALG_ED25519);
-        b.extend_from_slice(self.key.as_bytes());
-        format!("{}+{:08x}+{}", self.name, self.id, B64.encode(b))
+        typed_vkey(&self.name, self.id, ALG_ED25519, &self.key)
     }
 
     /// The key name.
