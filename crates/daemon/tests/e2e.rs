@@ -204,6 +204,68 @@ async fn a_second_daemon_on_the_same_directory_is_refused() {
     assert!(d.terminate().success());
 }
 
+/// An origin the log could not sign into a checkpoint or record in its state stops
+/// the daemon before it opens anything, with one line naming the problem (it used to
+/// accept adds and never publish).
+#[test]
+fn an_origin_that_cannot_be_published_stops_the_daemon_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let long = "o".repeat(1025);
+    for (origin, says) in [
+        ("example.com/\tlog", "control character '\\t' at byte 12"),
+        ("example.com/log\u{1}", "control character '\\u{1}'"),
+        ("example.com/log\u{7f}", "control character '\\u{7f}'"),
+        (" example.com/log", "whitespace"),
+        (long.as_str(), "1025 bytes long"),
+    ] {
+        let port = free_port();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_tlogd"))
+            .args(["serve", "--metrics-listen", ""])
+            .arg("--origin")
+            .arg(origin)
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--storage-dir")
+            .arg(dir.path().join("log"))
+            .env("TLOGD_PRIVATE_KEY", SKEY)
+            // anyhow would append a backtrace, which is not what an operator sees.
+            .env_remove("RUST_BACKTRACE")
+            .env_remove("RUST_LIB_BACKTRACE")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // A daemon that accepted the origin would serve forever: never wait on it
+        // unbounded.
+        let out = wait_exit(child, Duration::from_secs(30));
+        assert!(!out.status.success(), "{origin:?} was accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(err.contains("`origin`") && err.contains(says), "{err}");
+        assert!(!dir.path().join("log").exists(), "nothing is created");
+    }
+}
+
+/// The output of a process expected to exit by itself; killed (and the test failed)
+/// if it is still running after `limit`.
+fn wait_exit(mut child: std::process::Child, limit: Duration) -> std::process::Output {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "still running after {limit:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// SIGKILL under write load, restart, repeat: no acknowledged entry is lost and every
 /// checkpoint is consistent with all earlier ones.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
