@@ -165,10 +165,34 @@ async fn uncommitted_files_from_a_crash_are_overwritten_consistently() {
         log.shutdown();
         tasks.join().await;
     }
-    // Garbage where the next batch's files will go.
-    std::fs::write(dir.path().join("tile/0/001.p/45"), vec![9u8; 45 * 32]).unwrap();
-    std::fs::write(dir.path().join("tile/entries/001.p/45"), b"junk").unwrap();
+    // What a crash before the state commit really leaves: the full tiles and bundles
+    // of a batch that never committed, at their final paths past the committed size
+    // (300). Partials are not files until a checkpoint names them, and a batch writes
+    // no others. The junk bundles parse (256 entries), so only a store that overwrites
+    // them, rather than keeping a file that already exists, passes the check below.
+    let mut junk_bundle = Vec::new();
+    for _ in 0..256 {
+        tlogd_core::bundle::append_entry(&mut junk_bundle, b"junk").unwrap();
+    }
+    for n in ["001", "002"] {
+        std::fs::write(dir.path().join("tile/0").join(n), vec![9u8; 256 * 32]).unwrap();
+        std::fs::write(dir.path().join("tile/entries").join(n), &junk_bundle).unwrap();
+    }
     let storage = Arc::new(PosixStorage::open(dir.path(), ORIGIN).unwrap());
+    // Nothing past the committed tree is part of the log yet.
+    assert_eq!(
+        check_log(
+            &*storage,
+            ORIGIN,
+            &NoteSigner::from_skey(SKEY).unwrap().verifier(),
+            None
+        )
+        .await
+        .unwrap()
+        .state
+        .size,
+        300
+    );
     let (log, tasks) = Log::open(storage.clone(), None, config(64)).await.unwrap();
     for i in 0..1u32 {
         log.add(Bytes::from(format!("b{i}"))).await.unwrap();
@@ -183,6 +207,13 @@ async fn uncommitted_files_from_a_crash_are_overwritten_consistently() {
     let r = check_log(&*storage, ORIGIN, &verifier, None).await.unwrap();
     assert_eq!(r.state.size, 1300);
     assert_eq!(r.checkpoint_size, 1300);
+    // The planted files were replaced, not kept.
+    for n in ["001", "002"] {
+        assert_ne!(
+            std::fs::read(dir.path().join("tile/entries").join(n)).unwrap(),
+            junk_bundle
+        );
+    }
 }
 
 #[tokio::test]

@@ -214,15 +214,27 @@ async fn full_queue_pushes_back() {
     let storage = Arc::new(MemoryStorage::new());
     let mut cfg = config();
     cfg.max_pending_entries = 4;
-    cfg.batch_max_age = Duration::from_millis(200);
+    cfg.commit_retry = Duration::from_secs(60);
     let (log, tasks) = Log::open(storage.clone(), None, cfg.clone()).await.unwrap();
+    // Storage that cannot commit holds the four entries in the queue for as long as
+    // the test needs (a linger would release them after a time that a loaded machine
+    // may exceed before the fifth add).
+    storage.set_unwritable(true);
     let mut handles = Vec::new();
     for i in 0..4 {
         let log = log.clone();
         handles.push(tokio::spawn(async move { log.add(entry(i)).await }));
     }
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while log.queue_depth() < 4 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "four adds never queued"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
     assert_eq!(log.add(entry(99)).await, Err(AddError::QueueFull));
+    storage.set_unwritable(false);
     for h in handles {
         h.await.unwrap().unwrap();
     }
