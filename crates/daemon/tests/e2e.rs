@@ -57,6 +57,9 @@ async fn thousands_of_concurrent_adds_verify() {
         assert!(w[0].size <= w[1].size, "checkpoints never go back");
         http.verify_consistency(&url, &w[0], &w[1]).await;
     }
+    // The whole log, and the partials of every checkpoint seen on the way.
+    let summary = check_observed(&url, &cps).await;
+    assert_eq!(summary.entries, N);
     // Every entry is in its bundle and has an inclusion proof.
     for n in 0..N.div_ceil(256) {
         for (i, e) in http
@@ -384,6 +387,8 @@ async fn crash_under_load_loses_no_acknowledged_entry() {
     for cp in &checkpoints {
         http.verify_consistency(&u, cp, &last).await;
     }
+    // The whole log, and the partials every checkpoint seen before a crash named.
+    check_observed(&u, &checkpoints).await;
     for (idx, e) in known.iter().step_by(13) {
         http.verify_inclusion(&u, &last, *idx, e).await;
     }

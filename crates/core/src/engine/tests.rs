@@ -70,6 +70,7 @@ async fn concurrent_adds_get_contiguous_indices() {
     let storage = Arc::new(MemoryStorage::new());
     let cfg = config();
     let (log, tasks) = Log::open(storage.clone(), None, cfg.clone()).await.unwrap();
+    let watch = checker::CheckpointWatch::start(storage.clone(), ORIGIN, &cfg.signer.verifier());
     let mut handles = Vec::new();
     for i in 0..2000u64 {
         let log = log.clone();
@@ -91,9 +92,18 @@ async fn concurrent_adds_get_contiguous_indices() {
     let mut record = |idx: u64, e: &[u8]| {
         got.insert(idx, e.to_vec());
     };
-    let report = check_log(&*storage, ORIGIN, &cfg.signer.verifier(), Some(&mut record))
-        .await
-        .unwrap();
+    // Every checkpoint published on the way: its root and the partials it names.
+    let observed = watch.stop().await.unwrap();
+    assert!(observed.len() > 1, "{} checkpoints seen", observed.len());
+    let report = checker::check_log_observed(
+        &*storage,
+        ORIGIN,
+        &cfg.signer.verifier(),
+        &observed,
+        Some(&mut record),
+    )
+    .await
+    .unwrap();
     assert_eq!(report.state.size, 2000);
     assert_eq!(report.checkpoint_size, 2000, "final checkpoint published");
     for (idx, i) in seen.iter().enumerate() {

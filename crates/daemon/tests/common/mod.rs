@@ -381,6 +381,30 @@ impl Http {
     }
 }
 
+/// The whole-log check of `tlogd verify` over HTTP, with every checkpoint the test
+/// observed as an earlier one: each must be the root of the log's first entries at its
+/// size, and the partial tiles and bundle it names must still be served (or their full
+/// tiles) with the entries' bytes (tlog-tiles "Partial Tiles").
+pub async fn check_observed(base: &str, observed: &[Checkpoint]) -> tlog_verify::fsck::FsckSummary {
+    use tlog_verify::fsck::{FsckOptions, FsckSummary, fsck};
+    let fetch = tlog_verify::fetch::HttpFetcher::new(base, None, Duration::from_secs(30)).unwrap();
+    let mut earlier: Vec<Checkpoint> = Vec::new();
+    for cp in observed {
+        if !earlier.contains(cp) {
+            earlier.push(cp.clone());
+        }
+    }
+    let options = FsckOptions {
+        earlier,
+        ..FsckOptions::default()
+    };
+    let mut summary = FsckSummary::default();
+    if let Err(e) = fsck(&fetch, ORIGIN, &verifier(), &options, &mut (), &mut summary).await {
+        panic!("the log at {base} does not check out: {e}");
+    }
+    summary
+}
+
 /// Writers adding distinct entries until stopped, recording every acknowledged index.
 /// An index acknowledged twice (a lost entry, or a fork) fails the writer's task.
 #[derive(Default)]

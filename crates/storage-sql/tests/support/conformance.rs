@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tlogd_core::bundle::append_entry;
-use tlogd_core::engine::checker::check_log;
+use tlogd_core::engine::checker::{CheckpointWatch, check_log, check_log_observed};
 use tlogd_core::engine::{CommitBatch, Log, LogStorage, StorageError, TreeState};
 use tlogd_core::hash::leaf_hash;
 use tlogd_core::merkle::TileTree;
@@ -148,6 +148,16 @@ pub async fn check_entries<S: LogStorage>(
     s: &Arc<S>,
     want: impl Fn(u64) -> Option<Vec<u8>>,
 ) -> u64 {
+    check_entries_observed(s, &[], want).await
+}
+
+/// [`check_entries`], also checking every checkpoint in `observed` (its root, and the
+/// partial tiles it names: every width a checkpoint named stays readable).
+pub async fn check_entries_observed<S: LogStorage>(
+    s: &Arc<S>,
+    observed: &[tlogd_core::checkpoint::Checkpoint],
+    want: impl Fn(u64) -> Option<Vec<u8>>,
+) -> u64 {
     let verifier = NoteSigner::from_skey(SKEY).unwrap().verifier();
     let mut bad = Vec::new();
     let mut visit = |i: u64, e: &[u8]| {
@@ -157,7 +167,7 @@ pub async fn check_entries<S: LogStorage>(
             bad.push(i);
         }
     };
-    let report = check_log(&**s, ORIGIN, &verifier, Some(&mut visit))
+    let report = check_log_observed(&**s, ORIGIN, &verifier, observed, Some(&mut visit))
         .await
         .unwrap();
     assert!(
@@ -455,6 +465,8 @@ pub async fn two_engines_on_one_database_sequence_without_forking<B: SqlBackend>
         logs.push(log);
         all_tasks.push(tasks);
     }
+    let verifier = NoteSigner::from_skey(SKEY).unwrap().verifier();
+    let watch = CheckpointWatch::start(open::<B>(&url).await, ORIGIN, &verifier);
     let acked: Arc<Mutex<HashMap<u64, Vec<u8>>>> = Arc::default();
     let mut workers = Vec::new();
     for w in 0..8usize {
@@ -485,8 +497,11 @@ pub async fn two_engines_on_one_database_sequence_without_forking<B: SqlBackend>
         (0..n).all(|i| acked.contains_key(&i)),
         "indices not contiguous"
     );
+    // Every checkpoint either frontend published on the way, with its partials.
+    let observed = watch.stop().await.unwrap();
+    assert!(observed.len() > 1, "{} checkpoints seen", observed.len());
     let storage = open::<B>(&url).await;
-    let size = check_entries(&storage, |i| acked.get(&i).cloned()).await;
+    let size = check_entries_observed(&storage, &observed, |i| acked.get(&i).cloned()).await;
     assert_eq!(size, n);
 }
 
