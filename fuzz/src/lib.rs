@@ -426,7 +426,7 @@ pub fn sample_log(sizes: &[u64]) -> Vec<u8> {
             }
         }
         tree.append(&leaves, &mut out);
-        files.extend(out.drain(..));
+        files.append(&mut out);
         let cp = Checkpoint {
             origin: ORIGIN.into(),
             size,

@@ -312,9 +312,15 @@ mod tests {
     #[tokio::test]
     async fn the_partials_of_every_observed_checkpoint_are_checked() {
         let (storage, verifier, cp100) = grown_log().await;
-        let report = check_log_observed(&*storage, ORIGIN, &verifier, &[cp100.clone()], None)
-            .await
-            .unwrap();
+        let report = check_log_observed(
+            &*storage,
+            ORIGIN,
+            &verifier,
+            std::slice::from_ref(&cp100),
+            None,
+        )
+        .await
+        .unwrap();
         assert_eq!(report.state.size, 300);
 
         // A partial named only by the earlier checkpoint, altered: the final state's
@@ -325,10 +331,16 @@ mod tests {
         bad[40] ^= 1;
         storage.tamper(&id, bad);
         check_log(&*storage, ORIGIN, &verifier, None).await.unwrap();
-        let e = check_log_observed(&*storage, ORIGIN, &verifier, &[cp100.clone()], None)
-            .await
-            .unwrap_err()
-            .to_string();
+        let e = check_log_observed(
+            &*storage,
+            ORIGIN,
+            &verifier,
+            std::slice::from_ref(&cp100),
+            None,
+        )
+        .await
+        .unwrap_err()
+        .to_string();
         assert!(
             e.contains("tile/0/000.p/100") && e.contains("size 100"),
             "{e}"
@@ -338,10 +350,16 @@ mod tests {
         let id = TileId::entries(0, 100);
         let good = storage.read_tile(&id).await.unwrap().unwrap();
         storage.tamper(&id, good[..good.len() - 1].to_vec());
-        let e = check_log_observed(&*storage, ORIGIN, &verifier, &[cp100.clone()], None)
-            .await
-            .unwrap_err()
-            .to_string();
+        let e = check_log_observed(
+            &*storage,
+            ORIGIN,
+            &verifier,
+            std::slice::from_ref(&cp100),
+            None,
+        )
+        .await
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("tile/entries/000.p/100"), "{e}");
         storage.tamper(&id, good);
 
