@@ -7,6 +7,8 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
 
 /// Mutated inputs per target: enough to reach past the seeds' first bytes, few enough
 /// for a few seconds per target.
@@ -98,24 +100,50 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-fn run(target: &str, f: fn(&[u8])) {
+/// How long one target's whole run may take: an input that makes a parser slow (an
+/// exponential case) fails the test, naming the input, instead of hanging it.
+const LIMIT: Duration = Duration::from_secs(300);
+
+fn run(target: &'static str, f: fn(&[u8])) {
     let seeds = inputs(target);
     assert!(!seeds.is_empty(), "no seed corpus for {target}");
-    let check = |what: &str, input: &[u8]| {
-        if catch_unwind(AssertUnwindSafe(|| f(input))).is_err() {
+    let current: Arc<Mutex<(String, Vec<u8>)>> = Arc::default();
+    let (done_tx, done_rx) = mpsc::channel();
+    let shared = current.clone();
+    std::thread::spawn(move || {
+        let check = |what: String, input: &[u8]| {
+            *shared.lock().unwrap() = (what.clone(), input.to_vec());
+            if catch_unwind(AssertUnwindSafe(|| f(input))).is_err() {
+                return Err(format!(
+                    "fuzz target {target} failed on {what}: input (hex) {}",
+                    hex(input)
+                ));
+            }
+            Ok(())
+        };
+        let result: Result<(), String> = (|| {
+            for (name, bytes) in &seeds {
+                check(name.clone(), bytes)?;
+            }
+            let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ target.len() as u64);
+            for i in 0..MUTATIONS {
+                let input = mutate(&seeds, &mut rng);
+                check(format!("mutation {i}"), &input)?;
+            }
+            Ok(())
+        })();
+        let _ = done_tx.send(result);
+    });
+    match done_rx.recv_timeout(LIMIT) {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => panic!("{e}"),
+        Err(_) => {
+            let (what, input) = current.lock().unwrap().clone();
             panic!(
-                "fuzz target {target} failed on {what}: input (hex) {}",
-                hex(input)
+                "fuzz target {target} still running after {LIMIT:?}, on {what}: input (hex) {}",
+                hex(&input)
             );
         }
-    };
-    for (name, bytes) in &seeds {
-        check(name, bytes);
-    }
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ target.len() as u64);
-    for i in 0..MUTATIONS {
-        let input = mutate(&seeds, &mut rng);
-        check(&format!("mutation {i}"), &input);
     }
 }
 
