@@ -700,6 +700,23 @@ pub async fn no_acknowledged_add_is_lost_when_the_server_is_killed<B: SqlBackend
         acked.keys().all(|&i| i < size),
         "an acked index is beyond the tree"
     );
+    // Every entry sent was distinct, so none may be in the log twice: a batch retried
+    // across the restart after it had in fact committed would be.
+    let mut seen: HashMap<Vec<u8>, u64> = HashMap::new();
+    let mut twice = Vec::new();
+    let mut visit = |i: u64, e: &[u8]| {
+        if let Some(first) = seen.insert(e.to_vec(), i) {
+            twice.push((first, i));
+        }
+    };
+    let verifier = NoteSigner::from_skey(SKEY).unwrap().verifier();
+    check_log_observed(&*reopened, ORIGIN, &verifier, &[], Some(&mut visit))
+        .await
+        .unwrap();
+    assert!(twice.is_empty(), "entries logged twice, at {twice:?}");
+    for (i, e) in &acked {
+        assert_eq!(seen.get(e), Some(i), "acknowledged entry {i}");
+    }
     // The probe sees a read-only server.
     B::set_read_only(&reopened, true).await;
     assert!(reopened.check_writable().await.is_err());
