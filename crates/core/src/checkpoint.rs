@@ -38,6 +38,65 @@ pub enum CheckpointError {
     Note(#[from] NoteError),
 }
 
+/// Longest origin tlogd accepts, in bytes. Every backend must be able to record it:
+/// the MySQL schema keeps it in `tlogd_meta.origin VARBINARY(1024)` (PostgreSQL's
+/// `bytea` and the POSIX state slot's 16-bit length hold more), so a longer origin
+/// would be refused, or truncated and then mismatched, by the database.
+pub const MAX_ORIGIN_LEN: usize = 1024;
+
+/// Why an origin cannot name a log (see [`validate_origin`]).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum OriginError {
+    /// tlog-checkpoint "Note text": the origin MUST be non-empty.
+    #[error("is empty")]
+    Empty,
+    /// Longer than [`MAX_ORIGIN_LEN`] bytes.
+    #[error("is {0} bytes long; at most {MAX_ORIGIN_LEN} are allowed")]
+    TooLong(usize),
+    /// A control character: a newline would end the origin line, and signed-note
+    /// "Format" forbids the other ASCII controls in a note.
+    #[error("contains the control character {ch:?} at byte {at}")]
+    Control {
+        /// The character.
+        ch: char,
+        /// Its byte offset.
+        at: usize,
+    },
+    /// Leading or trailing whitespace.
+    #[error("begins or ends with whitespace")]
+    EdgeWhitespace,
+}
+
+/// Check that `origin` can be a checkpoint's first line, signed and recorded by every
+/// backend:
+///
+/// * non-empty (tlog-checkpoint "Note text": "The origin MUST be non-empty");
+/// * no control character: signed-note "Format" forbids ASCII controls other than
+///   newline in a note, and a newline would split the origin line. tlogd is stricter
+///   than the note format here and also refuses DEL and the C1 controls (Unicode
+///   `Cc`), which no printable log name holds;
+/// * no leading or trailing whitespace: invisible in a configuration file, and clients
+///   compare the origin byte for byte, so it would name another log than intended
+///   (tlog-checkpoint recommends no spaces at all; spaces and `+` inside are left to
+///   the operator, since the spec only says SHOULD, but they keep the origin from
+///   being the key name, which the daemon warns about);
+/// * at most [`MAX_ORIGIN_LEN`] bytes.
+pub fn validate_origin(origin: &str) -> Result<(), OriginError> {
+    if origin.is_empty() {
+        return Err(OriginError::Empty);
+    }
+    if origin.len() > MAX_ORIGIN_LEN {
+        return Err(OriginError::TooLong(origin.len()));
+    }
+    if let Some((at, ch)) = origin.char_indices().find(|(_, c)| c.is_control()) {
+        return Err(OriginError::Control { ch, at });
+    }
+    if origin.starts_with(char::is_whitespace) || origin.ends_with(char::is_whitespace) {
+        return Err(OriginError::EdgeWhitespace);
+    }
+    Ok(())
+}
+
 impl Checkpoint {
     /// The note text: `origin\nsize\nbase64(root)\n` then one line per extension.
     pub fn to_text(&self) -> String {
@@ -135,6 +194,82 @@ pub fn signed_size(signed: &[u8]) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn origins_that_cannot_be_signed_or_stored_are_refused() {
+        for ok in [
+            "example.com/log",
+            "a",
+            "example.com/log with inner spaces+plus",
+            "пример.рф/журнал",
+            &"o".repeat(MAX_ORIGIN_LEN),
+        ] {
+            assert_eq!(validate_origin(ok), Ok(()), "{ok:?}");
+        }
+        assert_eq!(validate_origin(""), Err(OriginError::Empty));
+        let long = "o".repeat(MAX_ORIGIN_LEN + 1);
+        assert_eq!(
+            validate_origin(&long),
+            Err(OriginError::TooLong(MAX_ORIGIN_LEN + 1))
+        );
+        // Multi-byte characters count in bytes, as the backends store them.
+        let wide = "é".repeat(MAX_ORIGIN_LEN / 2 + 1);
+        assert!(matches!(
+            validate_origin(&wide),
+            Err(OriginError::TooLong(_))
+        ));
+        for (bad, ch, at) in [
+            ("a\nb", '\n', 1),
+            ("ex\tample", '\t', 2),
+            ("a\rb", '\r', 1),
+            ("a\0", '\0', 1),
+            ("del\u{7f}", '\u{7f}', 3),
+            ("c1\u{85}x", '\u{85}', 2),
+            ("\u{1b}[31mred", '\u{1b}', 0),
+        ] {
+            assert_eq!(
+                validate_origin(bad),
+                Err(OriginError::Control { ch, at }),
+                "{bad:?}"
+            );
+        }
+        for bad in [
+            " example.com/log",
+            "example.com/log ",
+            "log\u{a0}",
+            "\u{2003}log",
+        ] {
+            assert_eq!(
+                validate_origin(bad),
+                Err(OriginError::EdgeWhitespace),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_valid_origin_signs_and_parses_back() {
+        // What validate_origin accepts, the note format must carry: otherwise the
+        // daemon would accept adds and never publish.
+        let (skey, _) = crate::note::generate_key("k").unwrap();
+        let signer = NoteSigner::from_skey(&skey).unwrap();
+        for origin in [
+            "example.com/log",
+            "in ner+plus",
+            &"x".repeat(MAX_ORIGIN_LEN),
+        ] {
+            validate_origin(origin).unwrap();
+            let cp = Checkpoint {
+                origin: origin.to_string(),
+                size: 1,
+                root: [1; 32],
+                extensions: vec![],
+            };
+            let signed = cp.sign(&signer).unwrap();
+            let (back, _) = Checkpoint::open(&signed, origin, &signer.verifier()).unwrap();
+            assert_eq!(back, cp);
+        }
+    }
 
     #[test]
     fn strict_parse_and_round_trip() {

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::bundle::append_entry;
-use crate::engine::checker::check_log;
+use crate::engine::checker::{CheckpointWatch, check_log_observed};
 use crate::engine::{CommitBatch, Log, LogConfig, LogStorage, StorageError, TreeState};
 use crate::hash::leaf_hash;
 use crate::merkle::TileTree;
@@ -142,6 +142,17 @@ pub async fn read_resource<S: LogStorage>(s: &S, rel: &str) -> Option<Vec<u8>> {
 /// The whole-log check, and that every entry is `want(index)` where it says; returns
 /// the committed size. No entry appears twice unless `want` allows it by saying so.
 pub async fn check_entries<S: LogStorage>(s: &S, want: impl Fn(u64) -> Option<Vec<u8>>) -> u64 {
+    check_entries_observed(s, &[], want).await
+}
+
+/// [`check_entries`], also checking every checkpoint in `observed` (seen while the log
+/// grew): consistent with the final tree, and every partial tile it names readable or
+/// replaced by its full tile.
+pub async fn check_entries_observed<S: LogStorage>(
+    s: &S,
+    observed: &[crate::checkpoint::Checkpoint],
+    want: impl Fn(u64) -> Option<Vec<u8>>,
+) -> u64 {
     let verifier = NoteSigner::from_skey(SKEY).expect("test key").verifier();
     let mut bad = Vec::new();
     let mut visit = |i: u64, e: &[u8]| {
@@ -151,7 +162,7 @@ pub async fn check_entries<S: LogStorage>(s: &S, want: impl Fn(u64) -> Option<Ve
             bad.push(i);
         }
     };
-    let report = check_log(s, ORIGIN, &verifier, Some(&mut visit))
+    let report = check_log_observed(s, ORIGIN, &verifier, observed, Some(&mut visit))
         .await
         .expect("the whole-log check");
     assert!(
@@ -446,6 +457,8 @@ pub async fn two_engines_on_one_store_sequence_without_forking<B: ConformanceSto
         logs.push(log);
         all_tasks.push(tasks);
     }
+    let verifier = NoteSigner::from_skey(SKEY).expect("test key").verifier();
+    let watch = CheckpointWatch::start(b.open(&location).await, ORIGIN, &verifier);
     let acked: Arc<Mutex<HashMap<u64, Vec<u8>>>> = Arc::default();
     let mut workers = Vec::new();
     for w in 0..8usize {
@@ -479,9 +492,12 @@ pub async fn two_engines_on_one_store_sequence_without_forking<B: ConformanceSto
         (0..n).all(|i| acked.contains_key(&i)),
         "indices not contiguous"
     );
+    // Every checkpoint either frontend published on the way, with its partials.
+    let observed = watch.stop().await.expect("checkpoint watch");
+    assert!(observed.len() > 1, "{} checkpoints seen", observed.len());
     let storage = b.open(&location).await;
     assert_eq!(
-        check_entries(&*storage, |i| acked.get(&i).cloned()).await,
+        check_entries_observed(&*storage, &observed, |i| acked.get(&i).cloned()).await,
         n
     );
 }

@@ -313,40 +313,46 @@ impl WitnessPolicy {
     /// Whether the witnesses with `cosigned[i] == true` (indices into
     /// [`WitnessPolicy::witnesses`]) satisfy the quorum.
     pub fn satisfied(&self, cosigned: &[bool]) -> bool {
+        // Groups only name what was defined before them, so one pass in definition
+        // order settles each group once. (Evaluating members recursively took time
+        // exponential in the nesting when groups share subgroups: a 60-line policy
+        // whose every group names the two before it never finished.)
+        let mut met = Vec::with_capacity(self.groups.len());
+        let is_met = |m: &Member, met: &[bool]| match m {
+            Member::Witness(i) => cosigned.get(*i).copied().unwrap_or(false),
+            Member::Group(g) => met.get(*g).copied().unwrap_or(false),
+        };
+        for group in &self.groups {
+            let n = group.members.iter().filter(|m| is_met(m, &met)).count();
+            met.push(n >= group.threshold);
+        }
         match &self.quorum {
             None => true,
-            Some(m) => self.member_satisfied(m, cosigned),
-        }
-    }
-
-    fn member_satisfied(&self, m: &Member, cosigned: &[bool]) -> bool {
-        match m {
-            Member::Witness(i) => cosigned.get(*i).copied().unwrap_or(false),
-            Member::Group(g) => {
-                let group = &self.groups[*g];
-                let met = group
-                    .members
-                    .iter()
-                    .filter(|m| self.member_satisfied(m, cosigned))
-                    .count();
-                met >= group.threshold
-            }
+            Some(m) => is_met(m, &met),
         }
     }
 
     /// The quorum in words, for log lines: `all of (a, b)`, `2 of (x, y, z)`, ...
+    /// Each group is spelled out once, where it first appears, and named thereafter
+    /// (shared subgroups would otherwise repeat, exponentially in the nesting).
     pub fn describe(&self) -> String {
         match &self.quorum {
             None => "none".into(),
-            Some(m) => self.describe_member(m),
+            Some(m) => {
+                let mut spelled = vec![false; self.groups.len()];
+                self.describe_member(m, &mut spelled)
+            }
         }
     }
 
-    fn describe_member(&self, m: &Member) -> String {
+    fn describe_member(&self, m: &Member, spelled: &mut [bool]) -> String {
         match m {
             Member::Witness(i) => self.witnesses[*i].name.clone(),
             Member::Group(g) => {
                 let group = &self.groups[*g];
+                if std::mem::replace(&mut spelled[*g], true) {
+                    return group.name.clone();
+                }
                 let n = group.members.len();
                 let k = match group.threshold {
                     t if t == n && n > 1 => "all".to_string(),
@@ -356,7 +362,7 @@ impl WitnessPolicy {
                 let members: Vec<String> = group
                     .members
                     .iter()
-                    .map(|m| self.describe_member(m))
+                    .map(|m| self.describe_member(m, spelled))
                     .collect();
                 format!("{} = {k} of ({})", group.name, members.join(", "))
             }
@@ -401,6 +407,41 @@ mod tests {
         assert!(p.describe().contains("X-witnesses = 2 of (X1, X2, X3)"));
         let none = WitnessPolicy::parse("quorum none\n").unwrap();
         assert!(none.satisfied(&[]));
+    }
+
+    #[test]
+    fn groups_sharing_subgroups_are_evaluated_once() {
+        // Every group names the two before it: evaluated or described recursively,
+        // the work doubles with each line (2^60 here); it must stay linear.
+        let k = keys(2);
+        let mut text = format!(
+            "witness A {}\nwitness B {}\ngroup G0 any A B\ngroup G1 all G0 A\n",
+            k[0], k[1]
+        );
+        for i in 2..62 {
+            text.push_str(&format!("group G{i} all G{} G{}\n", i - 1, i - 2));
+        }
+        text.push_str("quorum G61\n");
+        let p = WitnessPolicy::parse(&text).unwrap();
+        // On a thread of its own, so that a regression fails here instead of hanging.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let r = (
+                p.satisfied(&[true, false]),
+                p.satisfied(&[false, true]),
+                p.satisfied(&[false, false]),
+                p.describe(),
+            );
+            let _ = tx.send(r);
+        });
+        let (both, only_b, none, d) = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the quorum was not evaluated within 10 s");
+        assert!(both);
+        assert!(!only_b, "G1 needs A");
+        assert!(!none);
+        assert!(d.starts_with("G61 = all of (G60 = all of (G59"), "{d}");
+        assert!(d.len() < 10_000, "{} bytes", d.len());
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use serde::Deserialize;
+use tlogd_core::checkpoint::{OriginError, validate_origin};
 
 /// The whole configuration file. Every section and key is optional except `origin`
 /// and the storage directory; unknown keys are errors.
@@ -265,8 +266,13 @@ impl Config {
     pub fn validate(&self) -> anyhow::Result<()> {
         match self.origin.as_deref() {
             None | Some("") => bail!("`origin` is required (config key `origin` or --origin)"),
-            Some(o) if o.contains('\n') => bail!("`origin` must be one line"),
-            _ => {}
+            // Checked once here, before anything is opened: an origin that cannot be
+            // signed or recorded would otherwise let the daemon accept adds and never
+            // publish a checkpoint.
+            Some(o) => validate_origin(o).map_err(|e| match e {
+                OriginError::TooLong(_) => anyhow::anyhow!("`origin` {e}"),
+                _ => anyhow::anyhow!("`origin` = {o:?} {e}"),
+            })?,
         }
         match self.storage.backend.as_str() {
             "posix" => {
@@ -371,6 +377,32 @@ mod tests {
         let e = Config::parse("origin = \"a\"\n[batching]\nmax_entrys = 5\n").unwrap_err();
         let msg = format!("{e:#}");
         assert!(msg.contains("max_entrys"), "{msg}");
+    }
+
+    #[test]
+    fn an_origin_that_cannot_be_signed_or_stored_is_refused_naming_why() {
+        let with = |o: &str| {
+            let mut c = Config::parse("[storage]\ndir = \"/x\"\n").unwrap();
+            c.origin = Some(o.to_string());
+            c.validate().map_err(|e| format!("{e:#}"))
+        };
+        with("example.com/log").unwrap();
+        for (origin, says) in [
+            ("", "`origin` is required"),
+            ("a\nb", "control character '\\n'"),
+            ("ex\tample.com/log", "control character '\\t' at byte 2"),
+            ("log\u{7f}", "control character '\\u{7f}'"),
+            ("example.com/log ", "whitespace"),
+        ] {
+            let e = with(origin).unwrap_err();
+            assert!(e.starts_with("`origin`"), "{e}");
+            assert!(e.contains(says), "{origin:?}: {e}");
+            assert_eq!(e.lines().count(), 1, "one line: {e}");
+        }
+        let long = "o".repeat(tlogd_core::checkpoint::MAX_ORIGIN_LEN + 1);
+        let e = with(&long).unwrap_err();
+        assert!(e.contains("1025 bytes long; at most 1024"), "{e}");
+        assert!(!e.contains(&long), "the origin is not echoed whole: {e}");
     }
 
     #[test]

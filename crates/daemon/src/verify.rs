@@ -241,6 +241,12 @@ fn describe_ok(
             s.partials_from_full
         ));
     }
+    if s.earlier_partials > 0 {
+        out.push_str(&format!(
+            "; {} named by the earlier checkpoints present (or their full tiles)",
+            s.earlier_partials
+        ));
+    }
     if !s.cosigned.is_empty() {
         let names: Vec<String> = s
             .cosigned

@@ -37,12 +37,13 @@ async fn metrics_count_what_was_sent() {
     // Pushback: two adds linger in the two-entry queue while a third arrives. The
     // first goes alone, so the integrator lingers (1 s) on a batch that is not full.
     let mut slow = Vec::new();
-    for e in [&b"slow1"[..], &b"slow2"[..]] {
-        let (http, u) = (http.clone(), u.clone());
+    for (depth, e) in [(1, &b"slow1"[..]), (2, &b"slow2"[..])] {
+        let (client, u) = (http.clone(), u.clone());
         slow.push(tokio::spawn(async move {
-            http.add(&u, Bytes::from_static(e)).await
+            client.add(&u, Bytes::from_static(e)).await
         }));
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Queued: observed, not assumed after a sleep.
+        http.wait_queue_depth(&d.metrics_url, depth).await;
     }
     let third = http.add(&u, Bytes::from_static(b"rejected")).await;
     assert!(matches!(third, Err((503, _, _))), "{third:?}");
@@ -125,7 +126,23 @@ async fn readyz_fails_when_storage_is_unwritable() {
         let (http, u) = (http.clone(), d.url.clone());
         async move { http.add(&u, Bytes::from_static(b"x")).await }
     });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Wait until its commit was tried and failed (observed, not assumed after a
+    // sleep), then it must still be waiting.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, _, body) = http.get(&format!("{m}/metrics")).await.unwrap();
+        let failed = String::from_utf8_lossy(&body)
+            .lines()
+            .any(|l| l.starts_with("tlogd_storage_errors_total{backend=\"posix\",op=\"commit\"} "));
+        if failed {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no failed commit within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert!(
         !pending.is_finished(),
         "acknowledged while storage was broken"

@@ -113,6 +113,12 @@ fn passes_on_the_go_reference_vectors() {
         "{}",
         stdout(&o)
     );
+    // Sizes 1 to 14 each name a partial level-0 tile and a partial bundle.
+    assert!(
+        stdout(&o).contains("28 named by the earlier checkpoints present"),
+        "{}",
+        stdout(&o)
+    );
 
     // A whole Tessera POSIX directory, private state and stale partials included.
     let o = verify(&v.join("tessera-posix-dir"), &[]);
@@ -122,6 +128,26 @@ fn passes_on_the_go_reference_vectors() {
         "{}",
         stdout(&o)
     );
+}
+
+/// The partials an earlier checkpoint names must still be served with the bytes of
+/// the log's first entries: a tampered or missing one that the final checkpoint does
+/// not name is found only through the earlier checkpoint.
+#[test]
+fn the_partials_of_earlier_checkpoints_are_checked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("log");
+    copy_dir(&vectors_dir::vectors().join("tessera-testdata-log"), &log);
+    let cp7 = log.join("checkpoint.7").display().to_string();
+    let with_cp7 = ["--earlier-checkpoint", cp7.as_str()];
+    assert_ok(&verify(&log, &with_cp7), "untouched");
+    flip_byte(&log.join("tile/0/000.p/7"), 100);
+    assert_ok(&verify(&log, &[]), "only the earlier checkpoint names it");
+    assert_fails_naming(&verify(&log, &with_cp7), "tile/0/000.p/7");
+    flip_byte(&log.join("tile/0/000.p/7"), 100);
+    std::fs::remove_file(log.join("tile/entries/000.p/7")).unwrap();
+    assert_ok(&verify(&log, &[]), "only the earlier checkpoint names it");
+    assert_fails_naming(&verify(&log, &with_cp7), "tile/entries/000.p/7");
 }
 
 #[test]

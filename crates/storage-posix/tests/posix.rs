@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use tlogd_core::engine::checker::check_log;
+use tlogd_core::engine::checker::{CheckpointWatch, check_log, check_log_observed};
 use tlogd_core::engine::{Log, LogStorage};
 use tlogd_core::note::NoteSigner;
 use tlogd_storage_posix::{OpenError, PosixStorage};
@@ -189,13 +189,20 @@ async fn a_crash_leaves_staged_tiles_which_reopen_publishes_or_discards() {
         assert!(!dir.path().join(rel).exists(), "{rel} was published");
     }
     let (log, tasks) = Log::open(storage.clone(), None, config(64)).await.unwrap();
+    let verifier = NoteSigner::from_skey(SKEY).unwrap().verifier();
+    let watch = CheckpointWatch::start(storage.clone(), ORIGIN, &verifier);
     for i in 0..1000u32 {
         log.add(Bytes::from(format!("b{i}"))).await.unwrap();
     }
     log.shutdown();
     tasks.join().await;
-    let verifier = NoteSigner::from_skey(SKEY).unwrap().verifier();
-    let r = check_log(&*storage, ORIGIN, &verifier, None).await.unwrap();
+    // Every checkpoint published on the way names partials that are files (or whose
+    // full tile is, once they were deleted).
+    let observed = watch.stop().await.unwrap();
+    assert!(observed.len() > 1, "{} checkpoints seen", observed.len());
+    let r = check_log_observed(&*storage, ORIGIN, &verifier, &observed, None)
+        .await
+        .unwrap();
     assert_eq!(r.state.size, 1300);
     assert_eq!(r.checkpoint_size, 1300);
 }

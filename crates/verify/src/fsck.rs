@@ -12,7 +12,9 @@
 //!    exists, and then the full tile's prefix is checked).
 //! 4. The rebuilt root must be the checkpoint's root, and every earlier checkpoint
 //!    given must be the root of the first entries of this tree (the definition of
-//!    consistency, RFC 6962 section 2.1.2).
+//!    consistency, RFC 6962 section 2.1.2); the partial tiles and bundle each earlier
+//!    checkpoint names must still be served (or their full tile) with the bytes the
+//!    entries determine, as for the checkpoint itself.
 //! 5. Optionally, the checkpoint's cosignatures must meet a witness policy
 //!    (tlog-policy, tlog-cosignature), and the check may run up to a private tree state
 //!    ahead of the checkpoint (adopting a Tessera log), the checkpoint then being one of
@@ -24,10 +26,11 @@ use std::collections::VecDeque;
 
 use base64::Engine as _;
 use bytes::Bytes;
+use tlogd_core::bundle::append_entry;
 use tlogd_core::checkpoint::Checkpoint;
 use tlogd_core::hash::{Hash, leaf_hash};
 use tlogd_core::note::{Note, NoteVerifier};
-use tlogd_core::tile::{TILE_WIDTH, TileId, TileKind};
+use tlogd_core::tile::{TILE_WIDTH, TileId, TileKind, edge_bundle, tile_prefix};
 use tlogd_core::witness::WitnessPolicy;
 use tokio::task::JoinHandle;
 
@@ -89,6 +92,9 @@ pub struct FsckSummary {
     pub partials: u64,
     /// Of those, how many were gone and checked as the prefix of their full tile.
     pub partials_from_full: u64,
+    /// Partial tiles and bundles named by the earlier checkpoints (or their full
+    /// tiles), found with the right bytes.
+    pub earlier_partials: u64,
     /// Sizes of the earlier checkpoints found consistent.
     pub earlier: Vec<u64>,
     /// The policy's witnesses whose cosignature on the checkpoint verified: (name,
@@ -203,6 +209,13 @@ pub async fn fsck<F: Fetch>(
         .chain(cp.iter().filter(|_| options.tree.is_some()))
         .map(|c| c.size)
         .collect();
+    // Sizes whose partials are checked on the way; the final size's are checked with
+    // the tiles themselves.
+    let earlier_sizes: std::collections::BTreeSet<u64> = split_points
+        .iter()
+        .copied()
+        .filter(|&s| s != size)
+        .collect();
 
     let bundles = size.div_ceil(TILE_WIDTH);
     let window = options.concurrency.max(1);
@@ -252,6 +265,9 @@ pub async fn fsck<F: Fetch>(
                 at = cut;
             }
             check_earlier(&tree, summary)?;
+            if earlier_sizes.contains(&tree.size()) {
+                check_earlier_partials(fetch, &tree, &entries[..cut], bundle_id, summary).await?;
+            }
         }
         let bundle_named = TileId::entries(n, width);
         if !bundle_named.is_full() {
@@ -340,6 +356,49 @@ fn check_cosignatures(
                 names.join(", ")
             }
         )));
+    }
+    Ok(())
+}
+
+/// The partial hash tiles and bundle an earlier checkpoint of `tree.size()` names
+/// must be served with the bytes its first entries determine (tlog-tiles "Partial
+/// Tiles"), or be gone with their full tile holding them as its prefix. `entries` are
+/// the entries of the bundle being read up to that size.
+async fn check_earlier_partials<F: Fetch>(
+    fetch: &F,
+    tree: &TreeRebuilder,
+    entries: &[Vec<u8>],
+    from: &TileId,
+    summary: &mut FsckSummary,
+) -> Result<(), VerifyError> {
+    let size = tree.size();
+    for (id, want) in tree.edge_tiles() {
+        let (got_id, got) = get_tile(fetch, id).await?;
+        summary.bytes += got.len() as u64;
+        compare_tile(&id, &want, &got_id, &got, from).map_err(|e| {
+            VerifyError::Invalid(format!("{e} (named by the checkpoint of size {size})"))
+        })?;
+        summary.earlier_partials += 1;
+    }
+    if let Some(id) = edge_bundle(size) {
+        let mut want = Vec::new();
+        for e in entries {
+            append_entry(&mut want, e).map_err(|e| VerifyError::Invalid(e.to_string()))?;
+        }
+        let (got_id, got) = get_tile(fetch, id).await?;
+        summary.bytes += got.len() as u64;
+        let same = if got_id == id {
+            got[..] == want[..]
+        } else {
+            tile_prefix(TileKind::Entries, &got, got_id.width, id.width) == Some(&want[..])
+        };
+        if !same {
+            return Err(VerifyError::Invalid(format!(
+                "{} (named by the checkpoint of size {size}) does not hold the log's first {size} entries",
+                got_id.path()
+            )));
+        }
+        summary.earlier_partials += 1;
     }
     Ok(())
 }

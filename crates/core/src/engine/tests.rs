@@ -70,6 +70,7 @@ async fn concurrent_adds_get_contiguous_indices() {
     let storage = Arc::new(MemoryStorage::new());
     let cfg = config();
     let (log, tasks) = Log::open(storage.clone(), None, cfg.clone()).await.unwrap();
+    let watch = checker::CheckpointWatch::start(storage.clone(), ORIGIN, &cfg.signer.verifier());
     let mut handles = Vec::new();
     for i in 0..2000u64 {
         let log = log.clone();
@@ -91,9 +92,18 @@ async fn concurrent_adds_get_contiguous_indices() {
     let mut record = |idx: u64, e: &[u8]| {
         got.insert(idx, e.to_vec());
     };
-    let report = check_log(&*storage, ORIGIN, &cfg.signer.verifier(), Some(&mut record))
-        .await
-        .unwrap();
+    // Every checkpoint published on the way: its root and the partials it names.
+    let observed = watch.stop().await.unwrap();
+    assert!(observed.len() > 1, "{} checkpoints seen", observed.len());
+    let report = checker::check_log_observed(
+        &*storage,
+        ORIGIN,
+        &cfg.signer.verifier(),
+        &observed,
+        Some(&mut record),
+    )
+    .await
+    .unwrap();
     assert_eq!(report.state.size, 2000);
     assert_eq!(report.checkpoint_size, 2000, "final checkpoint published");
     for (idx, i) in seen.iter().enumerate() {
@@ -214,15 +224,27 @@ async fn full_queue_pushes_back() {
     let storage = Arc::new(MemoryStorage::new());
     let mut cfg = config();
     cfg.max_pending_entries = 4;
-    cfg.batch_max_age = Duration::from_millis(200);
+    cfg.commit_retry = Duration::from_secs(60);
     let (log, tasks) = Log::open(storage.clone(), None, cfg.clone()).await.unwrap();
+    // Storage that cannot commit holds the four entries in the queue for as long as
+    // the test needs (a linger would release them after a time that a loaded machine
+    // may exceed before the fifth add).
+    storage.set_unwritable(true);
     let mut handles = Vec::new();
     for i in 0..4 {
         let log = log.clone();
         handles.push(tokio::spawn(async move { log.add(entry(i)).await }));
     }
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while log.queue_depth() < 4 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "four adds never queued"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
     assert_eq!(log.add(entry(99)).await, Err(AddError::QueueFull));
+    storage.set_unwritable(false);
     for h in handles {
         h.await.unwrap().unwrap();
     }

@@ -321,6 +321,53 @@ impl Http {
         }
     }
 
+    /// Check that every acknowledged entry occurs exactly once in the tree of `size`:
+    /// an entry committed twice (a batch retried after it had in fact committed, a
+    /// replay after a crash) is as wrong as a lost one. The test's entries are all
+    /// distinct, so any second occurrence is a duplicate the log made.
+    pub async fn verify_unique(&self, base: &str, size: u64, known: &[(u64, Vec<u8>)]) {
+        let mut seen: HashMap<&[u8], Vec<u64>> = known
+            .iter()
+            .map(|(_, e)| (e.as_slice(), Vec::new()))
+            .collect();
+        for n in 0..size.div_ceil(256) {
+            for (i, e) in self.bundle(base, n, size).await.iter().enumerate() {
+                if let Some(at) = seen.get_mut(e.as_slice()) {
+                    at.push(n * 256 + i as u64);
+                }
+            }
+        }
+        for (idx, e) in known {
+            let at = &seen[e.as_slice()];
+            assert_eq!(
+                at,
+                &[*idx],
+                "acknowledged entry {:?} (index {idx}) is at indices {at:?}",
+                String::from_utf8_lossy(e)
+            );
+        }
+    }
+
+    /// Wait until the daemon's `/metrics` reports `tlogd_queue_depth` = `depth` (it is
+    /// sampled when scraped), so a test acts on the queue's real state, not on a guess
+    /// of how long the requests take to arrive.
+    pub async fn wait_queue_depth(&self, metrics_url: &str, depth: u64) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (_, _, body) = self.get(&format!("{metrics_url}/metrics")).await.unwrap();
+            let text = String::from_utf8_lossy(&body);
+            let now = metric(&text, "tlogd_queue_depth");
+            if now == depth as f64 {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "queue depth stayed {now}, not {depth}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     pub async fn wait_checkpoint(&self, base: &str, size: u64) -> Checkpoint {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -332,6 +379,30 @@ impl Http {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
+}
+
+/// The whole-log check of `tlogd verify` over HTTP, with every checkpoint the test
+/// observed as an earlier one: each must be the root of the log's first entries at its
+/// size, and the partial tiles and bundle it names must still be served (or their full
+/// tiles) with the entries' bytes (tlog-tiles "Partial Tiles").
+pub async fn check_observed(base: &str, observed: &[Checkpoint]) -> tlog_verify::fsck::FsckSummary {
+    use tlog_verify::fsck::{FsckOptions, FsckSummary, fsck};
+    let fetch = tlog_verify::fetch::HttpFetcher::new(base, None, Duration::from_secs(30)).unwrap();
+    let mut earlier: Vec<Checkpoint> = Vec::new();
+    for cp in observed {
+        if !earlier.contains(cp) {
+            earlier.push(cp.clone());
+        }
+    }
+    let options = FsckOptions {
+        earlier,
+        ..FsckOptions::default()
+    };
+    let mut summary = FsckSummary::default();
+    if let Err(e) = fsck(&fetch, ORIGIN, &verifier(), &options, &mut (), &mut summary).await {
+        panic!("the log at {base} does not check out: {e}");
+    }
+    summary
 }
 
 /// Writers adding distinct entries until stopped, recording every acknowledged index.
@@ -381,6 +452,20 @@ impl Writers {
     /// How many adds were acknowledged.
     pub fn count(&self) -> usize {
         self.acked.lock().unwrap().len()
+    }
+
+    /// Wait until at least `n` adds in all were acknowledged (bounded: the load must
+    /// make progress within 60 s).
+    pub async fn wait_count(&self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.count() < n {
+            assert!(
+                Instant::now() < deadline,
+                "only {} of {n} adds acknowledged within 60 s",
+                self.count()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     /// Every acknowledged (index, entry).

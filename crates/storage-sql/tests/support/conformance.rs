@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tlogd_core::bundle::append_entry;
 use tlogd_core::conformance::ConformanceStore;
-use tlogd_core::engine::checker::check_log;
+use tlogd_core::engine::checker::{CheckpointWatch, check_log, check_log_observed};
 use tlogd_core::engine::{CommitBatch, Log, LogStorage, StorageError, TreeState};
 use tlogd_core::hash::leaf_hash;
 use tlogd_core::merkle::TileTree;
@@ -171,6 +171,16 @@ pub async fn check_entries<S: LogStorage>(
     s: &Arc<S>,
     want: impl Fn(u64) -> Option<Vec<u8>>,
 ) -> u64 {
+    check_entries_observed(s, &[], want).await
+}
+
+/// [`check_entries`], also checking every checkpoint in `observed` (its root, and the
+/// partial tiles it names: every width a checkpoint named stays readable).
+pub async fn check_entries_observed<S: LogStorage>(
+    s: &Arc<S>,
+    observed: &[tlogd_core::checkpoint::Checkpoint],
+    want: impl Fn(u64) -> Option<Vec<u8>>,
+) -> u64 {
     let verifier = NoteSigner::from_skey(SKEY).unwrap().verifier();
     let mut bad = Vec::new();
     let mut visit = |i: u64, e: &[u8]| {
@@ -180,7 +190,7 @@ pub async fn check_entries<S: LogStorage>(
             bad.push(i);
         }
     };
-    let report = check_log(&**s, ORIGIN, &verifier, Some(&mut visit))
+    let report = check_log_observed(&**s, ORIGIN, &verifier, observed, Some(&mut visit))
         .await
         .unwrap();
     assert!(
@@ -412,6 +422,23 @@ pub async fn no_acknowledged_add_is_lost_when_the_server_is_killed<B: SqlBackend
         acked.keys().all(|&i| i < size),
         "an acked index is beyond the tree"
     );
+    // Every entry sent was distinct, so none may be in the log twice: a batch retried
+    // across the restart after it had in fact committed would be.
+    let mut seen: HashMap<Vec<u8>, u64> = HashMap::new();
+    let mut twice = Vec::new();
+    let mut visit = |i: u64, e: &[u8]| {
+        if let Some(first) = seen.insert(e.to_vec(), i) {
+            twice.push((first, i));
+        }
+    };
+    let verifier = NoteSigner::from_skey(SKEY).unwrap().verifier();
+    check_log_observed(&*reopened, ORIGIN, &verifier, &[], Some(&mut visit))
+        .await
+        .unwrap();
+    assert!(twice.is_empty(), "entries logged twice, at {twice:?}");
+    for (i, e) in &acked {
+        assert_eq!(seen.get(e), Some(i), "acknowledged entry {i}");
+    }
     // The probe sees a read-only server.
     B::set_read_only(&reopened, true).await;
     assert!(reopened.check_writable().await.is_err());
@@ -475,15 +502,50 @@ pub async fn read_tiles_answers_like_read_tile_in_one_query<B: SqlBackend>() {
         TileId::hash(1, 0, 2),
         TileId::hash(0, 7, 1),
     ];
-    // A fresh connection (nothing cached), then again with the full tiles cached.
+    // The expected bytes, computed from the entries without the store: `read_tile`
+    // is itself answered through `read_tiles`, so comparing the two would compare a
+    // function with itself.
+    let entries: Vec<Vec<u8>> = (0..600).map(|i| format!("rt {i}").into_bytes()).collect();
+    let mut tree = TileTree::empty();
+    let mut tiles = Vec::new();
+    let leaves: Vec<_> = entries.iter().map(|e| leaf_hash(e)).collect();
+    tree.append(&leaves, &mut tiles);
+    let mut newest: HashMap<(tlogd_core::tile::TileKind, u64), (u16, Vec<u8>)> = HashMap::new();
+    for (id, bytes) in tiles {
+        newest.insert((id.kind, id.index), (id.width, bytes));
+    }
+    for (n, chunk) in entries.chunks(256).enumerate() {
+        let mut bundle = Vec::new();
+        for e in chunk {
+            append_entry(&mut bundle, e).unwrap();
+        }
+        newest.insert(
+            (tlogd_core::tile::TileKind::Entries, n as u64),
+            (chunk.len() as u16, bundle),
+        );
+    }
+    let expected = |id: &TileId| -> Option<Vec<u8>> {
+        let (stored, bytes) = newest.get(&(id.kind, id.index))?;
+        tlogd_core::tile::tile_prefix(id.kind, bytes, *stored, id.width).map(<[u8]>::to_vec)
+    };
+    let want: Vec<Option<Vec<u8>>> = ids.iter().map(expected).collect();
+    assert!(want[3].is_none() && want[7].is_none());
+    assert_eq!(want.iter().filter(|b| b.is_some()).count(), 6);
+    // A fresh connection (nothing cached), then again with the full tiles cached; and
+    // one at a time through `read_tile`.
     let fresh_storage = open::<B>(&url).await;
     for _ in 0..2 {
         let batched = fresh_storage.read_tiles(&ids).await.unwrap();
-        for (id, got) in ids.iter().zip(&batched) {
-            assert_eq!(got, &storage.read_tile(id).await.unwrap(), "{}", id.path());
+        assert_eq!(batched.len(), ids.len());
+        for ((id, got), want) in ids.iter().zip(&batched).zip(&want) {
+            assert_eq!(got, want, "read_tiles: {}", id.path());
+            assert_eq!(
+                &storage.read_tile(id).await.unwrap(),
+                want,
+                "read_tile: {}",
+                id.path()
+            );
         }
-        assert!(batched[3].is_none() && batched[7].is_none());
-        assert!(batched.iter().filter(|b| b.is_some()).count() == 6);
     }
 }
 
