@@ -1,17 +1,20 @@
-//! A lean keep-alive HTTP/1.1 client: one hyper connection per task, reconnected on
-//! error. No pooling layer, no per-request allocation beyond the body. `https://` URLs
-//! use TLS (rustls) with the system's root certificates, or those of the PEM file named
-//! by `SSL_CERT_FILE`.
+//! A lean keep-alive HTTP client. Over HTTP/1.1 each [`Client`] owns one hyper
+//! connection, reconnected on error; over h2c (HTTP/2 without TLS, prior knowledge)
+//! many clients share the few connections of an [`H2cPool`] and their requests are
+//! multiplexed. No pooling layer, no per-request allocation beyond the body (the URI of
+//! the last path is kept). `https://` URLs use TLS (rustls) with the system's root
+//! certificates, or those of the PEM file named by `SSL_CERT_FILE`.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::client::conn::http1::SendRequest;
+use hyper::client::conn::{http1, http2};
 use hyper::header::{AUTHORIZATION, HOST, HeaderValue};
-use hyper::{Method, Request, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper::{Method, Request, StatusCode, Uri};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpStream;
 
 /// A failed request.
@@ -108,11 +111,11 @@ fn tls_config() -> Result<Arc<rustls::ClientConfig>, ClientError> {
 }
 
 /// HTTP/1.1 over `io`; the connection is driven by a task of its own.
-async fn handshake<T>(io: T, authority: &str) -> Result<SendRequest<Full<Bytes>>, ClientError>
+async fn handshake<T>(io: T, authority: &str) -> Result<http1::SendRequest<Full<Bytes>>, ClientError>
 where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+    let (sender, conn) = http1::handshake(TokioIo::new(io))
         .await
         .map_err(|e| err(format!("connecting to {authority}: {e}")))?;
     tokio::spawn(async move {
@@ -121,13 +124,89 @@ where
     Ok(sender)
 }
 
-/// One connection's worth of client.
+async fn tcp(authority: &str) -> Result<TcpStream, ClientError> {
+    let stream = TcpStream::connect(authority)
+        .await
+        .map_err(|e| err(format!("connecting to {authority}: {e}")))?;
+    stream
+        .set_nodelay(true)
+        .map_err(|e| err(format!("connecting to {authority}: {e}")))?;
+    Ok(stream)
+}
+
+/// A few HTTP/2 connections without TLS (h2c, prior knowledge) to one base URL, shared
+/// by any number of [`Client`]s: their requests are multiplexed, up to the server's
+/// limit of concurrent streams per connection. A connection that closes (the server's
+/// idle timeout, `GOAWAY`, an error) is replaced on next use.
+pub struct H2cPool {
+    base: BaseUrl,
+    slots: Vec<tokio::sync::Mutex<Option<http2::SendRequest<Full<Bytes>>>>>,
+    next: AtomicUsize,
+}
+
+impl H2cPool {
+    /// A pool of `connections` (at least one) to `base`, opened lazily. h2c has no TLS:
+    /// an `https://` base is refused.
+    pub fn new(base: BaseUrl, connections: usize) -> Result<Arc<Self>, ClientError> {
+        if base.tls_name.is_some() {
+            return Err(err(format!(
+                "{}: h2c is HTTP/2 without TLS; use an http:// URL",
+                base.authority
+            )));
+        }
+        Ok(Arc::new(H2cPool {
+            base,
+            slots: (0..connections.max(1))
+                .map(|_| tokio::sync::Mutex::new(None))
+                .collect(),
+            next: AtomicUsize::new(0),
+        }))
+    }
+
+    /// The base URL the pool connects to.
+    pub fn base(&self) -> &BaseUrl {
+        &self.base
+    }
+
+    /// A sender on connection `slot`, connecting if it is not open.
+    async fn sender(&self, slot: usize) -> Result<http2::SendRequest<Full<Bytes>>, ClientError> {
+        let mut s = self.slots[slot % self.slots.len()].lock().await;
+        if let Some(open) = s.as_ref().filter(|s| !s.is_closed()) {
+            return Ok(open.clone());
+        }
+        let authority = &self.base.authority;
+        let (sender, conn) = http2::handshake(TokioExecutor::new(), TokioIo::new(tcp(authority).await?))
+            .await
+            .map_err(|e| err(format!("connecting to {authority} (h2c): {e}")))?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        *s = Some(sender.clone());
+        Ok(sender)
+    }
+}
+
+/// How a client reaches the server.
+enum Conn {
+    /// Its own HTTP/1.1 connection (plain or TLS).
+    H1(Option<http1::SendRequest<Full<Bytes>>>),
+    /// A stream on a shared h2c connection; `sender` is this client's handle on it.
+    H2 {
+        pool: Arc<H2cPool>,
+        slot: usize,
+        sender: Option<http2::SendRequest<Full<Bytes>>>,
+    },
+}
+
+/// One connection's worth of client (HTTP/1.1), or one user of a shared h2c pool.
 pub struct Client {
     base: BaseUrl,
     auth: Option<HeaderValue>,
     timeout: Duration,
-    sender: Option<SendRequest<Full<Bytes>>>,
+    conn: Conn,
     host: HeaderValue,
+    /// The last path requested and its URI (writers request the same path every time).
+    last_uri: Option<(String, Uri)>,
 }
 
 /// A response: status, `Retry-After` seconds, duplicate marker, body.
@@ -142,12 +221,49 @@ pub struct Response {
     pub body: Bytes,
 }
 
+/// A request that failed before the server can have acted on it, or that is safe to
+/// send twice: worth one more try on a fresh connection. A kept-alive connection the
+/// server closed while idle (its idle timeout) fails the next request this way.
+fn retryable(method: &Method, e: &hyper::Error) -> bool {
+    e.is_canceled() || (method == Method::GET && (e.is_incomplete_message() || e.is_closed()))
+}
+
 impl Client {
-    /// A client for `base`; connects lazily.
+    /// A client for `base` with a connection of its own (HTTP/1.1); connects lazily.
     pub fn new(
         base: BaseUrl,
         bearer: Option<&str>,
         timeout: Duration,
+    ) -> Result<Self, ClientError> {
+        Self::with_conn(base, bearer, timeout, Conn::H1(None))
+    }
+
+    /// A client sending its requests over the shared h2c connections of `pool`
+    /// (clients are spread over them in turn).
+    pub fn h2c(
+        pool: Arc<H2cPool>,
+        bearer: Option<&str>,
+        timeout: Duration,
+    ) -> Result<Self, ClientError> {
+        let slot = pool.next.fetch_add(1, Ordering::Relaxed);
+        let base = pool.base.clone();
+        Self::with_conn(
+            base,
+            bearer,
+            timeout,
+            Conn::H2 {
+                pool,
+                slot,
+                sender: None,
+            },
+        )
+    }
+
+    fn with_conn(
+        base: BaseUrl,
+        bearer: Option<&str>,
+        timeout: Duration,
+        conn: Conn,
     ) -> Result<Self, ClientError> {
         let auth = match bearer {
             // Never echo the token in the error.
@@ -163,20 +279,37 @@ impl Client {
             base,
             auth,
             timeout,
-            sender: None,
+            conn,
             host,
+            last_uri: None,
         })
     }
 
-    async fn connect(&mut self) -> Result<&mut SendRequest<Full<Bytes>>, ClientError> {
-        if self.sender.as_ref().is_none_or(|s| s.is_closed()) {
+    /// The URI of `path`: origin-form for HTTP/1.1, absolute for HTTP/2 (whose
+    /// `:scheme` and `:authority` come from it).
+    fn uri(&mut self, path: &str) -> Result<Uri, ClientError> {
+        if let Some((p, u)) = &self.last_uri
+            && p == path
+        {
+            return Ok(u.clone());
+        }
+        let rel = format!("{}/{}", self.base.prefix, path.trim_start_matches('/'));
+        let full = match self.conn {
+            Conn::H1(_) => rel,
+            Conn::H2 { .. } => format!("http://{}{rel}", self.base.authority),
+        };
+        let uri: Uri = full.parse().map_err(|e| err(format!("{path}: {e}")))?;
+        self.last_uri = Some((path.to_string(), uri.clone()));
+        Ok(uri)
+    }
+
+    async fn connect_h1(&mut self) -> Result<&mut http1::SendRequest<Full<Bytes>>, ClientError> {
+        let Conn::H1(slot) = &mut self.conn else {
+            return Err(err("not an HTTP/1.1 client"));
+        };
+        if slot.as_ref().is_none_or(|s| s.is_closed()) {
             let authority = &self.base.authority;
-            let stream = TcpStream::connect(authority)
-                .await
-                .map_err(|e| err(format!("connecting to {authority}: {e}")))?;
-            stream
-                .set_nodelay(true)
-                .map_err(|e| err(format!("connecting to {authority}: {e}")))?;
+            let stream = tcp(authority).await?;
             let sender = match &self.base.tls_name {
                 None => handshake(stream, authority).await?,
                 Some(name) => {
@@ -189,9 +322,55 @@ impl Client {
                     handshake(tls, authority).await?
                 }
             };
-            self.sender = Some(sender);
+            *slot = Some(sender);
         }
-        self.sender.as_mut().ok_or_else(|| err("not connected"))
+        slot.as_mut().ok_or_else(|| err("not connected"))
+    }
+
+    /// Send `req` once on this client's connection (opening one if needed); `Err(Ok(_))`
+    /// is a failure worth one retry on a fresh connection.
+    async fn send_once(
+        &mut self,
+        req: Request<Full<Bytes>>,
+        path: &str,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, Result<ClientError, ClientError>> {
+        let method = req.method().clone();
+        let reused;
+        let sent = match &mut self.conn {
+            Conn::H1(_) => {
+                reused = matches!(&self.conn, Conn::H1(Some(s)) if !s.is_closed());
+                let sender = self.connect_h1().await.map_err(Err)?;
+                sender
+                    .ready()
+                    .await
+                    .map_err(|e| Err(err(format!("{path}: {e}"))))?;
+                sender.send_request(req).await
+            }
+            Conn::H2 { pool, slot, sender } => {
+                reused = sender.as_ref().is_some_and(|s| !s.is_closed());
+                if !reused {
+                    *sender = Some(pool.sender(*slot).await.map_err(Err)?);
+                }
+                let s = sender.as_mut().ok_or_else(|| Err(err("not connected")))?;
+                s.ready().await.map_err(|e| Err(err(format!("{path}: {e}"))))?;
+                s.send_request(req).await
+            }
+        };
+        sent.map_err(|e| {
+            let failure = err(format!("{path}: {e}"));
+            if reused && retryable(&method, &e) {
+                Ok(failure)
+            } else {
+                Err(failure)
+            }
+        })
+    }
+
+    fn drop_connection(&mut self) {
+        match &mut self.conn {
+            Conn::H1(s) => *s = None,
+            Conn::H2 { sender, .. } => *sender = None,
+        }
     }
 
     /// Send one request to `path` (relative to the base URL).
@@ -201,27 +380,34 @@ impl Client {
         path: &str,
         body: Bytes,
     ) -> Result<Response, ClientError> {
-        let uri = format!("{}/{}", self.base.prefix, path.trim_start_matches('/'));
-        let mut req = Request::builder()
-            .method(method)
-            .uri(uri)
-            .body(Full::new(body))
-            .map_err(|e| err(format!("{path}: {e}")))?;
-        req.headers_mut().insert(HOST, self.host.clone());
-        if let Some(a) = &self.auth {
-            req.headers_mut().insert(AUTHORIZATION, a.clone());
-        }
+        let uri = self.uri(path)?;
+        // HTTP/2 carries the authority in the URI (`:authority`), not in `Host`.
+        let host = matches!(self.conn, Conn::H1(_)).then(|| self.host.clone());
+        let auth = self.auth.clone();
+        let build = |body: Bytes| {
+            let mut req = Request::new(Full::new(body));
+            *req.method_mut() = method.clone();
+            *req.uri_mut() = uri.clone();
+            if let Some(h) = &host {
+                req.headers_mut().insert(HOST, h.clone());
+            }
+            if let Some(a) = &auth {
+                req.headers_mut().insert(AUTHORIZATION, a.clone());
+            }
+            req
+        };
         let timeout = self.timeout;
         let result = tokio::time::timeout(timeout, async {
-            let sender = self.connect().await?;
-            sender
-                .ready()
-                .await
-                .map_err(|e| err(format!("{path}: {e}")))?;
-            let resp = sender
-                .send_request(req)
-                .await
-                .map_err(|e| err(format!("{path}: {e}")))?;
+            let resp = match self.send_once(build(body.clone()), path).await {
+                Ok(r) => r,
+                Err(Ok(_stale)) => {
+                    self.drop_connection();
+                    self.send_once(build(body), path).await.map_err(|e| match e {
+                        Ok(e) | Err(e) => e,
+                    })?
+                }
+                Err(Err(e)) => return Err(e),
+            };
             let status = resp.status();
             let retry_after = resp
                 .headers()
@@ -249,11 +435,11 @@ impl Client {
         match result {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(e)) => {
-                self.sender = None;
+                self.drop_connection();
                 Err(e)
             }
             Err(_) => {
-                self.sender = None;
+                self.drop_connection();
                 Err(ClientError::Timeout(format!(
                     "request to {path} timed out after {timeout:?}"
                 )))
