@@ -17,7 +17,11 @@ struct TickedAxis {
 
 impl TickedAxis {
     fn end(&self) -> f64 {
-        self.ticks.last().copied().filter(|e| *e > 0.0).unwrap_or(1.0)
+        self.ticks
+            .last()
+            .copied()
+            .filter(|e| *e > 0.0)
+            .unwrap_or(1.0)
     }
 }
 
@@ -79,8 +83,8 @@ pub fn nice_ticks(max: f64, target: usize) -> Vec<f64> {
 /// 30 s, 1, 2, 5, 10, 15, 30 min, 1, 2, 6, 12 h), about `target` intervals.
 pub fn time_ticks(max_s: f64, target: usize) -> Vec<f64> {
     const STEPS: [f64; 19] = [
-        0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0,
-        1800.0, 3600.0, 7200.0, 21600.0, 43200.0,
+        0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0,
+        3600.0, 7200.0, 21600.0, 43200.0,
     ];
     let max = if max_s.is_finite() && max_s > 0.0 {
         max_s
@@ -182,9 +186,14 @@ fn draw(
     for s in series {
         let color = s.color;
         chart
-            .draw_series(LineSeries::new(s.points.iter().copied(), color.stroke_width(2)))?
+            .draw_series(LineSeries::new(
+                s.points.iter().copied(),
+                color.stroke_width(2),
+            ))?
             .label(s.name)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+            });
     }
     chart
         .configure_series_labels()
@@ -203,12 +212,21 @@ mod tests {
 
     #[test]
     fn value_ticks_are_round_and_cover_the_maximum() {
-        assert_eq!(nice_ticks(31_234.0, 5), vec![0.0, 10_000.0, 20_000.0, 30_000.0, 40_000.0]);
-        assert_eq!(nice_ticks(100.0, 5), vec![0.0, 20.0, 40.0, 60.0, 80.0, 100.0]);
+        assert_eq!(
+            nice_ticks(31_234.0, 5),
+            vec![0.0, 10_000.0, 20_000.0, 30_000.0, 40_000.0]
+        );
+        assert_eq!(
+            nice_ticks(100.0, 5),
+            vec![0.0, 20.0, 40.0, 60.0, 80.0, 100.0]
+        );
         assert_eq!(nice_ticks(7.3, 5), vec![0.0, 2.0, 4.0, 6.0, 8.0]);
         assert_eq!(nice_ticks(0.9, 4), vec![0.0, 0.5, 1.0]);
         // Nothing to show (all zero, empty, NaN): still an axis from 0 to 1.
-        assert_eq!(nice_ticks(0.0, 5), vec![0.0, 0.2, 0.4, 0.6000000000000001, 0.8, 1.0]);
+        assert_eq!(
+            nice_ticks(0.0, 5),
+            vec![0.0, 0.2, 0.4, 0.6000000000000001, 0.8, 1.0]
+        );
         assert_eq!(nice_ticks(f64::NAN, 5).last(), Some(&1.0));
         for max in [0.013, 1.0, 9.99, 12.0, 999.0, 1234.5, 56_789.0, 3.2e6] {
             let t = nice_ticks(max, 5);
@@ -226,13 +244,25 @@ mod tests {
 
     #[test]
     fn time_ticks_use_clock_steps() {
-        assert_eq!(time_ticks(20.0, 10), vec![0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0, 18.0, 20.0]);
-        assert_eq!(time_ticks(31.0, 10), vec![0.0, 5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 35.0]);
+        assert_eq!(
+            time_ticks(20.0, 10),
+            vec![0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0, 18.0, 20.0]
+        );
+        assert_eq!(
+            time_ticks(31.0, 10),
+            vec![0.0, 5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 35.0]
+        );
         assert_eq!(
             time_ticks(1200.0, 10),
-            vec![0.0, 120.0, 240.0, 360.0, 480.0, 600.0, 720.0, 840.0, 960.0, 1080.0, 1200.0]
+            vec![
+                0.0, 120.0, 240.0, 360.0, 480.0, 600.0, 720.0, 840.0, 960.0, 1080.0, 1200.0
+            ]
         );
-        assert_eq!(time_ticks(3.0 * 86400.0, 4).len(), 4, "whole days beyond 12 h steps");
+        assert_eq!(
+            time_ticks(3.0 * 86400.0, 4).len(),
+            4,
+            "whole days beyond 12 h steps"
+        );
         assert_eq!(time_ticks(0.0, 10).last(), Some(&1.0));
     }
 
@@ -283,7 +313,10 @@ mod tests {
         for want in ["Throughput", "entries/s", "time since start", "adds/s"] {
             assert!(labels.contains(&want), "{want} missing from {labels:?}");
         }
-        assert!(labels.contains(&"growth &lt;tree&gt;"), "legend text is escaped");
+        assert!(
+            labels.contains(&"growth &lt;tree&gt;"),
+            "legend text is escaped"
+        );
         let x: Vec<String> = (0..=10).map(|i| format!("{}s", 2 * i)).collect();
         let y = ["0", "5k", "10k", "15k", "20k"];
         let ticks: Vec<&str> = labels

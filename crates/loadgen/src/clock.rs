@@ -32,10 +32,7 @@ impl IntegrationClock {
         // In order of time and size: the first verified at or after the send, then the
         // first of those covering the index.
         let after = self.history.partition_point(|(_, at)| *at < sent);
-        let covering = self
-            .history
-            .range(after..)
-            .find(|(size, _)| *size > index);
+        let covering = self.history.range(after..).find(|(size, _)| *size > index);
         match covering {
             Some((_, at)) => Some(at.duration_since(sent)),
             None => {

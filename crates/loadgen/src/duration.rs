@@ -8,7 +8,9 @@ use std::time::Duration;
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let s = text.trim();
     let bad = || {
-        format!("invalid duration {text:?}: expected e.g. 30s, 500ms, 5m, 1h, 1m30s or plain seconds")
+        format!(
+            "invalid duration {text:?}: expected e.g. 30s, 500ms, 5m, 1h, 1m30s or plain seconds"
+        )
     };
     if s.is_empty() {
         return Err(bad());
@@ -89,7 +91,9 @@ mod tests {
 
     #[test]
     fn nonsense_is_refused_with_examples() {
-        for text in ["", "s", "10x", "-5", "-5s", "1.2.3s", "5 m", "ms5", "inf", "NaN", "1e400"] {
+        for text in [
+            "", "s", "10x", "-5", "-5s", "1.2.3s", "5 m", "ms5", "inf", "NaN", "1e400",
+        ] {
             let e = parse_duration(text).expect_err(text);
             assert!(e.contains("30s") && e.contains(text), "{text:?}: {e}");
         }
@@ -99,6 +103,9 @@ mod tests {
     fn shown_as_taken() {
         assert_eq!(show(Duration::from_secs(300)), "300s");
         assert_eq!(show(Duration::from_millis(100)), "100ms");
-        assert_eq!(parse_duration(&show(Duration::from_millis(1500))), Ok(Duration::from_millis(1500)));
+        assert_eq!(
+            parse_duration(&show(Duration::from_millis(1500))),
+            Ok(Duration::from_millis(1500))
+        );
     }
 }

@@ -232,7 +232,9 @@ pub fn html(r: &Report) -> String {
         "entries/s",
         &[
             line("adds acknowledged/s", BLUE, |s| s.writes_per_s),
-            line("tree growth/s (verified checkpoints)", GREEN, |s| s.growth_per_s),
+            line("tree growth/s (verified checkpoints)", GREEN, |s| {
+                s.growth_per_s
+            }),
         ],
     ));
     o.push_str(&line_chart(

@@ -101,10 +101,17 @@ fn take_quantiles(h: &Mutex<Histogram<u64>>) -> (f64, f64) {
 }
 
 impl Stats {
-    /// Record an add round trip.
-    pub fn add_done(&self, us: u64) {
-        let _ = lock(&self.add_latency).record(us.max(1));
-        let _ = lock(&self.add_latency_tick).record(us.max(1));
+    /// Record add round trips (one lock per batch).
+    pub fn adds_done(&self, us: &[u64]) {
+        if us.is_empty() {
+            return;
+        }
+        for h in [&self.add_latency, &self.add_latency_tick] {
+            let mut h = lock(h);
+            for v in us {
+                let _ = h.record((*v).max(1));
+            }
+        }
     }
 
     /// Record times to integrate (one lock per batch: a checkpoint covers thousands).

@@ -147,7 +147,12 @@ async fn a_run_with_a_write_goal_succeeds_and_its_report_adds_up() {
     assert_eq!(j["ok"], true);
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.contains("<svg") && page.contains("Tree growth"));
-    for chart in ["Throughput", "Time to integrate", "CPU", "Verification backlog"] {
+    for chart in [
+        "Throughput",
+        "Time to integrate",
+        "CPU",
+        "Verification backlog",
+    ] {
         assert!(page.contains(chart), "{chart} chart missing");
     }
     assert!(page.contains("us/add"), "CPU per add missing");
@@ -328,7 +333,9 @@ async fn writers_0_is_a_read_only_run() {
     let (url, _storage, log) = serve_log_with(false, counting_adds(adds.clone())).await;
     // Something to read: entries added behind the loadgen's back.
     for i in 0..300 {
-        log.add(bytes::Bytes::from(format!("seed {i}"))).await.unwrap();
+        log.add(bytes::Bytes::from(format!("seed {i}")))
+            .await
+            .unwrap();
     }
     let r = run(args(
         &url,
@@ -347,17 +354,17 @@ async fn writers_0_is_a_read_only_run() {
     .unwrap();
     assert!(r.ok, "{:?}", r.failure_reasons);
     assert_eq!(adds.load(Ordering::SeqCst), 0, "a read-only run sent adds");
-    assert_eq!((r.writes_new, r.writes_duplicate, r.write_errors), (0, 0, 0));
+    assert_eq!(
+        (r.writes_new, r.writes_duplicate, r.write_errors),
+        (0, 0, 0)
+    );
     assert_eq!(r.tree_size_end, 300);
     assert!(r.reads_ok > 0, "the readers read");
     assert_eq!(r.loadgen_cpu_us_per_add, 0.0, "no adds, no CPU per add");
     // A write goal without writers is a contradiction, said as such.
-    let e = run(args(
-        &url,
-        &["--writers", "0", "--leaf-write-goal", "10"],
-    ))
-    .await
-    .unwrap_err();
+    let e = run(args(&url, &["--writers", "0", "--leaf-write-goal", "10"]))
+        .await
+        .unwrap_err();
     assert!(e.to_string().contains("--writers 0"), "{e}");
 }
 
@@ -390,7 +397,10 @@ async fn h2c_writers_share_one_connection_and_everything_verifies() {
     assert!(r.ok, "{:?}", r.failure_reasons);
     assert_eq!(r.transport, "h2c");
     assert!(r.writes_new + r.writes_duplicate >= 4000);
-    assert_eq!(adds.load(Ordering::SeqCst), r.writes_new + r.writes_duplicate);
+    assert_eq!(
+        adds.load(Ordering::SeqCst),
+        r.writes_new + r.writes_duplicate
+    );
     assert_eq!(r.tree_growth, r.writes_new);
     assert!(r.verified_entries >= r.writes_new + r.writes_duplicate);
     // The whole log checks out over h2c as well.
@@ -411,8 +421,11 @@ async fn h2c_writers_share_one_connection_and_everything_verifies() {
 
 #[tokio::test]
 async fn h2c_needs_a_plain_http_url() {
-    let e = run(args("https://127.0.0.1:9", &["--h2c", "--leaf-write-goal", "1"]))
-        .await
-        .unwrap_err();
+    let e = run(args(
+        "https://127.0.0.1:9",
+        &["--h2c", "--leaf-write-goal", "1"],
+    ))
+    .await
+    .unwrap_err();
     assert!(format!("{e:#}").contains("h2c"), "{e:#}");
 }

@@ -53,7 +53,8 @@ impl HttpFetcher {
         connections: usize,
     ) -> Result<Self, VerifyError> {
         let base = BaseUrl::parse(url).map_err(|e| VerifyError::Fetch(e.to_string()))?;
-        let pool = H2cPool::new(base, connections).map_err(|e| VerifyError::Fetch(e.to_string()))?;
+        let pool =
+            H2cPool::new(base, connections).map_err(|e| VerifyError::Fetch(e.to_string()))?;
         Self::build(url, bearer, timeout, Some(pool))
     }
 
