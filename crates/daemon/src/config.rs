@@ -46,6 +46,9 @@ pub struct Config {
     /// Witness cosigning.
     #[serde(default)]
     pub witnessing: WitnessingConfig,
+    /// HTTP connections: timeouts and limits of the public listener (and the metrics one).
+    #[serde(default)]
+    pub http: HttpConfig,
 }
 
 fn default_listen() -> SocketAddr {
@@ -242,6 +245,43 @@ impl Default for WitnessingConfig {
     }
 }
 
+/// `[http]`: what a slow, idle or greedy client may hold.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// A request's headers must arrive within this; a new connection's first request
+    /// too. For HTTP/1.1 it also bounds the wait for the next request on a keep-alive
+    /// connection (hyper runs one timer for both).
+    pub header_read_timeout_ms: u64,
+    /// `POST /add`: the whole body must arrive within this once the headers have
+    /// (`408` otherwise).
+    pub body_read_timeout_ms: u64,
+    /// A connection with no request in flight for this long is closed (HTTP/2; an idle
+    /// HTTP/1.1 connection is closed after `header_read_timeout_ms` already).
+    pub idle_timeout_ms: u64,
+    /// Open connections at most; a connection beyond it is closed as soon as it is
+    /// accepted.
+    pub max_connections: usize,
+    /// Requests in flight at once on one HTTP/2 connection.
+    pub h2_max_concurrent_streams: u32,
+    /// At shutdown, how long connections still busy are waited for before the queue is
+    /// drained without them.
+    pub shutdown_grace_ms: u64,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            header_read_timeout_ms: 10_000,
+            body_read_timeout_ms: 10_000,
+            idle_timeout_ms: 60_000,
+            max_connections: 4096,
+            h2_max_concurrent_streams: 1024,
+            shutdown_grace_ms: 30_000,
+        }
+    }
+}
+
 impl Config {
     /// The built-in defaults (what running without `--config` starts from).
     pub fn defaults() -> Self {
@@ -328,6 +368,23 @@ impl Config {
         }
         if self.witnessing.timeout_ms == 0 {
             bail!("`witnessing.timeout_ms` must be at least 1");
+        }
+        for (key, v) in [
+            (
+                "http.header_read_timeout_ms",
+                self.http.header_read_timeout_ms,
+            ),
+            ("http.body_read_timeout_ms", self.http.body_read_timeout_ms),
+            ("http.idle_timeout_ms", self.http.idle_timeout_ms),
+            ("http.max_connections", self.http.max_connections as u64),
+            (
+                "http.h2_max_concurrent_streams",
+                self.http.h2_max_concurrent_streams.into(),
+            ),
+        ] {
+            if v == 0 {
+                bail!("`{key}` must be at least 1");
+            }
         }
         if !matches!(self.log.format.as_str(), "text" | "json") {
             bail!(
@@ -427,5 +484,24 @@ mod tests {
         assert!(msg.contains("postgres://"), "{msg}");
         c.storage.url = Some("postgres://tlogd@127.0.0.1/t".into());
         c.validate().unwrap();
+        c.http.idle_timeout_ms = 0;
+        let msg = format!("{:#}", c.validate().unwrap_err());
+        assert!(msg.contains("http.idle_timeout_ms"), "{msg}");
+    }
+
+    #[test]
+    fn http_section_parses() {
+        let c = Config::parse(
+            "origin = \"o\"\n[http]\nheader_read_timeout_ms = 500\nmax_connections = 7\n",
+        )
+        .unwrap();
+        assert_eq!(c.http.header_read_timeout_ms, 500);
+        assert_eq!(c.http.max_connections, 7);
+        assert_eq!(
+            c.http.idle_timeout_ms,
+            HttpConfig::default().idle_timeout_ms
+        );
+        let e = Config::parse("origin = \"o\"\n[http]\nidle_timeout = 5\n").unwrap_err();
+        assert!(format!("{e:#}").contains("idle_timeout"), "{e:#}");
     }
 }

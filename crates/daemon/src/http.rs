@@ -1,16 +1,22 @@
 //! The public HTTP API: `POST /add` and the tlog-tiles read paths.
+//!
+//! Every answer other than a success is one line of text. A `500` never carries the
+//! backend's error text (it may name hosts, paths or the database): the client gets a
+//! reference that appears in the server log next to the detail.
 
-use std::sync::Arc;
-use std::time::Instant;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use sha2::{Digest, Sha256};
 use tlogd_core::bundle::MAX_ENTRY_SIZE;
 use tlogd_core::engine::{AddError, Log, LogStorage};
 use tlogd_core::tile::{TileId, TileKind};
@@ -22,30 +28,101 @@ pub const DUPLICATE_HEADER: &str = "x-tlog-duplicate";
 
 const IMMUTABLE: &str = "public, max-age=31536000, immutable";
 
+/// How the public router treats requests.
+#[derive(Clone, Debug)]
+pub struct HttpOptions {
+    /// With tokens, `POST /add` needs `Authorization: Bearer <token>` with one of them
+    /// (401 without, 403 with another), checked before the body is read.
+    pub tokens: Option<Arc<WriteTokens>>,
+    /// `POST /add`: the whole body must arrive within this once the headers have, or
+    /// the client gets `408` and the connection is closed (a slowloris body).
+    pub body_read_timeout: Duration,
+}
+
+impl Default for HttpOptions {
+    fn default() -> Self {
+        HttpOptions {
+            tokens: None,
+            body_read_timeout: Duration::from_millis(
+                crate::config::HttpConfig::default().body_read_timeout_ms,
+            ),
+        }
+    }
+}
+
 /// The public router, without write authentication.
 pub fn router<S: LogStorage>(log: Log<S>) -> Router {
-    router_with_auth(log, None)
+    router_with(log, &HttpOptions::default())
 }
 
 /// The public router; with `tokens`, `POST /add` needs `Authorization: Bearer <token>`
 /// with one of them (401 without, 403 with another), checked before the body is read.
 /// Reads stay public.
 pub fn router_with_auth<S: LogStorage>(log: Log<S>, tokens: Option<Arc<WriteTokens>>) -> Router {
-    let mut add_route = post(add::<S>);
-    if let Some(tokens) = tokens.filter(|t| !t.is_empty()) {
+    router_with(
+        log,
+        &HttpOptions {
+            tokens,
+            ..HttpOptions::default()
+        },
+    )
+}
+
+/// The public router with `opts`.
+pub fn router_with<S: LogStorage>(log: Log<S>, opts: &HttpOptions) -> Router {
+    let timeout = opts.body_read_timeout;
+    let mut add_route = post(move |State(log): State<Log<S>>, req: Request| add(log, req, timeout));
+    if let Some(tokens) = opts.tokens.clone().filter(|t| !t.is_empty()) {
         add_route = add_route.route_layer(middleware::from_fn_with_state(tokens, require_token));
     }
     Router::new()
         .route("/add", add_route)
         .route("/checkpoint", get(checkpoint::<S>))
         .route("/tile/{*path}", get(tile::<S>))
-        // One byte over the limit is enough to know it is too large.
-        .layer(DefaultBodyLimit::max(MAX_ENTRY_SIZE + 1))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .with_state(log)
 }
 
+async fn not_found(req: Request) -> Response {
+    read_metric("other", StatusCode::NOT_FOUND);
+    text(
+        StatusCode::NOT_FOUND,
+        format!("{} not found", printable(req.uri().path())),
+    )
+}
+
+async fn method_not_allowed(method: Method, req: Request) -> Response {
+    let allowed = if req.uri().path() == "/add" {
+        "POST"
+    } else {
+        "GET"
+    };
+    let mut resp = text(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("{method} is not allowed here (use {allowed})"),
+    );
+    resp.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static(allowed));
+    resp
+}
+
+/// At most 200 printable ASCII characters of client input, for echoing it in a
+/// one-line answer.
+fn printable(s: &str) -> String {
+    s.chars()
+        .take(200)
+        .map(|c| if c.is_ascii_graphic() { c } else { '?' })
+        .collect()
+}
+
+/// A one-line `text/plain` answer (line breaks in `msg` become spaces).
 fn text(status: StatusCode, msg: impl Into<String>) -> Response {
-    let mut body = msg.into();
+    let mut body: String = msg
+        .into()
+        .chars()
+        .map(|c| if c == '\r' || c == '\n' { ' ' } else { c })
+        .collect();
     body.push('\n');
     (
         status,
@@ -90,23 +167,61 @@ async fn require_token(
     }
 }
 
-async fn add<S: LogStorage>(
-    State(log): State<Log<S>>,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    let started = Instant::now();
-    let body = match body {
-        Ok(b) => b,
-        Err(r) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-            outcome("too_large", started);
-            return text(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("entry exceeds {MAX_ENTRY_SIZE} bytes"),
+/// Read an add's body: at most [`MAX_ENTRY_SIZE`] bytes (one more is enough to know it
+/// is too large), within `timeout`.
+async fn read_entry(headers: &HeaderMap, body: Body, timeout: Duration) -> Result<Bytes, Response> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let too_large = || {
+        text(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("entry exceeds {MAX_ENTRY_SIZE} bytes"),
+        )
+    };
+    if declared.is_some_and(|n| n > MAX_ENTRY_SIZE as u64) {
+        // Refused before reading: hyper closes the connection rather than drain it.
+        return Err(too_large());
+    }
+    let limited = Limited::new(body, MAX_ENTRY_SIZE + 1);
+    match tokio::time::timeout(timeout, limited.collect()).await {
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Err(_) => {
+            let mut resp = text(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the request body did not arrive within {} ms",
+                    timeout.as_millis()
+                ),
             );
+            resp.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            Err(resp)
         }
-        Err(r) => {
-            outcome("bad_request", started);
-            return text(StatusCode::BAD_REQUEST, format!("cannot read body: {r}"));
+        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => Err(too_large()),
+        Ok(Err(e)) => Err(text(
+            StatusCode::BAD_REQUEST,
+            format!("cannot read the request body: {e}"),
+        )),
+    }
+}
+
+async fn add<S: LogStorage>(log: Log<S>, req: Request, timeout: Duration) -> Response {
+    let started = Instant::now();
+    let (parts, body) = req.into_parts();
+    let body = match read_entry(&parts.headers, body, timeout).await {
+        Ok(b) => b,
+        Err(resp) => {
+            outcome(
+                match resp.status() {
+                    StatusCode::PAYLOAD_TOO_LARGE => "too_large",
+                    StatusCode::REQUEST_TIMEOUT => "timeout",
+                    _ => "bad_request",
+                },
+                started,
+            );
+            return resp;
         }
     };
     match log.add(body).await {
@@ -132,6 +247,9 @@ async fn add<S: LogStorage>(
                 _ => (StatusCode::INTERNAL_SERVER_ERROR, "error"),
             };
             outcome(o, started);
+            if status == StatusCode::INTERNAL_SERVER_ERROR {
+                return internal_error("POST /add", &e);
+            }
             let mut resp = text(status, e.to_string());
             if status == StatusCode::SERVICE_UNAVAILABLE {
                 let secs = log.config().retry_after.as_secs().max(1);
@@ -141,6 +259,55 @@ async fn add<S: LogStorage>(
             resp
         }
     }
+}
+
+/// When each error reference was last logged, and how many answers carried it since.
+static LOGGED_ERRORS: Mutex<Option<HashMap<String, (Instant, u64)>>> = Mutex::new(None);
+
+/// A `500` with a generic body. The detail goes to the log under a reference derived
+/// from it (the first 8 hex digits of its SHA-256), which the body quotes: the same
+/// failure (a batch of 4096 adds whose commit failed) has one reference and is logged
+/// once per second with a count, not once per request.
+fn internal_error(route: &str, detail: &dyn std::fmt::Display) -> Response {
+    let detail = detail.to_string();
+    let digest = Sha256::digest(detail.as_bytes());
+    let reference: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+    let now = Instant::now();
+    let log_now = {
+        let mut guard = LOGGED_ERRORS.lock().unwrap_or_else(|e| e.into_inner());
+        let seen = guard.get_or_insert_with(HashMap::new);
+        if seen.len() > 1024 {
+            seen.retain(|_, (at, _)| now.duration_since(*at) < Duration::from_secs(1));
+        }
+        match seen.get_mut(&reference) {
+            Some((at, n)) if now.duration_since(*at) < Duration::from_secs(1) => {
+                *n += 1;
+                None
+            }
+            Some((at, n)) => {
+                let repeats = *n;
+                (*at, *n) = (now, 0);
+                Some(repeats)
+            }
+            None => {
+                seen.insert(reference.clone(), (now, 0));
+                Some(0)
+            }
+        }
+    };
+    if let Some(repeats) = log_now {
+        tracing::error!(
+            error_ref = %reference,
+            route,
+            error = %detail,
+            earlier_answers_not_logged = repeats,
+            "answered 500"
+        );
+    }
+    text(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        format!("internal error (ref {reference}); see the server log"),
+    )
 }
 
 fn read_metric(kind: &'static str, status: StatusCode) {
@@ -167,19 +334,28 @@ async fn checkpoint<S: LogStorage>(State(log): State<Log<S>>) -> Response {
         }
         Err(e) => {
             read_metric("checkpoint", StatusCode::INTERNAL_SERVER_ERROR);
-            tracing::error!(error = %e, "reading checkpoint");
-            text(StatusCode::INTERNAL_SERVER_ERROR, "cannot read checkpoint")
+            internal_error("GET /checkpoint", &e)
         }
     }
 }
 
-async fn tile<S: LogStorage>(State(log): State<Log<S>>, Path(rest): Path<String>) -> Response {
-    let path = format!("tile/{rest}");
+async fn tile<S: LogStorage>(State(log): State<Log<S>>, req: Request) -> Response {
+    // The path as sent, not percent-decoded: tlog-tiles paths are plain ASCII, and
+    // `tile/0/%30%30%30` or `tile/%2e%2e/x` are not paths of this log.
+    let path = req
+        .uri()
+        .path()
+        .strip_prefix('/')
+        .unwrap_or_default()
+        .to_string();
     let id = match TileId::parse(&path) {
         Ok(id) => id,
         Err(e) => {
             read_metric("invalid", StatusCode::BAD_REQUEST);
-            return text(StatusCode::BAD_REQUEST, format!("malformed tile path: {e}"));
+            return text(
+                StatusCode::BAD_REQUEST,
+                format!("malformed tile path {}: {e}", printable(&path)),
+            );
         }
     };
     let (kind, available) = match id.kind {
@@ -216,8 +392,7 @@ async fn tile<S: LogStorage>(State(log): State<Log<S>>, Path(rest): Path<String>
         }
         Err(e) => {
             read_metric(kind, StatusCode::INTERNAL_SERVER_ERROR);
-            tracing::error!(error = %e, %path, "reading tile");
-            text(StatusCode::INTERNAL_SERVER_ERROR, "cannot read tile")
+            internal_error(&format!("GET /{path}"), &e)
         }
     }
 }

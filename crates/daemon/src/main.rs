@@ -15,7 +15,9 @@ use tlogd_storage_posix::PosixStorage;
 use tlogd_storage_postgres::PostgresStorage;
 
 use tlogd::config::Config;
+use tlogd::http::HttpOptions;
 use tlogd::observe;
+use tlogd::server::ServeOptions;
 
 /// A C2SP tlog-tiles transparency log daemon.
 ///
@@ -263,6 +265,7 @@ async fn run<S: LogStorage>(
     c: &Config,
 ) -> anyhow::Result<()> {
     let tokens = tlogd::auth::load(c.auth.bearer_tokens_file.as_deref())?.map(Arc::new);
+    check_fd_limit(c.http.max_connections);
     let metrics = observe::install_metrics()?;
     // Histograms buffer raw samples until drained: drain them even if nobody scrapes,
     // so memory stays bounded.
@@ -291,11 +294,16 @@ async fn run<S: LogStorage>(
             .with_context(|| format!("metrics: listening on {addr}"))?;
         let app = observe::router(log.clone(), metrics);
         tracing::info!(%addr, "metrics and health endpoints listening");
-        Some(tokio::spawn(async move {
-            if let Err(e) = axum::serve(ml, app).await {
-                tracing::error!(error = %e, "metrics server failed");
-            }
-        }))
+        let opts = ServeOptions {
+            name: "metrics",
+            ..ServeOptions::from(&c.http)
+        };
+        Some(tokio::spawn(tlogd::server::serve(
+            ml,
+            app,
+            opts,
+            std::future::pending(),
+        )))
     };
     tracing::info!(
         addr = %c.listen,
@@ -303,6 +311,7 @@ async fn run<S: LogStorage>(
         vkey = %log.config().signer.verifier().to_vkey(),
         size = log.committed_size(),
         write_tokens = tokens.as_ref().map_or(0, |t| t.len()),
+        max_connections = c.http.max_connections,
         "tlogd serving"
     );
     // Stop on a signal, or when a background task of the log died (fail-stop: a
@@ -316,10 +325,17 @@ async fn run<S: LogStorage>(
                 reason = watched.failed() => { let _ = tx.send(reason); }
             }
         };
-        axum::serve(listener, tlogd::http::router_with_auth(log.clone(), tokens))
-            .with_graceful_shutdown(stop)
-            .await
-            .context("serving HTTP")?;
+        let http = HttpOptions {
+            tokens,
+            body_read_timeout: Duration::from_millis(c.http.body_read_timeout_ms),
+        };
+        tlogd::server::serve(
+            listener,
+            tlogd::http::router_with(log.clone(), &http),
+            ServeOptions::from(&c.http),
+            stop,
+        )
+        .await;
         rx.await.ok()
     };
     if let Some(reason) = failed {
@@ -337,6 +353,41 @@ async fn run<S: LogStorage>(
         bail!("final checkpoint was not published");
     }
     Ok(())
+}
+
+/// Raise the soft limit on open files to the hard one (as Go programs do): every
+/// connection is a file descriptor, and the usual soft default of 1024 is below
+/// `http.max_connections`. Warn when even the hard limit is.
+fn check_fd_limit(max_connections: usize) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write the struct passed.
+    let soft = unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return;
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                lim.rlim_cur = lim.rlim_max;
+            }
+        }
+        lim.rlim_cur
+    };
+    // Files, RocksDB and the database pool need descriptors too.
+    let needed = max_connections as u64 + 512;
+    if soft < needed {
+        tracing::warn!(
+            open_files_limit = soft,
+            max_connections,
+            "the open-files limit (ulimit -n) is too low for http.max_connections: connections beyond it fail to be accepted"
+        );
+    }
 }
 
 async fn shutdown_signal() {

@@ -108,34 +108,124 @@ async fn bad_input_gets_clear_errors_and_changes_nothing() {
     );
     for (path, want) in [
         ("/tile/0/0", 400),
+        ("/tile/0/1", 400),
+        ("/tile/0/01", 400),
+        ("/tile/0/0001", 400),
+        ("/tile/00/000", 400),
+        ("/tile/01/000", 400),
         ("/tile/0/000.p/0", 400),
         ("/tile/0/000.p/256", 400),
         ("/tile/0/000.p/01", 400),
+        ("/tile/0/000.p/", 400),
+        ("/tile/0/000.p/1/", 400),
+        ("/tile/0/000.p/1.p/1", 400),
         ("/tile/0/1000", 400),
+        ("/tile/0/x000/001", 400),
+        ("/tile/0/x001", 400),
+        ("/tile/0/001/000", 400),
+        ("/tile/0/X001/000", 400),
         ("/tile/entries/x000/000", 400),
+        ("/tile/entries/000.p/256", 400),
+        ("/tile/entry/000", 400),
         ("/tile/64/000", 400),
+        ("/tile/-1/000", 400),
         ("/tile/abc", 400),
+        ("/tile/", 404),
+        ("/tile//0/000", 400),
+        // Traversal, plain and percent-encoded: never a file outside the log's paths.
+        ("/tile/../x", 400),
+        ("/tile/0/../../.tlogd/state.0", 400),
+        ("/tile/%2e%2e/x", 400),
+        ("/tile/%2E%2E/%2e%2e/.tlogd/lock", 400),
+        ("/tile/0/%30%30%30.p/1", 400),
+        ("/tile/0/000%2ep/1", 400),
+        ("/tile/0/000.p/1%00", 400),
         ("/tile/0/000.p/1", 200),
         ("/tile/entries/000.p/1", 200),
+        ("/tile/0/000.p/1?cachebust=1", 200),
         ("/tile/0/000.p/2", 404),
         ("/tile/0/000", 404),
+        ("/tile/0/001", 404),
         ("/tile/entries/001", 404),
         ("/tile/1/000.p/1", 404),
+        ("/tile/0/x001/000", 404),
         ("/.tlogd/state", 404),
+        ("/.tlogd/state.0", 404),
+        ("/../checkpoint", 404),
+        ("/checkpoint/", 404),
+        ("/checkpoint/..", 404),
         ("/nothing", 404),
+        ("/", 404),
     ] {
-        let (s, _, _) = http.get(&format!("{u}{path}")).await.unwrap();
+        let (s, _, body) = http.get(&format!("{u}{path}")).await.unwrap();
         assert_eq!(s, want, "GET {path}");
+        if s != 200 {
+            let body = std::str::from_utf8(&body).unwrap();
+            assert!(
+                body.ends_with('\n') && body.lines().count() == 1,
+                "GET {path}: {body:?}"
+            );
+        }
     }
+    // Wrong methods: 405 naming the right one, one line.
+    for (method, path, allowed) in [
+        ("GET", "/add", "POST"),
+        ("PUT", "/add", "POST"),
+        ("POST", "/checkpoint", "GET"),
+        ("DELETE", "/tile/0/000.p/1", "GET"),
+    ] {
+        let req = hyper::Request::builder()
+            .method(method)
+            .uri(format!("{u}{path}"))
+            .body(http_body_util::Full::new(Bytes::new()))
+            .unwrap();
+        let (s, h, body) = http.request(req).await.unwrap();
+        assert_eq!(s, 405, "{method} {path}");
+        assert_eq!(h["allow"], allowed, "{method} {path}");
+        assert_eq!(std::str::from_utf8(&body).unwrap().lines().count(), 1);
+    }
+    // Bodies that do not arrive whole: announced but cut short by the client's EOF,
+    // a chunked body over the limit, a malformed chunk. None is logged.
+    for (raw, want) in [
+        (
+            &b"POST /add HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\nonly this"[..],
+            400,
+        ),
+        (
+            b"POST /add HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nab\r\n",
+            400,
+        ),
+        (
+            b"POST /add HTTP/1.1\r\nHost: t\r\nContent-Length: 99999999999\r\n\r\nx",
+            413,
+        ),
+    ] {
+        let r = raw_exchange(&u, raw, true, Duration::from_secs(60)).await;
+        assert_eq!(r.status(), Some(want), "{r:?}");
+        assert_eq!(r.body().lines().count(), 1, "{r:?}");
+    }
+    let mut chunked =
+        b"POST /add HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    for _ in 0..9 {
+        chunked.extend_from_slice(b"2000\r\n");
+        chunked.extend_from_slice(&[b'c'; 0x2000]);
+        chunked.extend_from_slice(b"\r\n");
+    }
+    chunked.extend_from_slice(b"0\r\n\r\n");
+    let r = raw_exchange(&u, &chunked, false, Duration::from_secs(60)).await;
+    assert_eq!(r.status(), Some(413), "73728 chunked bytes: {r:?}");
     let (s, h, _) = http.get(&format!("{u}/tile/0/000.p/1")).await.unwrap();
     assert_eq!(s, 200);
     assert!(h["cache-control"].contains("immutable"));
     let (_, h, _) = http.get(&format!("{u}/checkpoint")).await.unwrap();
     assert_eq!(h["cache-control"], "no-cache");
-    let (s, _, _) = http.get(&format!("{u}/add")).await.unwrap();
-    assert_eq!(s, 405);
     let cp = http.wait_checkpoint(&u, 1).await;
     assert_eq!(cp.size, 1, "only the valid entry was logged");
+    assert_eq!(
+        http.add(&u, Bytes::from_static(b"next")).await.unwrap().0,
+        1,
+        "the next entry follows the only one logged"
+    );
     assert!(d.terminate().success());
 }
 

@@ -1,13 +1,18 @@
 //! tlog-loadgen: a verifying load generator for any C2SP tlog-tiles log that accepts
 //! `POST /add` (tlogd, Tessera's conformance servers).
 //!
-//! Writers add entries over keep-alive HTTP/1.1; a checkpoint follower verifies every
-//! checkpoint (signature, consistency with the previous one) and, once a checkpoint
-//! covers a written entry, checks the bytes at its index and its inclusion proof;
-//! full readers recompute every hash tile from the bundles; random readers verify an
-//! inclusion proof for every entry they read. Any verification failure fails the run
-//! and is named in the report.
+//! Writers add entries over keep-alive HTTP/1.1 (or multiplexed over a few h2c
+//! connections); a checkpoint follower verifies every checkpoint (signature,
+//! consistency with the previous one) and stops the clock of every entry the first
+//! verified checkpoint covers (time to integrate); a verifier then checks each written
+//! entry's bytes and inclusion against a verified checkpoint, at its own pace (its
+//! backlog is reported, and never moves the clock); full readers recompute every hash
+//! tile from the bundles; random readers verify an inclusion proof for every entry
+//! they read. Any verification failure fails the run and is named in the report.
 
+pub mod chart;
+pub mod clock;
+pub mod duration;
 pub mod machine;
 pub mod report;
 pub mod stats;
@@ -33,9 +38,11 @@ use tlogd_core::checkpoint::Checkpoint;
 use tlogd_core::hash::leaf_hash;
 use tlogd_core::note::NoteVerifier;
 use tlogd_core::tile::{TILE_WIDTH, TileId};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
-use crate::client::{BaseUrl, Client};
+use crate::client::{BaseUrl, Client, H2cPool};
+use crate::clock::IntegrationClock;
+use crate::duration::parse_duration;
 use crate::reader::LogReader;
 use crate::stats::{OpRow, Sample, Stats};
 
@@ -62,9 +69,18 @@ pub struct Args {
     /// Bearer token for writes only (overrides --bearer-token for POST).
     #[arg(long)]
     pub bearer_token_write: Option<String>,
-    /// Concurrent writers.
+    /// Concurrent writers; 0 = a read-only run (checkpoints followed and verified,
+    /// readers as asked, nothing written).
     #[arg(long, default_value_t = 64)]
     pub writers: usize,
+    /// HTTP/2 without TLS (h2c, prior knowledge) to the log, for writes and reads: the
+    /// writers share --h2c-connections connections per write URL, their adds
+    /// multiplexed. Default: HTTP/1.1, one keep-alive connection per writer.
+    #[arg(long)]
+    pub h2c: bool,
+    /// With --h2c: connections per write URL shared by all writers.
+    #[arg(long, default_value_t = 1)]
+    pub h2c_connections: usize,
     /// Global write rate limit in adds/s (0 = unlimited).
     #[arg(long, default_value_t = 0.0)]
     pub write_rate: f64,
@@ -83,25 +99,32 @@ pub struct Args {
     /// Global read rate limit in reads/s (0 = unlimited).
     #[arg(long, default_value_t = 0.0)]
     pub read_rate: f64,
-    /// Stop writing after this many seconds (0 = no limit).
-    #[arg(long, default_value_t = 0.0)]
-    pub duration: f64,
+    /// Stop writing after this long (30s, 5m, 1h, 500ms or plain seconds; 0 = no limit).
+    #[arg(long, value_parser = parse_duration, default_value = "0")]
+    pub duration: Duration,
     /// Stop writing after this many acknowledged adds (0 = no goal).
     #[arg(long, default_value_t = 0)]
     pub leaf_write_goal: u64,
-    /// Hard limit on the whole run, verification included (seconds).
-    #[arg(long, default_value_t = 300.0)]
-    pub max_runtime: f64,
+    /// Hard limit on the whole run, verification included (units as --duration).
+    #[arg(long, value_parser = parse_duration, default_value = "300s")]
+    pub max_runtime: Duration,
     /// Fraction of written entries whose bytes and inclusion are verified (inclusion is
     /// proven once per tile and checkpoint, and each entry's hash checked in that tile).
     #[arg(long, default_value_t = 1.0)]
     pub verify_fraction: f64,
-    /// HTTP timeout in seconds.
-    #[arg(long, default_value_t = 10.0)]
-    pub http_timeout: f64,
-    /// How often to poll the checkpoint (ms).
-    #[arg(long, default_value_t = 100)]
-    pub checkpoint_poll_ms: u64,
+    /// HTTP timeout of one request (units as --duration).
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    pub http_timeout: Duration,
+    /// How often to poll the checkpoint (units as --duration: 100ms, 1s).
+    #[arg(long, value_parser = parse_duration, default_value = "100ms")]
+    pub checkpoint_poll: Duration,
+    /// The same in milliseconds (older spelling of --checkpoint-poll).
+    #[arg(long, hide = true, conflicts_with = "checkpoint_poll")]
+    pub checkpoint_poll_ms: Option<u64>,
+    /// The log's process id, when it runs on this machine: its CPU time (from
+    /// /proc/PID/stat) is sampled every second and reported per add.
+    #[arg(long)]
+    pub log_pid: Option<u32>,
     /// Write the full report as JSON.
     #[arg(long)]
     pub report_json: Option<PathBuf>,
@@ -166,16 +189,71 @@ pub struct Report {
     pub timeline: Vec<Sample>,
     /// Machine and storage.
     pub machine: machine::Machine,
-    /// Loadgen CPU time per acknowledged add (µs), from /proc/self/stat.
+    /// `http/1.1` or `h2c`.
+    pub transport: String,
+    /// Loadgen CPU time (user + system) over the whole run, verification included (s).
+    pub loadgen_cpu_seconds: f64,
+    /// Loadgen CPU time per acknowledged add (µs); 0 when nothing was added.
     pub loadgen_cpu_us_per_add: f64,
+    /// The log's process (`--log-pid`): its CPU time over the run (s).
+    pub log_cpu_seconds: Option<f64>,
+    /// The log's CPU time per acknowledged add (µs).
+    pub log_cpu_us_per_add: Option<f64>,
+    /// Most sampled entries waiting for their bytes and inclusion to be checked.
+    pub verify_backlog_max: u64,
+    /// Entries still waiting when writing stopped.
+    pub verify_backlog_at_write_end: u64,
+    /// Seconds from the end of writing until every sampled entry was checked.
+    pub verify_drain_seconds: f64,
 }
 
-/// A written entry on its way to verification.
+/// An acknowledged add, on its way to the integration clock.
 struct Written {
     index: u64,
     sent: Instant,
+    /// Its round trip (µs), recorded by the clock with the others of its batch.
+    rtt_us: u64,
+    /// Answered from the log's dedup index: its index was integrated long ago, so it
+    /// has no time to integrate.
+    duplicate: bool,
     /// The bytes, when sampled for verification.
     leaf: Option<Bytes>,
+}
+
+/// Acknowledged adds, collected from the writers and taken by the integration clock in
+/// batches every few milliseconds: a writer pays one uncontended lock per add instead
+/// of waking another task, and the histograms are locked once per batch. Nothing is
+/// timed by the hand-over (each entry carries when it was sent).
+#[derive(Default)]
+struct Inbox {
+    queue: std::sync::Mutex<Vec<Written>>,
+    /// Set once every writer has finished (and so has put its last add here).
+    writers_done: AtomicBool,
+}
+
+impl Inbox {
+    fn put(&self, w: Written) {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner()).push(w);
+    }
+
+    /// Everything put so far, into `into` (emptied first).
+    fn take(&self, into: &mut Vec<Written>) {
+        into.clear();
+        std::mem::swap(
+            &mut *self.queue.lock().unwrap_or_else(|e| e.into_inner()),
+            into,
+        );
+    }
+}
+
+/// How often the clock takes the writers' adds.
+const INBOX_PERIOD: Duration = Duration::from_millis(10);
+
+/// A sampled entry on its way to the verifier.
+struct ToVerify {
+    index: u64,
+    sent: Instant,
+    leaf: Bytes,
 }
 
 /// splitmix64: a tiny deterministic generator for leaf choice and sampling.
@@ -225,13 +303,27 @@ impl Pacer {
     }
 }
 
+/// CPU time (user + system) of this process, from getrusage (microsecond resolution).
 fn cpu_seconds() -> f64 {
-    // utime + stime of this process, in clock ticks (100/s on Linux).
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    // SAFETY: getrusage only writes the struct passed; all-zero is a valid rusage.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return 0.0;
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// CPU time (utime + stime) of process `pid` from /proc/PID/stat, if it is readable.
+fn process_cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces: fields count from after its ')'.
+    let (_, after) = stat.rsplit_once(')')?;
     let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) / 100.0
+    let ticks = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    Some(ticks / if hz > 0 { hz as f64 } else { 100.0 })
 }
 
 struct Ctx {
@@ -243,21 +335,28 @@ struct Ctx {
     origin: String,
     verifier: Option<NoteVerifier>,
     write_bases: Vec<BaseUrl>,
+    /// With --h2c: the shared connections of each write URL.
+    write_pools: Vec<Arc<H2cPool>>,
+    /// Acknowledged adds for the integration clock.
+    inbox: Inbox,
     timeout: Duration,
     write_pacer: Option<Arc<Pacer>>,
 }
 
 impl Ctx {
+    /// A verified reader of the log with a connection of its own (over h2c: a
+    /// connection of its own too, so readers never queue behind the writers' streams).
     fn reader(&self) -> anyhow::Result<LogReader<HttpFetcher>> {
         let verifier = self
             .verifier
             .clone()
             .context("--log-public-key is required")?;
-        let fetch = HttpFetcher::new(
-            &self.args.log_url,
-            self.args.bearer_token.as_deref(),
-            self.timeout,
-        )?;
+        let (url, token) = (&self.args.log_url, self.args.bearer_token.as_deref());
+        let fetch = if self.args.h2c {
+            HttpFetcher::h2c(url, token, self.timeout, 1)?
+        } else {
+            HttpFetcher::new(url, token, self.timeout)?
+        };
         Ok(LogReader::new(fetch, self.origin.clone(), verifier))
     }
 }
@@ -295,12 +394,30 @@ pub async fn run(mut args: Args) -> anyhow::Result<Report> {
     if !(0.0..=1.0).contains(&args.dup_chance) || !(0.0..=1.0).contains(&args.verify_fraction) {
         bail!("--dup-chance and --verify-fraction must be within 0..=1");
     }
-    if args.duration <= 0.0 && args.leaf_write_goal == 0 && args.max_runtime <= 0.0 {
+    if args.duration.is_zero() && args.leaf_write_goal == 0 && args.max_runtime.is_zero() {
         bail!("give --duration, --leaf-write-goal or --max-runtime");
     }
+    if args.writers == 0 && args.leaf_write_goal > 0 {
+        bail!("--leaf-write-goal needs writers (--writers 0 is a read-only run)");
+    }
+    if let Some(ms) = args.checkpoint_poll_ms {
+        args.checkpoint_poll = Duration::from_millis(ms);
+    }
+    let write_pools = if args.h2c {
+        write_bases
+            .iter()
+            .map(|b| H2cPool::new(b.clone(), args.h2c_connections))
+            .collect::<Result<_, _>>()?
+    } else {
+        Vec::new()
+    };
     let machine = machine::describe(args.probe_dir.as_deref());
+    let log_cpu_start = args.log_pid.and_then(process_cpu_seconds);
+    if args.log_pid.is_some() && log_cpu_start.is_none() {
+        bail!("--log-pid: cannot read /proc/PID/stat of that process");
+    }
     let ctx = Arc::new(Ctx {
-        timeout: Duration::from_secs_f64(args.http_timeout.max(0.1)),
+        timeout: args.http_timeout.max(Duration::from_millis(100)),
         write_pacer: Pacer::new(args.write_rate),
         args,
         stats: Stats::default(),
@@ -310,6 +427,8 @@ pub async fn run(mut args: Args) -> anyhow::Result<Report> {
         origin,
         verifier,
         write_bases,
+        write_pools,
+        inbox: Inbox::default(),
     });
 
     // The starting checkpoint seeds leaf generation, so reruns never collide.
@@ -327,17 +446,35 @@ pub async fn run(mut args: Args) -> anyhow::Result<Report> {
     ctx.stats.tree_size.store(start_size, Ordering::Relaxed);
     let seed = start_size ^ (std::process::id() as u64) << 40;
 
-    let (tx, rx) = mpsc::unbounded_channel::<Written>();
-    let mut tasks = Vec::new();
-    let verifier_task = start_cp.map(|cp| {
-        let ctx = ctx.clone();
-        tokio::spawn(async move { follow_checkpoints(ctx, cp, rx).await })
-    });
-    for w in 0..ctx.args.writers.max(1) {
-        let (ctx, tx) = (ctx.clone(), tx.clone());
-        tasks.push(tokio::spawn(async move { writer(ctx, w, seed, tx).await }));
+    // Writers -> integration clock -> verifier; the checkpoint follower feeds both.
+    let (verify_tx, verify_rx) = mpsc::unbounded_channel::<Vec<ToVerify>>();
+    let (cp_tx, cp_rx) = mpsc::unbounded_channel::<(u64, Instant)>();
+    let mut follower = None;
+    let mut verifier_task = None;
+    let mut cp_rx = Some(cp_rx);
+    if let Some(cp) = start_cp {
+        let (latest_tx, latest_rx) = watch::channel(Arc::new(cp.clone()));
+        follower = Some(tokio::spawn({
+            let ctx = ctx.clone();
+            async move { follow_checkpoints(ctx, cp, cp_tx, latest_tx).await }
+        }));
+        verifier_task = Some(tokio::spawn({
+            let ctx = ctx.clone();
+            async move { verify_entries(ctx, verify_rx, latest_rx).await }
+        }));
+    } else {
+        // Nothing to verify against (--dry-run-endpoint): the clock only times adds.
+        cp_rx = None;
     }
-    drop(tx);
+    let clock = tokio::spawn({
+        let ctx = ctx.clone();
+        async move { integration_clock(ctx, cp_rx, verify_tx).await }
+    });
+    let mut tasks = Vec::new();
+    for w in 0..ctx.args.writers {
+        let ctx = ctx.clone();
+        tasks.push(tokio::spawn(async move { writer(ctx, w, seed).await }));
+    }
     let read_pacer = Pacer::new(ctx.args.read_rate);
     let mut readers = Vec::new();
     for _ in 0..ctx.args.readers_full {
@@ -353,10 +490,11 @@ pub async fn run(mut args: Args) -> anyhow::Result<Report> {
 
     // Stop conditions and the per-second status.
     let mut timeline = Vec::new();
-    let max_runtime = Duration::from_secs_f64(ctx.args.max_runtime.max(0.0));
-    let duration = Duration::from_secs_f64(ctx.args.duration.max(0.0));
+    let max_runtime = ctx.args.max_runtime;
+    let write_for = ctx.args.duration;
     let tty = !ctx.args.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr());
     let (mut last_w, mut last_size) = (0u64, start_size);
+    let (mut last_cpu, mut last_log_cpu, mut last_t) = (cpu_start, log_cpu_start, 0.0);
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.tick().await;
     let mut write_end: Option<Duration> = None;
@@ -365,7 +503,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<Report> {
             _ = tick.tick() => true,
             _ = tokio::time::sleep(Duration::from_millis(20)) => false,
         };
-        if write_end.is_none() && !goal_or_time(&ctx, started, duration, max_runtime) {
+        if write_end.is_none() && !goal_or_time(&ctx, started, write_for, max_runtime) {
             ctx.stop_writing.store(true, Ordering::Relaxed);
             write_end = Some(started.elapsed());
         }
@@ -376,19 +514,31 @@ pub async fn run(mut args: Args) -> anyhow::Result<Report> {
             continue;
         }
         let s = &ctx.stats;
+        let t = started.elapsed().as_secs_f64();
         let w = s.writes_new.load(Ordering::Relaxed) + s.writes_dup.load(Ordering::Relaxed);
         let size = s.tree_size.load(Ordering::Relaxed);
         let (p50, p99) = s.take_tick();
+        let (i50, i99) = s.take_integrate_tick();
+        let cpu = cpu_seconds();
+        let log_cpu = ctx.args.log_pid.and_then(process_cpu_seconds);
+        let dt = (t - last_t).max(1e-3);
         let sample = Sample {
-            t: started.elapsed().as_secs_f64(),
+            t,
             writes_per_s: (w - last_w) as f64,
             growth_per_s: size.saturating_sub(last_size) as f64,
             p50_ms: p50,
             p99_ms: p99,
             in_flight: s.in_flight.load(Ordering::Relaxed),
             pushback: s.pushback.load(Ordering::Relaxed),
+            integrate_p50_ms: i50,
+            integrate_p99_ms: i99,
+            verify_backlog: s.verify_backlog.load(Ordering::Relaxed),
+            loadgen_cpu: (cpu - last_cpu) / dt,
+            log_cpu: log_cpu
+                .zip(last_log_cpu)
+                .map(|(now, then)| (now - then) / dt),
         };
-        (last_w, last_size) = (w, size);
+        (last_w, last_size, last_cpu, last_log_cpu, last_t) = (w, size, cpu, log_cpu, t);
         if !ctx.args.quiet {
             report::status_line(&sample, s, tty);
         }
@@ -398,21 +548,42 @@ pub async fn run(mut args: Args) -> anyhow::Result<Report> {
     for t in tasks {
         let _ = t.await;
     }
-    // Let the follower verify what was written, within the runtime limit.
-    if let Some(v) = verifier_task {
-        let left = max_runtime
+    ctx.inbox.writers_done.store(true, Ordering::Release);
+    let backlog_at_write_end = ctx.stats.verify_backlog.load(Ordering::Relaxed);
+    // Let the clock see every written entry covered and the verifier check every
+    // sampled one, within the runtime limit.
+    let left = || {
+        max_runtime
             .saturating_sub(started.elapsed())
-            .max(Duration::from_secs(1));
-        if tokio::time::timeout(left, v).await.is_err() {
-            ctx.stats.fail(format!(
-                "entries written were not covered by a verified checkpoint within --max-runtime {:?}",
-                max_runtime
-            ));
-        }
+            .max(Duration::from_secs(1))
+    };
+    match tokio::time::timeout(left(), clock).await {
+        Ok(Ok(0)) => {}
+        Ok(Ok(n)) => ctx.stats.fail(format!(
+            "{n} entries written were never covered by a verified checkpoint"
+        )),
+        Ok(Err(e)) => ctx.stats.fail(format!("integration clock: {e}")),
+        Err(_) => ctx.stats.fail(format!(
+            "entries written were not covered by a verified checkpoint within --max-runtime {}",
+            duration::show(max_runtime)
+        )),
     }
+    if let Some(v) = verifier_task
+        && tokio::time::timeout(left(), v).await.is_err()
+    {
+        ctx.stats.fail(format!(
+            "{} written entries were not verified within --max-runtime {}",
+            ctx.stats.verify_backlog.load(Ordering::Relaxed),
+            duration::show(max_runtime)
+        ));
+    }
+    let verify_drain_seconds = (started.elapsed().as_secs_f64() - write_seconds).max(0.0);
     ctx.stop_all.store(true, Ordering::Relaxed);
     for r in readers {
         let _ = r.await;
+    }
+    if let Some(f) = follower {
+        let _ = f.await;
     }
     if tty {
         eprintln!();
@@ -440,6 +611,17 @@ pub async fn run(mut args: Args) -> anyhow::Result<Report> {
         reasons.push(format!("{read_errors} reads failed"));
     }
     let cpu = cpu_seconds() - cpu_start;
+    let log_cpu = log_cpu_start
+        .zip(ctx.args.log_pid.and_then(process_cpu_seconds))
+        .map(|(a, b)| b - a);
+    let adds = writes_new + writes_dup;
+    let per_add = |secs: f64| {
+        if adds == 0 {
+            0.0
+        } else {
+            secs * 1e6 / adds as f64
+        }
+    };
     let report = Report {
         ok: reasons.is_empty(),
         failure_reasons: reasons,
@@ -467,11 +649,19 @@ pub async fn run(mut args: Args) -> anyhow::Result<Report> {
         operations: vec![
             s.row("add (time in queue)", &s.add_latency, write_seconds),
             s.row("time to integrate", &s.integrate_latency, write_seconds),
+            s.row("inclusion verified", &s.verify_latency, total),
             s.row("read tile/bundle", &s.read_latency, total),
         ],
         timeline,
         machine,
-        loadgen_cpu_us_per_add: cpu * 1e6 / ((writes_new + writes_dup).max(1)) as f64,
+        transport: if ctx.args.h2c { "h2c" } else { "http/1.1" }.into(),
+        loadgen_cpu_seconds: cpu,
+        loadgen_cpu_us_per_add: per_add(cpu),
+        log_cpu_seconds: log_cpu,
+        log_cpu_us_per_add: log_cpu.map(per_add),
+        verify_backlog_max: s.verify_backlog_max.load(Ordering::Relaxed),
+        verify_backlog_at_write_end: backlog_at_write_end,
+        verify_drain_seconds,
     };
     if let Some(p) = &ctx.args.report_json {
         std::fs::write(p, serde_json::to_vec_pretty(&report)?)
@@ -494,18 +684,25 @@ fn goal_or_time(ctx: &Ctx, started: Instant, duration: Duration, max_runtime: Du
         || e >= max_runtime)
 }
 
-async fn writer(ctx: Arc<Ctx>, w: usize, seed: u64, tx: mpsc::UnboundedSender<Written>) {
+async fn writer(ctx: Arc<Ctx>, w: usize, seed: u64) {
     let args = &ctx.args;
     let bases = &ctx.write_bases;
     let bearer = args
         .bearer_token_write
         .as_deref()
         .or(args.bearer_token.as_deref());
-    let mut clients: Vec<Client> = match bases
-        .iter()
-        .map(|b| Client::new(b.clone(), bearer, ctx.timeout))
-        .collect::<Result<_, _>>()
-    {
+    let made: Result<Vec<Client>, _> = if ctx.write_pools.is_empty() {
+        bases
+            .iter()
+            .map(|b| Client::new(b.clone(), bearer, ctx.timeout))
+            .collect()
+    } else {
+        ctx.write_pools
+            .iter()
+            .map(|p| Client::h2c(p.clone(), bearer, ctx.timeout))
+            .collect()
+    };
+    let mut clients = match made {
         Ok(c) => c,
         Err(e) => {
             ctx.stats.error(e.to_string());
@@ -560,7 +757,7 @@ async fn writer(ctx: Arc<Ctx>, w: usize, seed: u64, tx: mpsc::UnboundedSender<Wr
                     ));
                     continue;
                 };
-                s.add_done(sent.elapsed().as_micros() as u64);
+                let rtt_us = micros(sent.elapsed());
                 if r.duplicate {
                     s.writes_dup.fetch_add(1, Ordering::Relaxed);
                 } else {
@@ -570,9 +767,11 @@ async fn writer(ctx: Arc<Ctx>, w: usize, seed: u64, tx: mpsc::UnboundedSender<Wr
                 if sampled {
                     ctx.sampled.fetch_add(1, Ordering::Relaxed);
                 }
-                let _ = tx.send(Written {
+                ctx.inbox.put(Written {
                     index,
                     sent,
+                    rtt_us,
+                    duplicate: r.duplicate,
                     leaf: sampled.then_some(leaf),
                 });
             }
@@ -601,12 +800,15 @@ async fn writer(ctx: Arc<Ctx>, w: usize, seed: u64, tx: mpsc::UnboundedSender<Wr
     }
 }
 
-/// Follow checkpoints: verify each and its consistency with the previous one; verify
-/// written entries once covered. Ends when writers are done and all is covered.
+/// Follow checkpoints: fetch one every --checkpoint-poll, verify its signature and its
+/// consistency with the previous one, and hand each verified checkpoint that grew the
+/// tree, with the instant it was verified, to the integration clock and the verifier.
+/// Runs until the run stops.
 async fn follow_checkpoints(
     ctx: Arc<Ctx>,
     start: Checkpoint,
-    mut rx: mpsc::UnboundedReceiver<Written>,
+    clock: mpsc::UnboundedSender<(u64, Instant)>,
+    latest: watch::Sender<Arc<Checkpoint>>,
 ) {
     let s = &ctx.stats;
     let mut reader = match ctx.reader() {
@@ -614,23 +816,8 @@ async fn follow_checkpoints(
         Err(e) => return s.fail(e.to_string()),
     };
     let mut prev = start;
-    let mut pending: BTreeMap<u64, Vec<Written>> = BTreeMap::new();
-    let mut writers_done = false;
-    let poll = Duration::from_millis(ctx.args.checkpoint_poll_ms.max(1));
-    let mut bundle_cache: Option<(u64, u64, Vec<Vec<u8>>)> = None;
-    loop {
-        while let Ok(w) = rx.try_recv() {
-            pending.entry(w.index).or_default().push(w);
-        }
-        if rx.is_closed() && rx.is_empty() {
-            writers_done = true;
-        }
-        if writers_done && pending.is_empty() {
-            return;
-        }
-        if ctx.stop_all.load(Ordering::Relaxed) {
-            return;
-        }
+    let poll = ctx.args.checkpoint_poll.max(Duration::from_millis(1));
+    while !ctx.stop_all.load(Ordering::Relaxed) {
         tokio::time::sleep(poll).await;
         let cp = match reader.checkpoint().await {
             Ok(cp) => cp,
@@ -643,54 +830,205 @@ async fn follow_checkpoints(
             s.fail(format!("{e:#}"));
             continue;
         }
-        let covered_at = Instant::now();
+        if cp.size == prev.size {
+            continue;
+        }
+        let verified_at = Instant::now();
         s.tree_size.store(cp.size, Ordering::Relaxed);
-        while let Some(entry) = pending.first_entry() {
-            if *entry.key() >= cp.size {
-                break;
+        let _ = clock.send((cp.size, verified_at));
+        latest.send_replace(Arc::new(cp.clone()));
+        prev = cp;
+    }
+}
+
+/// The time-to-integrate clock: an entry's clock stops at the first checkpoint fetched
+/// and verified after its add was sent whose tree covers its index, whenever the
+/// verification of the entry itself happens. Sampled entries are passed on to the
+/// verifier. Returns, once the writers are done, how many entries were never covered
+/// (the follower stopped first).
+async fn integration_clock(
+    ctx: Arc<Ctx>,
+    mut checkpoints: Option<mpsc::UnboundedReceiver<(u64, Instant)>>,
+    to_verify: mpsc::UnboundedSender<Vec<ToVerify>>,
+) -> usize {
+    let timing_only = checkpoints.is_none();
+    let s = &ctx.stats;
+    // Checkpoints are kept while an add sent before them may still be answered.
+    let mut clock = IntegrationClock::new(ctx.timeout + Duration::from_secs(5));
+    let mut batch = Vec::new();
+    let (mut rtts, mut integrated, mut done) = (Vec::new(), Vec::new(), Vec::new());
+    let mut every = tokio::time::interval(INBOX_PERIOD);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = every.tick() => {
+                // Read before taking: every add put before the writers were done is in
+                // this batch or an earlier one.
+                let writers_done = ctx.inbox.writers_done.load(Ordering::Acquire);
+                ctx.inbox.take(&mut batch);
+                rtts.clear();
+                integrated.clear();
+                let mut sampled = Vec::new();
+                for w in batch.drain(..) {
+                    rtts.push(w.rtt_us);
+                    if timing_only {
+                        continue;
+                    }
+                    if let Some(leaf) = w.leaf {
+                        sampled.push(ToVerify { index: w.index, sent: w.sent, leaf });
+                    }
+                    if !w.duplicate
+                        && let Some(d) = clock.written(w.index, w.sent)
+                    {
+                        integrated.push(micros(d));
+                    }
+                }
+                s.adds_done(&rtts);
+                s.integrated(&integrated);
+                if !sampled.is_empty() {
+                    s.backlog_add(sampled.len() as u64);
+                    let _ = to_verify.send(sampled);
+                }
+                if writers_done && clock.waiting() == 0 {
+                    return 0;
+                }
             }
-            let (index, ws) = entry.remove_entry();
-            for w in ws {
-                s.integrated(covered_at.duration_since(w.sent).as_micros() as u64);
-                let Some(leaf) = w.leaf else { continue };
-                let n = index / TILE_WIDTH;
-                let fresh =
-                    matches!(&bundle_cache, Some((bn, size, _)) if *bn == n && *size == cp.size);
-                if !fresh {
-                    let t = Instant::now();
-                    match reader.bundle(n, cp.size).await {
-                        Ok(b) => {
-                            s.read_done(t.elapsed().as_micros() as u64, true);
-                            bundle_cache = Some((n, cp.size, b));
-                        }
-                        Err(e) => {
-                            s.fail(format!("{e:#}"));
-                            continue;
-                        }
-                    }
+            cp = async {
+                match checkpoints.as_mut() {
+                    Some(c) => c.recv().await,
+                    None => std::future::pending().await,
                 }
-                let Some((_, _, bundle)) = &bundle_cache else {
-                    continue;
+            } => {
+                let Some((size, at)) = cp else {
+                    // The follower stopped (end of the run): what is left is uncovered.
+                    return clock.waiting();
                 };
-                let at = bundle.get((index % TILE_WIDTH) as usize);
-                if at.map(|e| e.as_slice()) != Some(&leaf[..]) {
-                    s.fail(format!(
-                        "{}: entry {index} is not the bytes that were written",
-                        TileId::entries(n, (cp.size - n * TILE_WIDTH).min(TILE_WIDTH) as u16)
-                            .path()
-                    ));
-                    continue;
-                }
-                match reader.verify_via_tile(&cp, index, &leaf_hash(&leaf)).await {
-                    Ok(()) => {
-                        s.verified.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Err(e) => s.fail(format!("{e:#}")),
+                done.clear();
+                clock.verified(size, at, &mut done);
+                let us: Vec<u64> = done.iter().map(|d| micros(*d)).collect();
+                s.integrated(&us);
+            }
+        }
+    }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// Check each sampled entry's bytes in its bundle and its hash in its level-0 tile,
+/// the tile proven included in the newest verified checkpoint: one bundle, one tile
+/// and one proof per tile of entries, however many entries. Ends when the writers are
+/// done and everything was checked, or the run stops.
+async fn verify_entries(
+    ctx: Arc<Ctx>,
+    mut rx: mpsc::UnboundedReceiver<Vec<ToVerify>>,
+    mut latest: watch::Receiver<Arc<Checkpoint>>,
+) {
+    let s = &ctx.stats;
+    let mut reader = match ctx.reader() {
+        Ok(r) => r,
+        Err(e) => return s.fail(e.to_string()),
+    };
+    // (index, arrival) -> the bytes and when the add was sent; an index may come
+    // more than once (duplicates).
+    let mut pending: BTreeMap<(u64, u64), (Bytes, Instant)> = BTreeMap::new();
+    let mut arrivals = 0u64;
+    let mut add = |pending: &mut BTreeMap<_, _>, batch: Vec<ToVerify>| {
+        for v in batch {
+            arrivals += 1;
+            pending.insert((v.index, arrivals), (v.leaf, v.sent));
+        }
+    };
+    let mut input_done = false;
+    loop {
+        loop {
+            match rx.try_recv() {
+                Ok(batch) => add(&mut pending, batch),
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => {
+                    input_done = true;
+                    break;
                 }
             }
         }
-        prev = cp;
+        if input_done && pending.is_empty() {
+            return;
+        }
+        if ctx.stop_all.load(Ordering::Relaxed) {
+            return;
+        }
+        let cp = latest.borrow_and_update().clone();
+        let t = match pending.first_key_value() {
+            Some(((first, _), _)) if *first < cp.size => first / TILE_WIDTH,
+            _ => {
+                // Nothing the newest checkpoint covers: wait for more entries or a
+                // newer checkpoint.
+                tokio::select! {
+                    v = rx.recv(), if !input_done => match v {
+                        Some(batch) => add(&mut pending, batch),
+                        None => input_done = true,
+                    },
+                    changed = latest.changed() => if changed.is_err() {
+                        // The follower is gone: the run is stopping.
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    },
+                }
+                continue;
+            }
+        };
+        let end = ((t + 1) * TILE_WIDTH).min(cp.size);
+        let rest = pending.split_off(&(end, 0));
+        let group = std::mem::replace(&mut pending, rest);
+        verify_tile(&mut reader, s, &cp, t, group).await;
     }
+}
+
+/// One tile's worth of sampled entries (all in level-0 tile `t`, covered by `cp`).
+async fn verify_tile(
+    reader: &mut LogReader<HttpFetcher>,
+    s: &Stats,
+    cp: &Checkpoint,
+    t: u64,
+    group: BTreeMap<(u64, u64), (Bytes, Instant)>,
+) {
+    let n = group.len() as u64;
+    let bundle_id = TileId::entries(t, width_at(t, cp.size));
+    let started = Instant::now();
+    let bundle = match reader.bundle(t, cp.size).await {
+        Ok(b) => b,
+        Err(e) => {
+            s.fail(format!("{e:#}"));
+            return s.backlog_done(n);
+        }
+    };
+    s.read_done(micros(started.elapsed()), true);
+    let hashes = match reader.proven_leaf_hashes(cp, t).await {
+        Ok(h) => h,
+        Err(e) => {
+            s.fail(format!("{e:#}"));
+            return s.backlog_done(n);
+        }
+    };
+    let mut verified = Vec::with_capacity(n as usize);
+    for ((index, _), (leaf, sent)) in group {
+        let j = (index % TILE_WIDTH) as usize;
+        if bundle.get(j).map(Vec::as_slice) != Some(&leaf[..]) {
+            s.fail(format!(
+                "{}: entry {index} is not the bytes that were written",
+                bundle_id.path()
+            ));
+        } else if hashes.get(j) != Some(&leaf_hash(&leaf)) {
+            s.fail(format!(
+                "{}: hash {j} is not the leaf hash of entry {index}",
+                TileId::hash(0, t, bundle_id.width).path()
+            ));
+        } else {
+            verified.push(micros(sent.elapsed()));
+        }
+    }
+    s.verified_batch(&verified);
+    s.backlog_done(n);
 }
 
 /// Read every bundle in order, recompute the hash tiles and root, compare with the log.
@@ -738,7 +1076,7 @@ async fn full_reader(ctx: Arc<Ctx>, pacer: Option<Arc<Pacer>>) {
                 cp.size
             ));
         }
-        tokio::time::sleep(Duration::from_millis(ctx.args.checkpoint_poll_ms.max(1))).await;
+        tokio::time::sleep(ctx.args.checkpoint_poll.max(Duration::from_millis(1))).await;
     }
 }
 

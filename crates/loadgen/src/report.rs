@@ -3,13 +3,16 @@
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 
+use plotters::style::RGBColor;
+
 use crate::Report;
+use crate::chart::{Series, line_chart};
 use crate::stats::{Sample, Stats};
 
 /// Print one status line (redrawn in place on a terminal).
 pub fn status_line(s: &Sample, stats: &Stats, tty: bool) {
     let line = format!(
-        "t={:>5.0}s writes/s={:>8.0} growth/s={:>8.0} in-flight={:>4} pushback={} errors={} verified={} add p50={:.2}ms p99={:.2}ms",
+        "t={:>5.0}s writes/s={:>8.0} growth/s={:>8.0} in-flight={:>4} pushback={} errors={} verified={} backlog={} add p50={:.2}ms p99={:.2}ms integrate p99={:.0}ms cpu={:.2}",
         s.t,
         s.writes_per_s,
         s.growth_per_s,
@@ -17,8 +20,11 @@ pub fn status_line(s: &Sample, stats: &Stats, tty: bool) {
         s.pushback,
         stats.write_errors.load(Ordering::Relaxed),
         stats.verified.load(Ordering::Relaxed),
+        s.verify_backlog,
         s.p50_ms,
-        s.p99_ms
+        s.p99_ms,
+        s.integrate_p99_ms,
+        s.loadgen_cpu
     );
     if tty {
         eprint!("\r\x1b[2K{line}");
@@ -96,9 +102,15 @@ pub fn table(r: &Report) -> String {
     );
     let _ = writeln!(
         o,
-        " verified: {} entries ({} sampled), {} reads ok, {} read errors; loadgen CPU {:.1} us/add",
-        r.verified_entries, r.sampled_entries, r.reads_ok, r.read_errors, r.loadgen_cpu_us_per_add
+        " verified: {} entries ({} sampled), {} reads ok, {} read errors",
+        r.verified_entries, r.sampled_entries, r.reads_ok, r.read_errors
     );
+    let _ = writeln!(
+        o,
+        " verification backlog: max {} entries, {} when writing stopped, drained {:.1} s after",
+        r.verify_backlog_max, r.verify_backlog_at_write_end, r.verify_drain_seconds
+    );
+    let _ = writeln!(o, " transport: {}   CPU: {}", r.transport, cpu_summary(r));
     for f in &r.failure_reasons {
         let _ = writeln!(o, " FAILURE: {f}");
     }
@@ -109,81 +121,37 @@ pub fn table(r: &Report) -> String {
     o
 }
 
+/// "loadgen 12.3 us/add (4.1 s), log 25.0 us/add (8.2 s)".
+fn cpu_summary(r: &Report) -> String {
+    let adds = r.writes_new + r.writes_duplicate;
+    let per = |us: f64, secs: f64| {
+        if adds == 0 {
+            format!("{secs:.1} s (no adds)")
+        } else {
+            format!("{us:.1} us/add ({secs:.1} s)")
+        }
+    };
+    let mut s = format!(
+        "loadgen {}",
+        per(r.loadgen_cpu_us_per_add, r.loadgen_cpu_seconds)
+    );
+    if let (Some(us), Some(secs)) = (r.log_cpu_us_per_add, r.log_cpu_seconds) {
+        s.push_str(&format!(", log {}", per(us, secs)));
+    }
+    s
+}
+
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
 }
 
-/// A named, coloured series of (seconds, value) points.
-type Series<'a> = (&'a str, &'a str, Vec<(f64, f64)>);
-
-/// An inline SVG line chart of several series over time.
-fn chart(title: &str, unit: &str, series: &[Series<'_>]) -> String {
-    let (w, h, pad) = (760.0, 260.0, 48.0);
-    let tmax = series
-        .iter()
-        .flat_map(|s| s.2.iter().map(|p| p.0))
-        .fold(1.0, f64::max);
-    let ymax = series
-        .iter()
-        .flat_map(|s| s.2.iter().map(|p| p.1))
-        .fold(0.0, f64::max)
-        .max(1e-9)
-        * 1.1;
-    let x = |t: f64| pad + (w - 2.0 * pad) * t / tmax;
-    let y = |v: f64| h - pad + -(h - 2.0 * pad) * v / ymax;
-    let mut o = format!(
-        "<h2>{}</h2><svg viewBox=\"0 0 {w} {h}\" width=\"{w}\" height=\"{h}\">",
-        escape(title)
-    );
-    let _ = write!(
-        o,
-        "<rect x=\"{pad}\" y=\"{pad}\" width=\"{}\" height=\"{}\" fill=\"#fafafa\" stroke=\"#ccc\"/>",
-        w - 2.0 * pad,
-        h - 2.0 * pad
-    );
-    for k in 0..=4 {
-        let v = ymax * k as f64 / 4.0;
-        let _ = write!(
-            o,
-            "<text x=\"4\" y=\"{:.1}\" font-size=\"11\">{:.1}</text>",
-            y(v) + 4.0,
-            v
-        );
-    }
-    let _ = write!(
-        o,
-        "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\">{tmax:.0} s</text>",
-        w - pad - 20.0,
-        h - pad + 16.0
-    );
-    let _ = write!(
-        o,
-        "<text x=\"4\" y=\"14\" font-size=\"11\">{}</text>",
-        escape(unit)
-    );
-    for (i, (name, color, pts)) in series.iter().enumerate() {
-        let path: Vec<String> = pts
-            .iter()
-            .map(|(t, v)| format!("{:.1},{:.1}", x(*t), y(*v)))
-            .collect();
-        let _ = write!(
-            o,
-            "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" points=\"{}\"/>",
-            path.join(" ")
-        );
-        let _ = write!(
-            o,
-            "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"12\" fill=\"{color}\">{}</text>",
-            pad + 10.0 + 150.0 * i as f64,
-            pad - 8.0,
-            escape(name)
-        );
-    }
-    o.push_str("</svg>");
-    o
-}
+const BLUE: RGBColor = RGBColor(31, 119, 180);
+const GREEN: RGBColor = RGBColor(44, 160, 44);
+const RED: RGBColor = RGBColor(214, 39, 40);
+const ORANGE: RGBColor = RGBColor(255, 127, 14);
+const PURPLE: RGBColor = RGBColor(148, 103, 189);
 
 /// A self-contained HTML report: summary table and charts over time.
 pub fn html(r: &Report) -> String {
@@ -242,24 +210,84 @@ pub fn html(r: &Report) -> String {
         r.reads_ok,
         r.read_errors
     );
+    let _ = write!(
+        o,
+        "<p>Transport: {}. CPU: {}. Verification backlog: at most {} entries, {} when writing stopped, drained {:.1} s after.</p>",
+        escape(&r.transport),
+        escape(&cpu_summary(r)),
+        r.verify_backlog_max,
+        r.verify_backlog_at_write_end,
+        r.verify_drain_seconds
+    );
     for f in &r.failure_reasons {
         let _ = write!(o, "<p class=\"fail\">FAILURE: {}</p>", escape(f));
     }
-    o.push_str(&chart(
+    let line = |name, color, f: fn(&Sample) -> f64| Series {
+        name,
+        color,
+        points: series(f),
+    };
+    o.push_str(&line_chart(
         "Throughput",
         "entries/s",
         &[
-            ("adds acknowledged/s", "#1f77b4", series(|s| s.writes_per_s)),
-            ("tree growth/s", "#2ca02c", series(|s| s.growth_per_s)),
+            line("adds acknowledged/s", BLUE, |s| s.writes_per_s),
+            line("tree growth/s (verified checkpoints)", GREEN, |s| {
+                s.growth_per_s
+            }),
         ],
     ));
-    o.push_str(&chart(
+    o.push_str(&line_chart(
         "Add latency (time in queue)",
         "ms",
         &[
-            ("p50", "#1f77b4", series(|s| s.p50_ms)),
-            ("p99", "#d62728", series(|s| s.p99_ms)),
+            line("p50", BLUE, |s| s.p50_ms),
+            line("p99", RED, |s| s.p99_ms),
         ],
+    ));
+    // Seconds in which no checkpoint covered an entry have no time to integrate.
+    let covered = |f: fn(&Sample) -> f64| {
+        r.timeline
+            .iter()
+            .filter(|s| s.integrate_p99_ms > 0.0)
+            .map(|s| (s.t, f(s)))
+            .collect::<Vec<_>>()
+    };
+    o.push_str(&line_chart(
+        "Time to integrate (add sent until a verified checkpoint covers it)",
+        "ms",
+        &[
+            Series {
+                name: "p50",
+                color: BLUE,
+                points: covered(|s| s.integrate_p50_ms),
+            },
+            Series {
+                name: "p99",
+                color: RED,
+                points: covered(|s| s.integrate_p99_ms),
+            },
+        ],
+    ));
+    let mut cpu = vec![line("loadgen", ORANGE, |s| s.loadgen_cpu)];
+    if r.timeline.iter().any(|s| s.log_cpu.is_some()) {
+        cpu.push(Series {
+            name: "log (--log-pid)",
+            color: PURPLE,
+            points: r
+                .timeline
+                .iter()
+                .filter_map(|s| s.log_cpu.map(|c| (s.t, c)))
+                .collect(),
+        });
+    }
+    o.push_str(&line_chart("CPU", "cores busy", &cpu));
+    o.push_str(&line_chart(
+        "Verification backlog",
+        "entries",
+        &[line("waiting for their inclusion check", PURPLE, |s| {
+            s.verify_backlog as f64
+        })],
     ));
     o.push_str("</body></html>\n");
     o

@@ -35,8 +35,18 @@ pub struct Stats {
     pub add_latency: Mutex<Histogram<u64>>,
     /// Add round trip of the current second, for the status line.
     pub add_latency_tick: Mutex<Histogram<u64>>,
-    /// POST until a verified checkpoint covered the index.
+    /// POST until the first checkpoint covering the index was fetched and verified
+    /// (signature, consistency with the previous one); new entries only.
     pub integrate_latency: Mutex<Histogram<u64>>,
+    /// Time to integrate of the entries covered in the current second.
+    pub integrate_latency_tick: Mutex<Histogram<u64>>,
+    /// POST until the entry's bytes and inclusion were checked (lags behind time to
+    /// integrate by the verification backlog).
+    pub verify_latency: Mutex<Histogram<u64>>,
+    /// Sampled entries waiting for their bytes and inclusion to be checked.
+    pub verify_backlog: AtomicU64,
+    /// The largest backlog seen.
+    pub verify_backlog_max: AtomicU64,
     /// Tile and bundle reads.
     pub read_latency: Mutex<Histogram<u64>>,
     /// Verification failures, each naming what was wrong.
@@ -60,6 +70,10 @@ impl Default for Stats {
             add_latency: Mutex::new(histogram()),
             add_latency_tick: Mutex::new(histogram()),
             integrate_latency: Mutex::new(histogram()),
+            integrate_latency_tick: Mutex::new(histogram()),
+            verify_latency: Mutex::new(histogram()),
+            verify_backlog: AtomicU64::new(0),
+            verify_backlog_max: AtomicU64::new(0),
             read_latency: Mutex::new(histogram()),
             failures: Mutex::new(Vec::new()),
             error_samples: Mutex::new(Vec::new()),
@@ -71,16 +85,67 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// (p50, p99) in ms of a per-second histogram, which is then emptied.
+fn take_quantiles(h: &Mutex<Histogram<u64>>) -> (f64, f64) {
+    let mut h = lock(h);
+    let r = if h.is_empty() {
+        (0.0, 0.0)
+    } else {
+        (
+            h.value_at_quantile(0.5) as f64 / 1000.0,
+            h.value_at_quantile(0.99) as f64 / 1000.0,
+        )
+    };
+    h.reset();
+    r
+}
+
 impl Stats {
-    /// Record an add round trip.
-    pub fn add_done(&self, us: u64) {
-        let _ = lock(&self.add_latency).record(us.max(1));
-        let _ = lock(&self.add_latency_tick).record(us.max(1));
+    /// Record add round trips (one lock per batch).
+    pub fn adds_done(&self, us: &[u64]) {
+        if us.is_empty() {
+            return;
+        }
+        for h in [&self.add_latency, &self.add_latency_tick] {
+            let mut h = lock(h);
+            for v in us {
+                let _ = h.record((*v).max(1));
+            }
+        }
     }
 
-    /// Record a time-to-integrate.
-    pub fn integrated(&self, us: u64) {
-        let _ = lock(&self.integrate_latency).record(us.max(1));
+    /// Record times to integrate (one lock per batch: a checkpoint covers thousands).
+    pub fn integrated(&self, us: &[u64]) {
+        if us.is_empty() {
+            return;
+        }
+        for h in [&self.integrate_latency, &self.integrate_latency_tick] {
+            let mut h = lock(h);
+            for v in us {
+                let _ = h.record((*v).max(1));
+            }
+        }
+    }
+
+    /// Record entries whose bytes and inclusion were checked, with their time since the
+    /// add was sent.
+    pub fn verified_batch(&self, us: &[u64]) {
+        self.verified.fetch_add(us.len() as u64, Ordering::Relaxed);
+        let mut h = lock(&self.verify_latency);
+        for v in us {
+            let _ = h.record((*v).max(1));
+        }
+    }
+
+    /// `n` more entries wait for verification.
+    pub fn backlog_add(&self, n: u64) {
+        let now = self.verify_backlog.fetch_add(n, Ordering::Relaxed) + n;
+        self.verify_backlog_max.fetch_max(now, Ordering::Relaxed);
+    }
+
+    /// `n` entries left the verification backlog (checked, or failed).
+    pub fn backlog_done(&self, n: u64) {
+        self.verify_backlog.fetch_sub(n, Ordering::Relaxed);
     }
 
     /// Record a read.
@@ -111,17 +176,12 @@ impl Stats {
 
     /// Take the current second's add latencies: (p50, p99) in ms.
     pub fn take_tick(&self) -> (f64, f64) {
-        let mut h = lock(&self.add_latency_tick);
-        let r = if h.is_empty() {
-            (0.0, 0.0)
-        } else {
-            (
-                h.value_at_quantile(0.5) as f64 / 1000.0,
-                h.value_at_quantile(0.99) as f64 / 1000.0,
-            )
-        };
-        h.reset();
-        r
+        take_quantiles(&self.add_latency_tick)
+    }
+
+    /// Take the current second's times to integrate: (p50, p99) in ms.
+    pub fn take_integrate_tick(&self) -> (f64, f64) {
+        take_quantiles(&self.integrate_latency_tick)
     }
 
     /// Failures so far.
@@ -188,4 +248,14 @@ pub struct Sample {
     pub in_flight: i64,
     /// Pushback answers so far.
     pub pushback: u64,
+    /// Time to integrate p50 (ms) of the entries covered in this second (0: none).
+    pub integrate_p50_ms: f64,
+    /// Time to integrate p99 (ms) in this second.
+    pub integrate_p99_ms: f64,
+    /// Entries waiting for verification.
+    pub verify_backlog: u64,
+    /// The loadgen's CPU in this second, in cores (1.0 = one core busy).
+    pub loadgen_cpu: f64,
+    /// The log's CPU in this second, in cores, with `--log-pid`.
+    pub log_cpu: Option<f64>,
 }

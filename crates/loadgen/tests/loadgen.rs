@@ -61,7 +61,13 @@ async fn serve_log_with(
     let app = wrap(tlogd::http::router(log.clone()));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    // The daemon's own server: HTTP/1.1 and h2c on the same port.
+    tokio::spawn(tlogd::server::serve(
+        listener,
+        app,
+        tlogd::server::ServeOptions::default(),
+        std::future::pending(),
+    ));
     (format!("http://{addr}"), storage, log)
 }
 
@@ -120,11 +126,36 @@ async fn a_run_with_a_write_goal_succeeds_and_its_report_adds_up() {
         "tree growth equals the unique entries written"
     );
     assert!(r.verified_entries >= r.writes_new + r.writes_duplicate);
+    // Every new entry's clock stopped exactly once; duplicates have none.
+    let row = |name: &str| {
+        r.operations
+            .iter()
+            .find(|o| o.operation == name)
+            .unwrap_or_else(|| panic!("no {name} row"))
+            .clone()
+    };
+    assert_eq!(row("time to integrate").count, r.writes_new);
+    assert_eq!(
+        row("inclusion verified").count,
+        r.writes_new + r.writes_duplicate
+    );
+    assert!(r.verify_backlog_max >= 1);
+    assert!(r.loadgen_cpu_us_per_add > 0.0 && r.loadgen_cpu_seconds > 0.0);
+    assert_eq!(r.transport, "http/1.1");
     let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(j["tree_growth"], j["writes_new"]);
     assert_eq!(j["ok"], true);
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.contains("<svg") && page.contains("Tree growth"));
+    for chart in [
+        "Throughput",
+        "Time to integrate",
+        "CPU",
+        "Verification backlog",
+    ] {
+        assert!(page.contains(chart), "{chart} chart missing");
+    }
+    assert!(page.contains("us/add"), "CPU per add missing");
     // The whole-log check (tlogd verify's) passes on what the memory backend wrote.
     let summary = fsck_log(&url).await.unwrap();
     assert!(summary.entries >= r.tree_size_end, "{summary:?}");
@@ -277,4 +308,124 @@ async fn verification_is_not_optional() {
     a.log_public_key = None;
     let err = run(a).await.unwrap_err();
     assert!(err.to_string().contains("--log-public-key"), "{err}");
+}
+
+/// Counts the `POST /add` requests that reach the log.
+fn counting_adds(n: Arc<AtomicU64>) -> impl FnOnce(axum::Router) -> axum::Router {
+    move |app| {
+        app.layer(axum::middleware::from_fn(
+            move |req: axum::extract::Request, next: axum::middleware::Next| {
+                let n = n.clone();
+                async move {
+                    if req.uri().path() == "/add" {
+                        n.fetch_add(1, Ordering::SeqCst);
+                    }
+                    next.run(req).await
+                }
+            },
+        ))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writers_0_is_a_read_only_run() {
+    let adds = Arc::new(AtomicU64::new(0));
+    let (url, _storage, log) = serve_log_with(false, counting_adds(adds.clone())).await;
+    // Something to read: entries added behind the loadgen's back.
+    for i in 0..300 {
+        log.add(bytes::Bytes::from(format!("seed {i}")))
+            .await
+            .unwrap();
+    }
+    let r = run(args(
+        &url,
+        &[
+            "--writers",
+            "0",
+            "--duration",
+            "1500ms",
+            "--readers-random",
+            "1",
+            "--readers-full",
+            "1",
+        ],
+    ))
+    .await
+    .unwrap();
+    assert!(r.ok, "{:?}", r.failure_reasons);
+    assert_eq!(adds.load(Ordering::SeqCst), 0, "a read-only run sent adds");
+    assert_eq!(
+        (r.writes_new, r.writes_duplicate, r.write_errors),
+        (0, 0, 0)
+    );
+    assert_eq!(r.tree_size_end, 300);
+    assert!(r.reads_ok > 0, "the readers read");
+    assert_eq!(r.loadgen_cpu_us_per_add, 0.0, "no adds, no CPU per add");
+    // A write goal without writers is a contradiction, said as such.
+    let e = run(args(&url, &["--writers", "0", "--leaf-write-goal", "10"]))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("--writers 0"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2c_writers_share_one_connection_and_everything_verifies() {
+    let adds = Arc::new(AtomicU64::new(0));
+    let (url, _storage, _log) = serve_log_with(true, counting_adds(adds.clone())).await;
+    let r = run(args(
+        &url,
+        &[
+            "--h2c",
+            "--writers",
+            "64",
+            "--leaf-write-goal",
+            "4000",
+            "--dup-chance",
+            "0.05",
+            "--readers-random",
+            "1",
+            "--read-rate",
+            "100",
+            "--checkpoint-poll",
+            "50ms",
+            "--http-timeout",
+            "30s",
+        ],
+    ))
+    .await
+    .unwrap();
+    assert!(r.ok, "{:?}", r.failure_reasons);
+    assert_eq!(r.transport, "h2c");
+    assert!(r.writes_new + r.writes_duplicate >= 4000);
+    assert_eq!(
+        adds.load(Ordering::SeqCst),
+        r.writes_new + r.writes_duplicate
+    );
+    assert_eq!(r.tree_growth, r.writes_new);
+    assert!(r.verified_entries >= r.writes_new + r.writes_duplicate);
+    // The whole log checks out over h2c as well.
+    let fetch = HttpFetcher::h2c(&url, None, Duration::from_secs(10), 1).unwrap();
+    let mut summary = FsckSummary::default();
+    fsck(
+        &fetch,
+        ORIGIN,
+        &NoteVerifier::from_vkey(VKEY).unwrap(),
+        &FsckOptions::default(),
+        &mut (),
+        &mut summary,
+    )
+    .await
+    .unwrap();
+    assert!(summary.entries >= r.tree_size_end);
+}
+
+#[tokio::test]
+async fn h2c_needs_a_plain_http_url() {
+    let e = run(args(
+        "https://127.0.0.1:9",
+        &["--h2c", "--leaf-write-goal", "1"],
+    ))
+    .await
+    .unwrap_err();
+    assert!(format!("{e:#}").contains("h2c"), "{e:#}");
 }

@@ -1,16 +1,19 @@
-//! A lean keep-alive HTTP/1.1 client: one hyper connection per task, reconnected on
-//! error. No pooling layer, no per-request allocation beyond the body. `https://` URLs
-//! use TLS (rustls) with the system's root certificates, or those of the PEM file named
-//! by `SSL_CERT_FILE`.
+//! A lean keep-alive HTTP client. Over HTTP/1.1 each [`Client`] owns one hyper
+//! connection, reconnected on error; over h2c (HTTP/2 without TLS, prior knowledge)
+//! many clients share the few connections of an [`H2cPool`] and their requests are
+//! multiplexed. No pooling layer, no per-request allocation beyond the body (the URI of
+//! the last path is kept). `https://` URLs use TLS (rustls) with the system's root
+//! certificates, or those of the PEM file named by `SSL_CERT_FILE`.
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::client::conn::http1::SendRequest;
+use hyper::client::conn::http1;
 use hyper::header::{AUTHORIZATION, HOST, HeaderValue};
-use hyper::{Method, Request, StatusCode};
+use hyper::{Method, Request, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
@@ -108,11 +111,14 @@ fn tls_config() -> Result<Arc<rustls::ClientConfig>, ClientError> {
 }
 
 /// HTTP/1.1 over `io`; the connection is driven by a task of its own.
-async fn handshake<T>(io: T, authority: &str) -> Result<SendRequest<Full<Bytes>>, ClientError>
+async fn handshake<T>(
+    io: T,
+    authority: &str,
+) -> Result<http1::SendRequest<Full<Bytes>>, ClientError>
 where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+    let (sender, conn) = http1::handshake(TokioIo::new(io))
         .await
         .map_err(|e| err(format!("connecting to {authority}: {e}")))?;
     tokio::spawn(async move {
@@ -121,13 +127,155 @@ where
     Ok(sender)
 }
 
-/// One connection's worth of client.
+async fn tcp(authority: &str) -> Result<TcpStream, ClientError> {
+    let stream = TcpStream::connect(authority)
+        .await
+        .map_err(|e| err(format!("connecting to {authority}: {e}")))?;
+    stream
+        .set_nodelay(true)
+        .map_err(|e| err(format!("connecting to {authority}: {e}")))?;
+    Ok(stream)
+}
+
+/// An open h2c connection: a handle to start streams on it, and whether the task
+/// driving it is still running.
+#[derive(Clone)]
+struct H2Conn {
+    send: h2::client::SendRequest<Bytes>,
+    alive: Arc<AtomicBool>,
+}
+
+impl H2Conn {
+    fn is_open(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+}
+
+/// A few HTTP/2 connections without TLS (h2c, prior knowledge) to one base URL, shared
+/// by any number of [`Client`]s: their requests are multiplexed, up to the server's
+/// limit of concurrent streams per connection (more wait their turn). A connection
+/// that closes (the server's idle timeout, `GOAWAY`, an error) is replaced on next use.
+///
+/// Requests go straight to the `h2` crate: a request's head and its small body are
+/// queued on the connection from the calling task, where hyper's client would spawn a
+/// task per request to feed the body, which cost the load generator a fifth of its CPU
+/// per add.
+pub struct H2cPool {
+    base: BaseUrl,
+    slots: Vec<tokio::sync::Mutex<Option<H2Conn>>>,
+    next: AtomicUsize,
+}
+
+impl H2cPool {
+    /// A pool of `connections` (at least one) to `base`, opened lazily. h2c has no TLS:
+    /// an `https://` base is refused.
+    pub fn new(base: BaseUrl, connections: usize) -> Result<Arc<Self>, ClientError> {
+        if base.tls_name.is_some() {
+            return Err(err(format!(
+                "{}: h2c is HTTP/2 without TLS; use an http:// URL",
+                base.authority
+            )));
+        }
+        Ok(Arc::new(H2cPool {
+            base,
+            slots: (0..connections.max(1))
+                .map(|_| tokio::sync::Mutex::new(None))
+                .collect(),
+            next: AtomicUsize::new(0),
+        }))
+    }
+
+    /// The base URL the pool connects to.
+    pub fn base(&self) -> &BaseUrl {
+        &self.base
+    }
+
+    /// Connection `slot`, connecting if it is not open.
+    async fn conn(&self, slot: usize) -> Result<H2Conn, ClientError> {
+        let mut s = self.slots[slot % self.slots.len()].lock().await;
+        if let Some(open) = s.as_ref().filter(|c| c.is_open()) {
+            return Ok(open.clone());
+        }
+        let authority = &self.base.authority;
+        let (send, connection) = h2::client::Builder::new()
+            // Room for many tile and bundle reads in flight without waiting for window
+            // updates; adds are tiny either way.
+            .initial_window_size(1 << 20)
+            .initial_connection_window_size(16 << 20)
+            .handshake::<_, Bytes>(tcp(authority).await?)
+            .await
+            .map_err(|e| err(format!("connecting to {authority} (h2c): {e}")))?;
+        let alive = Arc::new(AtomicBool::new(true));
+        let flag = alive.clone();
+        tokio::spawn(async move {
+            let _ = connection.await;
+            flag.store(false, Ordering::Release);
+        });
+        let conn = H2Conn { send, alive };
+        *s = Some(conn.clone());
+        Ok(conn)
+    }
+}
+
+/// One request on an h2c connection: head and body queued at once, the response read
+/// whole (its flow-control window released as it arrives).
+async fn h2_exchange(
+    conn: &H2Conn,
+    req: Request<()>,
+    body: Bytes,
+) -> Result<(hyper::http::response::Parts, Bytes), h2::Error> {
+    let mut send = conn.send.clone().ready().await?;
+    let (response, mut stream) = send.send_request(req, body.is_empty())?;
+    if !body.is_empty() {
+        stream.send_data(body, true)?;
+    }
+    let (parts, mut recv) = response.await?.into_parts();
+    let mut whole: Option<Bytes> = None;
+    let mut more: Vec<u8> = Vec::new();
+    while let Some(chunk) = recv.data().await {
+        let chunk = chunk?;
+        let _ = recv.flow_control().release_capacity(chunk.len());
+        match &whole {
+            // The usual case, a body in one DATA frame: kept without a copy.
+            None if more.is_empty() => whole = Some(chunk),
+            _ => {
+                if let Some(first) = whole.take() {
+                    more.extend_from_slice(&first);
+                }
+                more.extend_from_slice(&chunk);
+            }
+        }
+    }
+    Ok((parts, whole.unwrap_or_else(|| Bytes::from(more))))
+}
+
+/// A stream the server refused or a connection it was closing: nothing was done, the
+/// request can go again on a fresh connection.
+fn h2_retryable(e: &h2::Error) -> bool {
+    e.is_go_away() || e.reason() == Some(h2::Reason::REFUSED_STREAM)
+}
+
+/// How a client reaches the server.
+enum Conn {
+    /// Its own HTTP/1.1 connection (plain or TLS).
+    H1(Option<http1::SendRequest<Full<Bytes>>>),
+    /// Streams on a shared h2c connection; `conn` is this client's handle on it.
+    H2 {
+        pool: Arc<H2cPool>,
+        slot: usize,
+        conn: Option<H2Conn>,
+    },
+}
+
+/// One connection's worth of client (HTTP/1.1), or one user of a shared h2c pool.
 pub struct Client {
     base: BaseUrl,
     auth: Option<HeaderValue>,
     timeout: Duration,
-    sender: Option<SendRequest<Full<Bytes>>>,
+    conn: Conn,
     host: HeaderValue,
+    /// The last path requested and its URI (writers request the same path every time).
+    last_uri: Option<(String, Uri)>,
 }
 
 /// A response: status, `Retry-After` seconds, duplicate marker, body.
@@ -142,12 +290,82 @@ pub struct Response {
     pub body: Bytes,
 }
 
+impl Response {
+    fn from_parts(status: &StatusCode, headers: &hyper::HeaderMap, body: Bytes) -> Self {
+        Response {
+            status: *status,
+            retry_after: headers
+                .get(hyper::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse().ok()),
+            duplicate: headers
+                .get("x-tlog-duplicate")
+                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true")),
+            body,
+        }
+    }
+}
+
+/// How one try of a request failed.
+enum Attempt {
+    /// Before the server can have acted on it (or a GET): worth one more try on a
+    /// fresh connection.
+    Retry(ClientError),
+    /// For good.
+    Fail(ClientError),
+}
+
+impl Attempt {
+    fn into_error(self) -> ClientError {
+        match self {
+            Attempt::Retry(e) | Attempt::Fail(e) => e,
+        }
+    }
+}
+
+/// A request that failed before the server can have acted on it, or that is safe to
+/// send twice: worth one more try on a fresh connection. A kept-alive connection the
+/// server closed while idle (its idle timeout) fails the next request this way.
+fn retryable(method: &Method, e: &hyper::Error) -> bool {
+    e.is_canceled() || (method == Method::GET && (e.is_incomplete_message() || e.is_closed()))
+}
+
 impl Client {
-    /// A client for `base`; connects lazily.
+    /// A client for `base` with a connection of its own (HTTP/1.1); connects lazily.
     pub fn new(
         base: BaseUrl,
         bearer: Option<&str>,
         timeout: Duration,
+    ) -> Result<Self, ClientError> {
+        Self::with_conn(base, bearer, timeout, Conn::H1(None))
+    }
+
+    /// A client sending its requests over the shared h2c connections of `pool`
+    /// (clients are spread over them in turn).
+    pub fn h2c(
+        pool: Arc<H2cPool>,
+        bearer: Option<&str>,
+        timeout: Duration,
+    ) -> Result<Self, ClientError> {
+        let slot = pool.next.fetch_add(1, Ordering::Relaxed);
+        let base = pool.base.clone();
+        Self::with_conn(
+            base,
+            bearer,
+            timeout,
+            Conn::H2 {
+                pool,
+                slot,
+                conn: None,
+            },
+        )
+    }
+
+    fn with_conn(
+        base: BaseUrl,
+        bearer: Option<&str>,
+        timeout: Duration,
+        conn: Conn,
     ) -> Result<Self, ClientError> {
         let auth = match bearer {
             // Never echo the token in the error.
@@ -163,20 +381,37 @@ impl Client {
             base,
             auth,
             timeout,
-            sender: None,
+            conn,
             host,
+            last_uri: None,
         })
     }
 
-    async fn connect(&mut self) -> Result<&mut SendRequest<Full<Bytes>>, ClientError> {
-        if self.sender.as_ref().is_none_or(|s| s.is_closed()) {
+    /// The URI of `path`: origin-form for HTTP/1.1, absolute for HTTP/2 (whose
+    /// `:scheme` and `:authority` come from it).
+    fn uri(&mut self, path: &str) -> Result<Uri, ClientError> {
+        if let Some((p, u)) = &self.last_uri
+            && p == path
+        {
+            return Ok(u.clone());
+        }
+        let rel = format!("{}/{}", self.base.prefix, path.trim_start_matches('/'));
+        let full = match self.conn {
+            Conn::H1(_) => rel,
+            Conn::H2 { .. } => format!("http://{}{rel}", self.base.authority),
+        };
+        let uri: Uri = full.parse().map_err(|e| err(format!("{path}: {e}")))?;
+        self.last_uri = Some((path.to_string(), uri.clone()));
+        Ok(uri)
+    }
+
+    async fn connect_h1(&mut self) -> Result<&mut http1::SendRequest<Full<Bytes>>, ClientError> {
+        let Conn::H1(slot) = &mut self.conn else {
+            return Err(err("not an HTTP/1.1 client"));
+        };
+        if slot.as_ref().is_none_or(|s| s.is_closed()) {
             let authority = &self.base.authority;
-            let stream = TcpStream::connect(authority)
-                .await
-                .map_err(|e| err(format!("connecting to {authority}: {e}")))?;
-            stream
-                .set_nodelay(true)
-                .map_err(|e| err(format!("connecting to {authority}: {e}")))?;
+            let stream = tcp(authority).await?;
             let sender = match &self.base.tls_name {
                 None => handshake(stream, authority).await?,
                 Some(name) => {
@@ -189,9 +424,72 @@ impl Client {
                     handshake(tls, authority).await?
                 }
             };
-            self.sender = Some(sender);
+            *slot = Some(sender);
         }
-        self.sender.as_mut().ok_or_else(|| err("not connected"))
+        slot.as_mut().ok_or_else(|| err("not connected"))
+    }
+
+    /// Send one request on this client's connection (opening one if needed) and read
+    /// the whole answer.
+    async fn send_once(
+        &mut self,
+        method: &Method,
+        uri: &Uri,
+        body: Bytes,
+        path: &str,
+    ) -> Result<Response, Attempt> {
+        let fail = |e: &dyn std::fmt::Display| err(format!("{path}: {e}"));
+        if let Conn::H2 { pool, slot, conn } = &mut self.conn {
+            let reused = conn.as_ref().is_some_and(H2Conn::is_open);
+            if !reused {
+                *conn = Some(pool.conn(*slot).await.map_err(Attempt::Fail)?);
+            }
+            let c = conn
+                .as_ref()
+                .ok_or_else(|| Attempt::Fail(err("not connected")))?;
+            let mut req = Request::new(());
+            *req.method_mut() = method.clone();
+            *req.uri_mut() = uri.clone();
+            if let Some(a) = &self.auth {
+                req.headers_mut().insert(AUTHORIZATION, a.clone());
+            }
+            return match h2_exchange(c, req, body).await {
+                Ok((parts, body)) => Ok(Response::from_parts(&parts.status, &parts.headers, body)),
+                Err(e) if reused && h2_retryable(&e) => Err(Attempt::Retry(fail(&e))),
+                Err(e) => Err(Attempt::Fail(fail(&e))),
+            };
+        }
+        let reused = matches!(&self.conn, Conn::H1(Some(s)) if !s.is_closed());
+        let mut req = Request::new(Full::new(body));
+        *req.method_mut() = method.clone();
+        *req.uri_mut() = uri.clone();
+        req.headers_mut().insert(HOST, self.host.clone());
+        if let Some(a) = &self.auth {
+            req.headers_mut().insert(AUTHORIZATION, a.clone());
+        }
+        let sender = self.connect_h1().await.map_err(Attempt::Fail)?;
+        sender.ready().await.map_err(|e| Attempt::Fail(fail(&e)))?;
+        let resp = sender.send_request(req).await.map_err(|e| {
+            if reused && retryable(method, &e) {
+                Attempt::Retry(fail(&e))
+            } else {
+                Attempt::Fail(fail(&e))
+            }
+        })?;
+        let (parts, incoming) = resp.into_parts();
+        let body = incoming
+            .collect()
+            .await
+            .map_err(|e| Attempt::Fail(fail(&e)))?
+            .to_bytes();
+        Ok(Response::from_parts(&parts.status, &parts.headers, body))
+    }
+
+    fn drop_connection(&mut self) {
+        match &mut self.conn {
+            Conn::H1(s) => *s = None,
+            Conn::H2 { conn, .. } => *conn = None,
+        }
     }
 
     /// Send one request to `path` (relative to the base URL).
@@ -201,59 +499,29 @@ impl Client {
         path: &str,
         body: Bytes,
     ) -> Result<Response, ClientError> {
-        let uri = format!("{}/{}", self.base.prefix, path.trim_start_matches('/'));
-        let mut req = Request::builder()
-            .method(method)
-            .uri(uri)
-            .body(Full::new(body))
-            .map_err(|e| err(format!("{path}: {e}")))?;
-        req.headers_mut().insert(HOST, self.host.clone());
-        if let Some(a) = &self.auth {
-            req.headers_mut().insert(AUTHORIZATION, a.clone());
-        }
+        let uri = self.uri(path)?;
         let timeout = self.timeout;
         let result = tokio::time::timeout(timeout, async {
-            let sender = self.connect().await?;
-            sender
-                .ready()
-                .await
-                .map_err(|e| err(format!("{path}: {e}")))?;
-            let resp = sender
-                .send_request(req)
-                .await
-                .map_err(|e| err(format!("{path}: {e}")))?;
-            let status = resp.status();
-            let retry_after = resp
-                .headers()
-                .get(hyper::header::RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim().parse().ok());
-            let duplicate = resp
-                .headers()
-                .get("x-tlog-duplicate")
-                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"));
-            let body = resp
-                .into_body()
-                .collect()
-                .await
-                .map_err(|e| err(format!("{path}: {e}")))?
-                .to_bytes();
-            Ok::<_, ClientError>(Response {
-                status,
-                retry_after,
-                duplicate,
-                body,
-            })
+            match self.send_once(&method, &uri, body.clone(), path).await {
+                Ok(r) => Ok(r),
+                Err(Attempt::Retry(_stale)) => {
+                    self.drop_connection();
+                    self.send_once(&method, &uri, body, path)
+                        .await
+                        .map_err(Attempt::into_error)
+                }
+                Err(Attempt::Fail(e)) => Err(e),
+            }
         })
         .await;
         match result {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(e)) => {
-                self.sender = None;
+                self.drop_connection();
                 Err(e)
             }
             Err(_) => {
-                self.sender = None;
+                self.drop_connection();
                 Err(ClientError::Timeout(format!(
                     "request to {path} timed out after {timeout:?}"
                 )))

@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::VerifyError;
-use crate::client::{BaseUrl, Client};
+use crate::client::{BaseUrl, Client, H2cPool};
 
 /// Reads a log's resources by tlog-tiles path (`checkpoint`, `tile/0/000`, ...).
 /// Cheap to clone; clones share connections.
@@ -22,7 +22,7 @@ pub trait Fetch: Clone + Send + Sync + 'static {
 }
 
 /// A log served over HTTP: keep-alive connections, one per concurrent request,
-/// reused.
+/// reused; or, over h2c, the shared connections of an [`H2cPool`].
 #[derive(Clone)]
 pub struct HttpFetcher {
     inner: Arc<HttpInner>,
@@ -33,6 +33,7 @@ struct HttpInner {
     base: BaseUrl,
     bearer: Option<String>,
     timeout: Duration,
+    h2c: Option<Arc<H2cPool>>,
     idle: Mutex<Vec<Client>>,
 }
 
@@ -40,19 +41,55 @@ impl HttpFetcher {
     /// A fetcher for the log at `url` (`http://host:port/prefix`), sending `bearer` (if
     /// any) with every request.
     pub fn new(url: &str, bearer: Option<&str>, timeout: Duration) -> Result<Self, VerifyError> {
+        Self::build(url, bearer, timeout, None)
+    }
+
+    /// A fetcher for the log at `url` over HTTP/2 without TLS (h2c): every request is a
+    /// stream on one of `connections` shared connections.
+    pub fn h2c(
+        url: &str,
+        bearer: Option<&str>,
+        timeout: Duration,
+        connections: usize,
+    ) -> Result<Self, VerifyError> {
+        let base = BaseUrl::parse(url).map_err(|e| VerifyError::Fetch(e.to_string()))?;
+        let pool =
+            H2cPool::new(base, connections).map_err(|e| VerifyError::Fetch(e.to_string()))?;
+        Self::build(url, bearer, timeout, Some(pool))
+    }
+
+    fn build(
+        url: &str,
+        bearer: Option<&str>,
+        timeout: Duration,
+        h2c: Option<Arc<H2cPool>>,
+    ) -> Result<Self, VerifyError> {
         let base = BaseUrl::parse(url).map_err(|e| VerifyError::Fetch(e.to_string()))?;
         // Build one client now so a bad token or host fails here, not on first use.
-        let first = Client::new(base.clone(), bearer, timeout)
-            .map_err(|e| VerifyError::Fetch(e.to_string()))?;
+        let first = Self::client(&base, bearer, timeout, h2c.as_ref())?;
         Ok(HttpFetcher {
             inner: Arc::new(HttpInner {
                 url: url.trim_end_matches('/').to_string(),
                 base,
                 bearer: bearer.map(str::to_string),
                 timeout,
+                h2c,
                 idle: Mutex::new(vec![first]),
             }),
         })
+    }
+
+    fn client(
+        base: &BaseUrl,
+        bearer: Option<&str>,
+        timeout: Duration,
+        h2c: Option<&Arc<H2cPool>>,
+    ) -> Result<Client, VerifyError> {
+        match h2c {
+            Some(pool) => Client::h2c(pool.clone(), bearer, timeout),
+            None => Client::new(base.clone(), bearer, timeout),
+        }
+        .map_err(|e| VerifyError::Fetch(e.to_string()))
     }
 
     fn take(&self) -> Result<Client, VerifyError> {
@@ -64,12 +101,12 @@ impl HttpFetcher {
             .pop();
         match pooled {
             Some(c) => Ok(c),
-            None => Client::new(
-                self.inner.base.clone(),
+            None => Self::client(
+                &self.inner.base,
                 self.inner.bearer.as_deref(),
                 self.inner.timeout,
-            )
-            .map_err(|e| VerifyError::Fetch(e.to_string())),
+                self.inner.h2c.as_ref(),
+            ),
         }
     }
 }

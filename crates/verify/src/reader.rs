@@ -14,6 +14,10 @@ use crate::fetch::Fetch;
 
 /// Most full tiles kept in memory (full tiles are immutable).
 const TILE_CACHE: usize = 4096;
+/// Most partial tiles kept in memory: a partial tile of a given width is immutable too
+/// (tiles are prefix-stable), and the right edge's partials are on every proof path of
+/// the entries a checkpoint adds.
+const PARTIAL_CACHE: usize = 256;
 
 /// Verify a signed checkpoint of the log `origin` with its key.
 pub fn open_checkpoint(
@@ -57,6 +61,7 @@ pub struct LogReader<F: Fetch> {
     origin: String,
     verifier: NoteVerifier,
     cache: HashMap<TileId, Vec<Hash>>,
+    partials: HashMap<TileId, Vec<Hash>>,
     /// Level-0 tiles whose subtree was proven included in the tree of this size.
     proven: (u64, std::collections::HashSet<u64>),
 }
@@ -69,6 +74,7 @@ impl<F: Fetch> LogReader<F> {
             origin,
             verifier,
             cache: HashMap::new(),
+            partials: HashMap::new(),
             proven: (0, Default::default()),
         }
     }
@@ -104,15 +110,21 @@ impl<F: Fetch> LogReader<F> {
         if let Some(h) = self.cache.get(&id.full()) {
             return Ok(h.clone());
         }
+        if let Some(h) = self.partials.get(id) {
+            return Ok(h.clone());
+        }
         let (got, bytes) = self.raw(id).await?;
         let hashes = parse_hash_tile(&bytes, got.width)
             .map_err(|e| VerifyError::Invalid(format!("{}: {e}", got.path())))?;
-        if got.is_full() {
-            if self.cache.len() >= TILE_CACHE {
-                self.cache.clear();
-            }
-            self.cache.insert(got, hashes.clone());
+        let (cache, limit) = if got.is_full() {
+            (&mut self.cache, TILE_CACHE)
+        } else {
+            (&mut self.partials, PARTIAL_CACHE)
+        };
+        if cache.len() >= limit {
+            cache.clear();
         }
+        cache.insert(got, hashes.clone());
         Ok(hashes)
     }
 
@@ -199,6 +211,45 @@ impl<F: Fetch> LogReader<F> {
         })?;
         self.proven.1.insert(t);
         Ok(())
+    }
+
+    /// The leaf hashes of level-0 tile `t` in the tree of `cp` (exactly its width
+    /// there), proven to be that tree's: an inclusion proof of the tile's first leaf is
+    /// built from these very hashes and checked against `cp.root`. That fixes every
+    /// hash of the tile, since the proof's part inside the tile is computed from all
+    /// the others. A caller then checks any number of its entries with one comparison
+    /// each.
+    pub async fn proven_leaf_hashes(
+        &mut self,
+        cp: &Checkpoint,
+        t: u64,
+    ) -> Result<Vec<Hash>, VerifyError> {
+        let first = t.saturating_mul(TILE_WIDTH);
+        if first >= cp.size {
+            return Err(VerifyError::Invalid(format!(
+                "tile {t} is beyond checkpoint {}",
+                cp.size
+            )));
+        }
+        let id = TileId::hash(0, t, width_at(t, cp.size));
+        let mut hashes = self.tile(&id).await?;
+        hashes.truncate(id.width as usize);
+        let mut tiles = self
+            .tiles(proof::inclusion_proof_tiles(first, cp.size).map_err(proof_err)?)
+            .await?;
+        tiles.insert(id, hashes.clone());
+        let p = proof::inclusion_proof(first, cp.size, &tiles).map_err(proof_err)?;
+        let leaf = hashes
+            .first()
+            .ok_or_else(|| VerifyError::Invalid(format!("{}: empty", id.path())))?;
+        proof::verify_inclusion(leaf, first, cp.size, &p, &cp.root).map_err(|e| {
+            VerifyError::Invalid(format!(
+                "{} is not included in tree {}: {e}",
+                id.path(),
+                cp.size
+            ))
+        })?;
+        Ok(hashes)
     }
 
     /// Verify that `new` extends `old` with a consistency proof built from tiles.

@@ -175,6 +175,11 @@ impl Http {
         }
     }
 
+    /// Send any request.
+    pub async fn request(&self, req: hyper::Request<Full<Bytes>>) -> Result<Resp, String> {
+        self.send(req).await
+    }
+
     async fn send(&self, req: hyper::Request<Full<Bytes>>) -> Result<Resp, String> {
         let resp = tokio::time::timeout(Duration::from_secs(30), self.client.request(req))
             .await
@@ -486,4 +491,67 @@ pub fn metric(text: &str, name_and_labels: &str) -> f64 {
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("metric {name_and_labels} not found in:\n{text}"))
+}
+
+/// What a raw TCP exchange with the daemon got back.
+#[derive(Debug)]
+pub struct RawReply {
+    /// Every byte the daemon sent.
+    pub bytes: Vec<u8>,
+    /// The daemon closed (or reset) the connection; false when `limit` ran out first.
+    pub closed: bool,
+}
+
+impl RawReply {
+    /// The status code of the first response, if any.
+    pub fn status(&self) -> Option<u16> {
+        let text = std::str::from_utf8(&self.bytes).ok()?;
+        text.strip_prefix("HTTP/1.1 ")?.get(..3)?.parse().ok()
+    }
+
+    /// The body of the first response (everything after the blank line).
+    pub fn body(&self) -> String {
+        let text = String::from_utf8_lossy(&self.bytes);
+        text.split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default()
+    }
+}
+
+/// `host:port` of a daemon URL.
+pub fn addr_of(url: &str) -> String {
+    url.trim_start_matches("http://").to_string()
+}
+
+/// Send `bytes` on a new connection (then half-close it if `eof`), and read until the
+/// daemon closes it or `limit` passes.
+pub async fn raw_exchange(url: &str, bytes: &[u8], eof: bool, limit: Duration) -> RawReply {
+    use tokio::io::AsyncWriteExt;
+    let mut s = tokio::net::TcpStream::connect(addr_of(url)).await.unwrap();
+    s.write_all(bytes).await.unwrap();
+    if eof {
+        s.shutdown().await.unwrap();
+    }
+    let mut out = Vec::new();
+    let closed = read_until_closed(&mut s, &mut out, limit).await;
+    RawReply { bytes: out, closed }
+}
+
+/// Read from `s` into `out` until the peer closes or resets it (true) or `limit`
+/// passes (false).
+pub async fn read_until_closed(
+    s: &mut tokio::net::TcpStream,
+    out: &mut Vec<u8>,
+    limit: Duration,
+) -> bool {
+    use tokio::io::AsyncReadExt;
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout_at(deadline, s.read(&mut buf)).await {
+            Err(_) => return false,
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
+        }
+    }
 }

@@ -1,0 +1,313 @@
+//! Serving a router on a TCP listener: HTTP/1.1 and HTTP/2 without TLS (h2c, prior
+//! knowledge) on the same port, with the timeouts and the connection limit that keep
+//! slow, idle or greedy clients from pinning the daemon, and graceful shutdown.
+//!
+//! `axum::serve` has none of these (no timer, so hyper's header-read timeout never
+//! runs): a client that sends half a request and stops would hold its connection, its
+//! task and a file descriptor forever. What bounds what:
+//!
+//! * **Header read** (`header_read_timeout`): hyper's HTTP/1.1 timer, which also runs
+//!   while a keep-alive connection waits for its next request; and, for every
+//!   connection, the first request must start within it (this also covers a client that
+//!   connects and sends nothing, or a few bytes of the HTTP/2 preface, which hyper would
+//!   wait on forever while telling the two protocols apart).
+//! * **Idle** (`idle_timeout`): a connection with no request in flight for this long
+//!   is shut down gracefully (HTTP/2: `GOAWAY`). A request counts as in flight until
+//!   its response body has been handed to the connection, so a long add waiting for its
+//!   commit is never cut.
+//! * **Body read**: the handlers' business (`POST /add` bounds it, see `http.rs`).
+//! * **Connections** (`max_connections`): one permit each; a connection accepted beyond
+//!   the limit is closed at once and counted in `tlogd_http_connections_rejected_total`.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::Request;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tower_service::Service;
+
+use crate::config::HttpConfig;
+
+/// Timeouts and limits of one listener.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    /// The `listener` label of this listener's metrics (`public`, `metrics`).
+    pub name: &'static str,
+    /// A request's headers (and a new connection's first request) must arrive within
+    /// this.
+    pub header_read_timeout: Duration,
+    /// A connection with no request in flight for this long is closed.
+    pub idle_timeout: Duration,
+    /// Open connections at most.
+    pub max_connections: usize,
+    /// Requests in flight at once on one HTTP/2 connection.
+    pub h2_max_concurrent_streams: u32,
+    /// At shutdown, how long busy connections are waited for.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions::from(&HttpConfig::default())
+    }
+}
+
+impl From<&HttpConfig> for ServeOptions {
+    fn from(c: &HttpConfig) -> Self {
+        ServeOptions {
+            name: "public",
+            header_read_timeout: Duration::from_millis(c.header_read_timeout_ms.max(1)),
+            idle_timeout: Duration::from_millis(c.idle_timeout_ms.max(1)),
+            max_connections: c.max_connections.max(1),
+            h2_max_concurrent_streams: c.h2_max_concurrent_streams.max(1),
+            shutdown_grace: Duration::from_millis(c.shutdown_grace_ms),
+        }
+    }
+}
+
+/// Serve `app` on `listener` until `shutdown` resolves; then stop accepting, let every
+/// connection finish what it is doing (HTTP/1.1 idle connections close at once,
+/// HTTP/2 ones get `GOAWAY`), and return once all are closed or after
+/// `shutdown_grace`, whichever comes first.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    opts: ServeOptions,
+    shutdown: impl Future<Output = ()> + Send,
+) {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(opts.header_read_timeout)
+        .keep_alive(true);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(opts.h2_max_concurrent_streams);
+    let builder = Arc::new(builder);
+    let max = opts.max_connections.min(Semaphore::MAX_PERMITS);
+    let permits = Arc::new(Semaphore::new(max));
+    let (close_tx, close_rx) = watch::channel(());
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    accept_error(e, opts.name).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            // Over the limit: closing at once costs the least; the client sees the
+            // connection reset or closed and may retry later.
+            metrics::counter!("tlogd_http_connections_rejected_total", "listener" => opts.name)
+                .increment(1);
+            drop(stream);
+            continue;
+        };
+        // Responses are single writes; with HTTP/2 several go out back to back and
+        // Nagle's algorithm would hold the later ones for the peer's delayed ACK.
+        let _ = stream.set_nodelay(true);
+        tokio::spawn(connection(
+            builder.clone(),
+            stream,
+            app.clone(),
+            opts.clone(),
+            close_rx.clone(),
+            permit,
+        ));
+    }
+    // Stop accepting (the kernel refuses new connections from now on), then ask every
+    // connection to finish.
+    drop(listener);
+    drop(close_rx);
+    let _ = close_tx.send(());
+    let all = u32::try_from(max).unwrap_or(u32::MAX);
+    if tokio::time::timeout(opts.shutdown_grace, permits.acquire_many(all))
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            open = max - permits.available_permits(),
+            grace = ?opts.shutdown_grace,
+            "connections still open after the shutdown grace period; going on without them"
+        );
+    }
+}
+
+/// What accepting a connection can fail with. A connection the peer reset before it
+/// was accepted is nobody's problem; anything else (out of file descriptors) is logged
+/// and accepting pauses a little, as hyper 0.14 and axum do, so the loop does not spin.
+async fn accept_error(e: std::io::Error, listener: &'static str) {
+    use std::io::ErrorKind::*;
+    if matches!(
+        e.kind(),
+        ConnectionRefused | ConnectionAborted | ConnectionReset
+    ) {
+        return;
+    }
+    metrics::counter!("tlogd_http_accept_errors_total", "listener" => listener).increment(1);
+    tracing::error!(error = %e, listener, "accepting a connection failed; pausing 100 ms");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+}
+
+/// Requests in flight on one connection and when the last one ended.
+struct Activity {
+    epoch: Instant,
+    in_flight: AtomicUsize,
+    /// Milliseconds after `epoch` when a request last ended; `u64::MAX` before the
+    /// first request started.
+    last_end_ms: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Activity {
+            epoch: Instant::now(),
+            in_flight: AtomicUsize::new(0),
+            last_end_ms: AtomicU64::new(u64::MAX),
+        }
+    }
+
+    /// When the connection may be closed for idleness (`None` while a request is in
+    /// flight): before any request, `header_read` after it opened; then `idle` after
+    /// the last request ended.
+    fn deadline(&self, header_read: Duration, idle: Duration) -> Option<Instant> {
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        match self.last_end_ms.load(Ordering::Acquire) {
+            u64::MAX => Some(self.epoch + header_read),
+            ms => Some(self.epoch + Duration::from_millis(ms) + idle),
+        }
+    }
+}
+
+/// Marks one request in flight until dropped (with the response body).
+struct InFlight(Arc<Activity>);
+
+impl InFlight {
+    fn new(a: &Arc<Activity>) -> Self {
+        a.in_flight.fetch_add(1, Ordering::AcqRel);
+        // A request has started: the "first request" deadline no longer applies.
+        let _ = a
+            .last_end_ms
+            .compare_exchange(u64::MAX, 0, Ordering::AcqRel, Ordering::Relaxed);
+        InFlight(a.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let a = &self.0;
+        a.last_end_ms
+            .store(a.epoch.elapsed().as_millis() as u64, Ordering::Release);
+        a.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Why a connection ended, for `tlogd_http_connections_closed_total{reason}`.
+fn close_reason(e: &(dyn std::error::Error + 'static)) -> &'static str {
+    let mut cur = Some(e);
+    while let Some(e) = cur {
+        if let Some(h) = e.downcast_ref::<hyper::Error>()
+            && h.is_timeout()
+        {
+            return "header_timeout";
+        }
+        cur = e.source();
+    }
+    "error"
+}
+
+async fn connection(
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    stream: TcpStream,
+    app: Router,
+    opts: ServeOptions,
+    mut close_rx: watch::Receiver<()>,
+    _permit: OwnedSemaphorePermit,
+) {
+    let name = opts.name;
+    metrics::gauge!("tlogd_http_connections", "listener" => name).increment(1.0);
+    let activity = Arc::new(Activity::new());
+    let service = {
+        let activity = activity.clone();
+        hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+            let guard = InFlight::new(&activity);
+            let call = app.clone().call(Request::from(req.map(Body::new)));
+            async move {
+                let resp = call.await?;
+                // The request stays in flight until hyper has taken its whole body.
+                Ok::<_, std::convert::Infallible>(resp.map(move |b| {
+                    Body::new(b.map_frame(move |f| {
+                        let _in_flight = &guard;
+                        f
+                    }))
+                }))
+            }
+        })
+    };
+    let conn = builder.serve_connection(TokioIo::new(stream), service);
+    let mut conn = std::pin::pin!(conn);
+    let first = activity.epoch + opts.header_read_timeout;
+    let check = tokio::time::sleep_until(first.into());
+    let mut check = std::pin::pin!(check);
+    let mut closing = false;
+    let mut idle_closed = false;
+    let error = loop {
+        tokio::select! {
+            done = conn.as_mut() => match done {
+                Ok(()) => break None,
+                Err(e) => break Some(close_reason(&*e)),
+            },
+            _ = close_rx.changed(), if !closing => {
+                conn.as_mut().graceful_shutdown();
+                closing = true;
+            }
+            () = &mut check => {
+                let now = Instant::now();
+                match activity.deadline(opts.header_read_timeout, opts.idle_timeout) {
+                    // Busy: look again in a while.
+                    None => check.as_mut().reset((now + opts.idle_timeout).into()),
+                    Some(d) if d > now => check.as_mut().reset(d.into()),
+                    // Asked to close before and still idle: the peer did not go away.
+                    Some(_) if closing => break None,
+                    Some(_) => {
+                        conn.as_mut().graceful_shutdown();
+                        (closing, idle_closed) = (true, true);
+                        // Give a request that raced the shutdown time to finish.
+                        check.as_mut().reset((now + opts.idle_timeout).into());
+                    }
+                }
+            }
+        }
+    };
+    // One count per connection that the daemon closed: hyper's header timeout, another
+    // connection error, or idleness (which includes no first request in time).
+    // Closing a connection that is still telling HTTP/1.1 from HTTP/2 apart ends it
+    // with an error: that is the idle close too.
+    let reason = match (error, idle_closed) {
+        (Some("header_timeout"), _) => Some("header_timeout"),
+        (_, true) => Some("idle"),
+        (e, false) => e,
+    };
+    if let Some(r) = reason {
+        metrics::counter!("tlogd_http_connections_closed_total", "listener" => name, "reason" => r)
+            .increment(1);
+    }
+    metrics::gauge!("tlogd_http_connections", "listener" => name).decrement(1.0);
+}
