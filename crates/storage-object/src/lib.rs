@@ -440,7 +440,9 @@ pub async fn open_log(
     options: ObjectLogOptions,
 ) -> Result<ObjectLog<ObjectStoreBackend>, ObjectOpenError> {
     match ObjectLog::open(backend, origin, options).await {
-        Err(ObjectOpenError::Storage(StorageError::Backend(why))) if why.starts_with(UNSUPPORTED) => {
+        Err(ObjectOpenError::Storage(StorageError::Backend(why)))
+            if why.starts_with(UNSUPPORTED) =>
+        {
             Err(ObjectOpenError::NoConditionalWrites(why))
         }
         other => other,

@@ -103,7 +103,12 @@ fn conditional_writes_translate_both_ways() {
         let (bytes, current) = b.get_versioned("k").await.unwrap().unwrap();
         assert_eq!((bytes, &current), (Bytes::from("1"), &v1));
         let PutOutcome::Written(v2) = b
-            .put_if("k", Bytes::from("3"), class, PutCondition::Matches(v1.clone()))
+            .put_if(
+                "k",
+                Bytes::from("3"),
+                class,
+                PutCondition::Matches(v1.clone()),
+            )
             .await
             .unwrap()
         else {
@@ -176,9 +181,7 @@ fn errors_are_one_line_and_name_the_operation_and_key() {
         assert!(!msg.contains('\n'), "{msg}");
         assert!(msg.contains("s3") || msg.contains("memory"), "{msg}");
         assert!(msg.contains("put tile/0/000"), "{msg}");
-        assert!(
-            ObjectStoreBackend::single("memory", Arc::new(InMemory::new()), "a/../b").is_err()
-        );
+        assert!(ObjectStoreBackend::single("memory", Arc::new(InMemory::new()), "a/../b").is_err());
     });
 }
 

@@ -81,7 +81,11 @@ fn parse(raw: &[u8]) -> Option<Response> {
     let chunked = headers
         .iter()
         .any(|(k, v)| k == "transfer-encoding" && v.eq_ignore_ascii_case("chunked"));
-    let body = if chunked { dechunk(rest)? } else { rest.to_vec() };
+    let body = if chunked {
+        dechunk(rest)?
+    } else {
+        rest.to_vec()
+    };
     Some(Response {
         status,
         headers,

@@ -75,19 +75,14 @@ impl TestMinio {
             .env("MINIO_UPDATE", "off")
             .env("AWS_EC2_METADATA_DISABLED", "true");
         let port = self.port;
+        // /minio/health/ready answers 200 before the server takes bucket operations
+        // ("XMinioServerNotInitialized"): wait for a signed ListBuckets to work.
         self.process
             .launch(cmd, port, Duration::from_secs(60), move || {
-                let r = http::request(
-                    port,
-                    "GET",
-                    "/minio/health/ready",
-                    &[],
-                    b"",
-                    Duration::from_secs(2),
-                )?;
+                let r = signed(port, "GET", "/", Duration::from_secs(2))?;
                 match r.status {
                     200 => Ok(()),
-                    s => Err(format!("/minio/health/ready answered {s}")),
+                    s => Err(format!("ListBuckets answered {s}: {}", r.text())),
                 }
             });
     }
@@ -107,30 +102,22 @@ impl TestMinio {
         self.process.log()
     }
 
-    /// Create bucket `name`; panics with MinIO's answer if it refuses.
+    /// Create bucket `name`; panics with MinIO's answer if it refuses. A server still
+    /// initialising (503) is waited for, up to 30 s.
     pub fn create_bucket(&self, name: &str) {
         let path = format!("/{name}");
-        let headers = sigv4::sign("PUT", &path, self.port, REGION, ACCESS_KEY, SECRET_KEY);
-        let headers: Vec<(&str, &str)> = headers
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
-        let r = http::request(
-            self.port,
-            "PUT",
-            &path,
-            &headers,
-            b"",
-            Duration::from_secs(10),
-        )
-        .unwrap_or_else(|e| panic!("creating bucket {name}: {e}"));
-        assert_eq!(
-            r.status,
-            200,
-            "creating bucket {name}: MinIO answered {}: {}",
-            r.status,
-            r.text()
-        );
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let r = signed(self.port, "PUT", &path, Duration::from_secs(10))
+                .unwrap_or_else(|e| panic!("creating bucket {name}: {e}"));
+            match r.status {
+                200 => return,
+                503 if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(100))
+                }
+                s => panic!("creating bucket {name}: MinIO answered {s}: {}", r.text()),
+            }
+        }
     }
 
     /// A new empty bucket named after `prefix` (lower-case letters, digits and `-`),
@@ -174,6 +161,21 @@ impl TestMinio {
     }
 }
 
+/// A request with an empty body signed with the root credentials.
+fn signed(
+    port: u16,
+    method: &str,
+    path: &str,
+    timeout: Duration,
+) -> Result<http::Response, String> {
+    let headers = sigv4::sign(method, path, port, REGION, ACCESS_KEY, SECRET_KEY);
+    let headers: Vec<(&str, &str)> = headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    http::request(port, method, path, &headers, b"", timeout)
+}
+
 /// `<prefix>-<pid>-<n>`, within S3's bucket-name rules.
 pub fn unique_bucket_name(prefix: &str) -> String {
     let clean: String = prefix
@@ -188,9 +190,5 @@ pub fn unique_bucket_name(prefix: &str) -> String {
         .take(30)
         .collect();
     let n = BUCKETS.fetch_add(1, Ordering::Relaxed);
-    format!(
-        "t-{}-{}-{n}",
-        clean.trim_matches('-'),
-        std::process::id()
-    )
+    format!("t-{}-{}-{n}", clean.trim_matches('-'), std::process::id())
 }
