@@ -1,6 +1,6 @@
 //! Test servers for the object-store backends (feature `testsupport`): a private MinIO
-//! ([`minio::TestMinio`]), Toxiproxy in front of it ([`toxiproxy::Toxiproxy`]), and a
-//! minimal HTTP/1.1 client to drive them. Each server is a child process on 127.0.0.1
+//! ([`minio::TestMinio`]), the GCS emulator ([`gcs::TestGcs`]), Toxiproxy in front of
+//! either ([`toxiproxy::Toxiproxy`]), and a minimal HTTP/1.1 client to drive them. Each server is a child process on 127.0.0.1
 //! at free ports, killed with its process group when dropped or when the test process
 //! exits (the process plumbing of `tlogd_storage_sql::testsupport`).
 //!
@@ -8,6 +8,7 @@
 //! looked up on `PATH`, in `$TLOGD_TOOLS_DIR`, and in `~/.cache/tlogd-tools/bin` (where
 //! `scripts/deps.sh test` installs them).
 
+pub mod gcs;
 pub mod http;
 pub mod minio;
 pub mod sigv4;
