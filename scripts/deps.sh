@@ -6,7 +6,7 @@ set -euo pipefail
 # which the SQL backends' tests start private servers of their own (never the system
 # ones), and openssl, which makes the certificates of the TLS tests.
 pkgs=(libclang-dev clang)
-[ "${1:-}" = test ] && pkgs+=(mariadb-server postgresql openssl)
+[ "${1:-}" = test ] && pkgs+=(mariadb-server postgresql openssl e2fsprogs mount)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

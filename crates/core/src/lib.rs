@@ -17,3 +17,6 @@ pub mod witness;
 
 #[cfg(feature = "engine")]
 pub mod engine;
+
+#[cfg(any(feature = "conformance", all(test, feature = "engine")))]
+pub mod conformance;

@@ -305,10 +305,26 @@ async fn run<S: LogStorage>(
         write_tokens = tokens.as_ref().map_or(0, |t| t.len()),
         "tlogd serving"
     );
-    axum::serve(listener, tlogd::http::router_with_auth(log.clone(), tokens))
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .context("serving HTTP")?;
+    // Stop on a signal, or when a background task of the log died (fail-stop: a
+    // restart re-reads storage; staying up would only answer errors).
+    let failed = {
+        let watched = log.clone();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let stop = async move {
+            tokio::select! {
+                _ = shutdown_signal() => {}
+                reason = watched.failed() => { let _ = tx.send(reason); }
+            }
+        };
+        axum::serve(listener, tlogd::http::router_with_auth(log.clone(), tokens))
+            .with_graceful_shutdown(stop)
+            .await
+            .context("serving HTTP")?;
+        rx.await.ok()
+    };
+    if let Some(reason) = failed {
+        bail!("{reason}; stopping (restart to recover from storage)");
+    }
     tracing::info!("shutting down: draining the queue");
     log.shutdown();
     tasks.join().await;

@@ -11,7 +11,9 @@
 //!   written leaves the other, the previous commit, intact.
 //! * `lock`: held with an OFD (`fcntl`) write lock while a daemon has the log open
 //!   (`flock` does not work over NFS; OFD locks do);
-//! * `tmp/`: temporary files, renamed into place (same filesystem).
+//! * `tmp/`: temporary files, renamed into place (same filesystem);
+//! * `staged/`: full tiles and bundles of a batch, between their write and the commit
+//!   of the state that contains them (see the commit protocol).
 //!
 //! Partial tiles are public files only for tree sizes a checkpoint names (tlog-tiles
 //! "Partial Tiles": logs MUST serve those, and only those are ever fetched); between
@@ -38,18 +40,32 @@
 //!
 //! # Commit protocol (see `tlogd_core::engine` for the engine's side)
 //!
-//! 1. Write every tile and bundle the batch completes (full ones) to a temp file and
-//!    rename it to its final path. Nothing is fsynced yet: these are not committed,
-//!    and a crash here leaves the old state in force (a reader never sees them through
-//!    tlogd, which serves only the committed tree).
-//! 2. If step 1 wrote anything, `syncfs` the filesystem once: every file and rename of
-//!    the batch is durable together, instead of one serial fsync chain per file.
+//! 1. Write every tile and bundle the batch completes (full ones) to its *staging*
+//!    path, `.tlogd/staged/<tile path>`, never served. Nothing is fsynced yet, and
+//!    nothing public changes: a crash here leaves the old state in force and only
+//!    private leftovers.
+//! 2. If step 1 wrote anything, `syncfs` the filesystem once: every staged file of the
+//!    batch is durable together, instead of one serial fsync chain per file.
 //! 3. Compare-and-swap the state: check the committed state is the batch's `prev` (we
 //!    hold the only lock, so the in-memory copy is authoritative), then write the new
 //!    state and edge into the older slot and `fdatasync` it. Committed.
-//! 4. Garbage-collect the partials of tiles that became full in the previous commit
+//! 4. Rename each staged file to its public path. The committed tree now defines those
+//!    bytes, so a public path only ever holds committed bytes (engine invariant 1), and a
+//!    static web server or CDN never caches a tile that a crash would later replace.
+//!    A crash before a rename reaches the disk leaves the staged file: at open, a staged
+//!    file inside the committed tree is renamed into place and one beyond it (an
+//!    uncommitted batch) is deleted.
+//! 5. Garbage-collect the partials of tiles that became full in the previous commit
 //!    (tlog-tiles "Partial Tiles": readers fall back to the full tile, which is served
 //!    by then). Best effort.
+//!
+//! # Sync failures stop commits
+//!
+//! Linux reports a writeback error once, to the first `fsync`/`syncfs` that asks (for
+//! `syncfs`, from Linux 5.8). Every sync, of commits and of the publisher alike, runs
+//! under one lock, and any failure poisons the store: no commit and no checkpoint
+//! until a restart re-reads the disk. Otherwise the publisher's `syncfs` could consume
+//! an error that belonged to a commit's tiles and let that commit advance the state.
 //!
 //! # Publishing
 //!
@@ -77,6 +93,62 @@ const STATE_MAGIC_V1: &str = "tlogd-posix-state v1";
 /// The first bytes of a state slot.
 const SLOT_MAGIC: &[u8] = b"tlogd-posix-state v2\n";
 const SLOTS: [&str; 2] = ["state.0", "state.1"];
+/// Full tiles of a batch before its state commits (commit protocol step 1).
+const STAGED_DIR: &str = "staged";
+
+/// Commit protocol step 4, redone at open after a crash: every staged tile inside the
+/// committed tree of `size` goes to its public path (its bytes are the committed ones:
+/// the state was written after they were synced); any other is an uncommitted batch's
+/// and is deleted.
+fn recover_staged(root: &Path, staged: &Path, size: u64) -> Result<(), OpenError> {
+    if !staged.exists() {
+        return Ok(());
+    }
+    let mut stack = vec![staged.to_path_buf()];
+    let mut recovered = 0u64;
+    while let Some(dir) = stack.pop() {
+        for e in fs::read_dir(&dir).map_err(io_err(&dir))?.flatten() {
+            let path = e.path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let rel = path.strip_prefix(staged).unwrap_or(&path);
+            let committed = rel
+                .to_str()
+                .and_then(|r| TileId::parse(r).ok())
+                .filter(|id| id.is_full())
+                .is_some_and(|id| tile_end(&id) <= size);
+            if committed {
+                let public = root.join(rel);
+                if let Some(parent) = public.parent() {
+                    fs::create_dir_all(parent).map_err(io_err(parent))?;
+                }
+                fs::rename(&path, &public).map_err(io_err(&public))?;
+                recovered += 1;
+            } else {
+                fs::remove_file(&path).map_err(io_err(&path))?;
+            }
+        }
+    }
+    if recovered > 0 {
+        tracing::warn!(
+            recovered,
+            "published the committed tiles a crash left staged"
+        );
+    }
+    Ok(())
+}
+
+/// The tree size at which a full tile is complete.
+fn tile_end(id: &TileId) -> u64 {
+    let level = match id.kind {
+        TileKind::Hash { level } => level as u32 + 1,
+        TileKind::Entries => 1,
+    };
+    let span = 1u64.checked_shl(8 * level).unwrap_or(u64::MAX);
+    id.index.saturating_add(1).saturating_mul(span)
+}
 
 /// Why the log directory could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -139,6 +211,8 @@ struct Inner {
     /// Set after a failed sync: the page cache may then hold data the disk does not,
     /// so nothing more is committed until the daemon restarts and re-reads the disk.
     poisoned: AtomicBool,
+    /// Serializes every `syncfs`/`fsync` with the poisoning of a failed one.
+    sync_lock: Mutex<()>,
 }
 
 /// The committed state, its right edge and where the next commit goes.
@@ -196,6 +270,8 @@ impl PosixStorage {
             committed = adopt_tessera(&root, origin)?;
             adopted = committed.tree;
         }
+        let size = committed.tree.map_or(0, |t| t.size);
+        recover_staged(&root, &private.join(STAGED_DIR), size)?;
         // Both slots exist from now on, so a commit never creates a file whose
         // directory entry would need its own fsync.
         let mut created = false;
@@ -225,6 +301,7 @@ impl PosixStorage {
                 gc: Mutex::new(Vec::new()),
                 tmp_seq: AtomicU64::new(0),
                 poisoned: AtomicBool::new(false),
+                sync_lock: Mutex::new(()),
             }),
         })
     }
@@ -670,22 +747,67 @@ impl Inner {
             self.ensure_dir(dir)?;
         }
         let tmp = self.temp_path();
-        let mut f = File::create(&tmp)?;
-        f.write_all(bytes)?;
-        drop(f);
+        let written = File::create(&tmp).and_then(|mut f| f.write_all(bytes));
+        if let Err(e) = written {
+            // A full disk must not also fill up with half-written temp files.
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
         fs::rename(&tmp, path)
     }
 
-    /// Temp file, fsync, rename, fsync the directory.
-    fn put_durable(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    /// Temp file, fsync, rename, fsync the directory. A failed sync poisons the store.
+    fn put_durable(&self, path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
         let tmp = self.temp_path();
-        let mut f = File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
+        let failed = |what: &str, e: io::Error| {
+            StorageError::from_io(format!("{what} {}: {e}", path.display()), &e)
+        };
+        let mut f = File::create(&tmp).map_err(|e| failed("writing", e))?;
+        if let Err(e) = f.write_all(bytes) {
+            let _ = fs::remove_file(&tmp);
+            return Err(failed("writing", e));
+        }
+        self.synced(|| f.sync_all(), path)?;
         drop(f);
-        fs::rename(&tmp, path)?;
+        fs::rename(&tmp, path).map_err(|e| failed("renaming", e))?;
         let dir = path.parent().unwrap_or(Path::new("."));
-        File::open(dir)?.sync_all()
+        let d = File::open(dir).map_err(|e| failed("opening the directory of", e))?;
+        self.synced(|| d.sync_all(), dir)
+    }
+
+    /// Write a private file (no temp file: nothing reads it before the next sync).
+    fn write_private(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        if let Some(dir) = path.parent() {
+            self.ensure_dir(dir)?;
+        }
+        let mut f = File::create(path)?;
+        f.write_all(bytes)
+    }
+
+    fn staged_path(&self, id: &TileId) -> PathBuf {
+        self.private.join(STAGED_DIR).join(id.path())
+    }
+
+    /// `syncfs` the log's filesystem; see [`Inner::synced`].
+    fn sync_all_files(&self) -> Result<(), StorageError> {
+        self.synced(|| self.syncfs(), &self.root)
+    }
+
+    /// Run one sync under the sync lock; a failure poisons the store. Under the lock,
+    /// a sync that follows a failed one always sees the poison, so no commit can pass
+    /// its sync point after another path consumed the error report it needed.
+    fn synced(
+        &self,
+        sync: impl FnOnce() -> io::Result<()>,
+        what: &Path,
+    ) -> Result<(), StorageError> {
+        let _sync = self.sync_lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.check_poisoned()?;
+        sync().map_err(|e| {
+            self.poisoned.store(true, Ordering::Release);
+            tracing::error!(error = %e, path = %what.display(), "sync failed; no more commits until restart");
+            StorageError::Backend(format!("sync of {}: {e}; restart tlogd to re-read the log from disk", what.display()))
+        })
     }
 
     fn syncfs(&self) -> io::Result<()> {
@@ -700,7 +822,8 @@ impl Inner {
 
     fn check_poisoned(&self) -> Result<(), StorageError> {
         if self.poisoned.load(Ordering::Acquire) {
-            return Err(StorageError::Backend(
+            // Refused at once (HTTP 503): retrying cannot help before a restart.
+            return Err(StorageError::WritesRefused(
                 "an earlier fsync failed; restart tlogd to re-read the log from disk".into(),
             ));
         }
@@ -724,20 +847,18 @@ impl Inner {
                 found: found.size,
             });
         }
-        // 1. Completed tiles and bundles to their final paths.
-        let mut wrote = false;
-        for (id, bytes) in batch.tiles.iter().filter(|(id, _)| id.is_full()) {
-            let path = self.tile_path(id);
-            self.put(&path, bytes)
-                .map_err(|e| StorageError::Backend(format!("writing {}: {e}", path.display())))?;
-            wrote = true;
+        // 1. Completed tiles and bundles to their staging paths.
+        let full: Vec<&(TileId, Vec<u8>)> =
+            batch.tiles.iter().filter(|(id, _)| id.is_full()).collect();
+        for (id, bytes) in &full {
+            let path = self.staged_path(id);
+            self.write_private(&path, bytes).map_err(|e| {
+                StorageError::from_io(format!("writing {}: {e}", path.display()), &e)
+            })?;
         }
         // 2. One sync point for all of them.
-        if wrote {
-            self.syncfs().map_err(|e| {
-                self.poisoned.store(true, Ordering::Release);
-                StorageError::Backend(format!("syncfs {}: {e}", self.root.display()))
-            })?;
+        if !full.is_empty() {
+            self.sync_all_files()?;
         }
         // 3. The commit point: the new state and edge in the older slot. A partial the
         //    batch did not change is the same tile as before.
@@ -760,18 +881,33 @@ impl Inner {
         }
         let seq = seq + 1;
         let slot = self.private.join(SLOTS[(seq % 2) as usize]);
-        write_in_place(&slot, &encode_slot(&self.origin, seq, &batch.next, &edge)).map_err(
-            |e| {
-                self.poisoned.store(true, Ordering::Release);
-                StorageError::Backend(format!("writing {}: {e}", slot.display()))
-            },
-        )?;
+        // A failed write leaves this (older) slot torn and the newer one intact: the
+        // next commit rewrites it. A failed sync poisons.
+        let f = write_in_place(&slot, &encode_slot(&self.origin, seq, &batch.next, &edge))
+            .map_err(|e| StorageError::from_io(format!("writing {}: {e}", slot.display()), &e))?;
+        self.synced(|| f.sync_data(), &slot)?;
         *self.state.lock().unwrap_or_else(|e| e.into_inner()) = Committed {
             tree: Some(batch.next),
             edge: Arc::new(edge),
             seq,
         };
-        // 4. Partials of tiles that became full in the previous commit are no longer
+        // 4. Publish the completed tiles. A failure here leaves a committed tile
+        //    unserved: stop (the restart's recovery renames it) rather than go on.
+        for (id, _) in &full {
+            let public = self.tile_path(id);
+            let moved = public
+                .parent()
+                .map_or(Ok(()), |d| self.ensure_dir(d))
+                .and_then(|()| fs::rename(self.staged_path(id), &public));
+            if let Err(e) = moved {
+                self.poisoned.store(true, Ordering::Release);
+                return Err(StorageError::Backend(format!(
+                    "publishing {}: {e}; restart tlogd to finish the committed batch",
+                    public.display()
+                )));
+            }
+        }
+        // 5. Partials of tiles that became full in the previous commit are no longer
         //    needed: by now the engine has acknowledged that commit and serves the full
         //    tiles, so a reader falling back from a partial always finds the full one.
         let full_now: Vec<PathBuf> = batch
@@ -796,6 +932,14 @@ impl Inner {
 
     /// Write the partial tiles of a checkpoint of `size`, then the checkpoint.
     fn publish(&self, size: u64, signed: &[u8]) -> Result<(), StorageError> {
+        self.check_poisoned()?;
+        // The checkpoint only ever moves forward (engine invariant 1), whoever asks.
+        let path = self.root.join("checkpoint");
+        if let Ok(old) = fs::read(&path)
+            && tlogd_core::checkpoint::signed_size(&old).is_some_and(|s| s > size)
+        {
+            return Ok(());
+        }
         let edge = self
             .state
             .lock()
@@ -809,30 +953,26 @@ impl Inner {
             if let Some(bytes) = edge_prefix(&edge, &id) {
                 let path = self.tile_path(&id);
                 self.put(&path, &bytes).map_err(|e| {
-                    StorageError::Backend(format!("writing {}: {e}", path.display()))
+                    StorageError::from_io(format!("writing {}: {e}", path.display()), &e)
                 })?;
                 wrote = true;
             }
         }
         if wrote {
-            self.syncfs().map_err(|e| {
-                StorageError::Backend(format!("syncfs {}: {e}", self.root.display()))
-            })?;
+            self.sync_all_files()?;
         }
-        let path = self.root.join("checkpoint");
         self.put_durable(&path, signed)
-            .map_err(|e| StorageError::Backend(format!("writing {}: {e}", path.display())))
     }
 }
 
-/// Overwrite `path` (which exists) with `bytes` and `fdatasync` it: no new inode, no
-/// directory update.
-fn write_in_place(path: &Path, bytes: &[u8]) -> io::Result<()> {
+/// Overwrite `path` (which exists) with `bytes`, for the caller to `fdatasync`: no new
+/// inode, no directory update.
+fn write_in_place(path: &Path, bytes: &[u8]) -> io::Result<File> {
     use std::os::unix::fs::FileExt;
     let f = OpenOptions::new().write(true).open(path)?;
     f.write_all_at(bytes, 0)?;
     f.set_len(bytes.len() as u64)?;
-    f.sync_data()
+    Ok(f)
 }
 
 /// A file's bytes, or `None` if it does not exist.

@@ -151,10 +151,11 @@ async fn a_second_process_is_refused_and_origin_is_checked() {
 }
 
 #[tokio::test]
-async fn uncommitted_files_from_a_crash_are_overwritten_consistently() {
-    // Simulate a crash after step 1 of the commit protocol: files of a batch that never
-    // committed sit at final paths. Reopening must ignore them and later batches must
-    // replace them, leaving a log that checks out.
+async fn a_crash_leaves_staged_tiles_which_reopen_publishes_or_discards() {
+    // Where a crash really leaves bytes: full tiles of a batch are staged privately
+    // until the state commits (commit protocol steps 1-4). Simulate a crash after the
+    // state of size 300 committed but before its tiles were renamed into place, plus
+    // an uncommitted batch's staged tiles beyond it.
     let dir = tempfile::tempdir().unwrap();
     {
         let storage = Arc::new(PosixStorage::open(dir.path(), ORIGIN).unwrap());
@@ -165,17 +166,33 @@ async fn uncommitted_files_from_a_crash_are_overwritten_consistently() {
         log.shutdown();
         tasks.join().await;
     }
-    // Garbage where the next batch's files will go.
-    std::fs::write(dir.path().join("tile/0/001.p/45"), vec![9u8; 45 * 32]).unwrap();
-    std::fs::write(dir.path().join("tile/entries/001.p/45"), b"junk").unwrap();
-    let storage = Arc::new(PosixStorage::open(dir.path(), ORIGIN).unwrap());
-    let (log, tasks) = Log::open(storage.clone(), None, config(64)).await.unwrap();
-    for i in 0..1u32 {
-        log.add(Bytes::from(format!("b{i}"))).await.unwrap();
+    let staged = dir.path().join(".tlogd/staged");
+    let committed_bundle = std::fs::read(dir.path().join("tile/entries/000")).unwrap();
+    let committed_tile = std::fs::read(dir.path().join("tile/0/000")).unwrap();
+    for rel in ["tile/entries/000", "tile/0/000"] {
+        std::fs::create_dir_all(staged.join(rel).parent().unwrap()).unwrap();
+        std::fs::rename(dir.path().join(rel), staged.join(rel)).unwrap();
     }
-    let rest: Vec<Bytes> = (1..1000u32).map(|i| Bytes::from(format!("b{i}"))).collect();
-    for e in rest {
-        log.add(e).await.unwrap();
+    // An uncommitted batch's garbage.
+    for rel in ["tile/entries/001", "tile/0/001"] {
+        std::fs::write(staged.join(rel), vec![9u8; 32 * 256]).unwrap();
+    }
+    let storage = Arc::new(PosixStorage::open(dir.path(), ORIGIN).unwrap());
+    assert_eq!(
+        std::fs::read(dir.path().join("tile/entries/000")).unwrap(),
+        committed_bundle
+    );
+    assert_eq!(
+        std::fs::read(dir.path().join("tile/0/000")).unwrap(),
+        committed_tile
+    );
+    for rel in ["tile/entries/001", "tile/0/001"] {
+        assert!(!staged.join(rel).exists(), "{rel} was not discarded");
+        assert!(!dir.path().join(rel).exists(), "{rel} was published");
+    }
+    let (log, tasks) = Log::open(storage.clone(), None, config(64)).await.unwrap();
+    for i in 0..1000u32 {
+        log.add(Bytes::from(format!("b{i}"))).await.unwrap();
     }
     log.shutdown();
     tasks.join().await;
@@ -183,6 +200,49 @@ async fn uncommitted_files_from_a_crash_are_overwritten_consistently() {
     let r = check_log(&*storage, ORIGIN, &verifier, None).await.unwrap();
     assert_eq!(r.state.size, 1300);
     assert_eq!(r.checkpoint_size, 1300);
+}
+
+#[tokio::test]
+async fn a_batch_whose_state_does_not_commit_publishes_nothing() {
+    // Engine invariant 1: a public path only ever holds committed bytes. Make the
+    // state write fail (both slots replaced by directories) after the batch's full
+    // tiles were written: none of them may be at a public path.
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Arc::new(PosixStorage::open(dir.path(), ORIGIN).unwrap());
+    let mut cfg = config(64);
+    cfg.commit_retry = Duration::ZERO;
+    let (log, tasks) = Log::open(storage.clone(), None, cfg).await.unwrap();
+    for i in 0..200u32 {
+        log.add(Bytes::from(format!("a{i}"))).await.unwrap();
+    }
+    for slot in ["state.0", "state.1"] {
+        let p = dir.path().join(".tlogd").join(slot);
+        std::fs::remove_file(&p).unwrap();
+        std::fs::create_dir(&p).unwrap();
+    }
+    // Pushed together, so that one batch completes the first bundle and tile.
+    let adds: Vec<_> = (0..100u32)
+        .map(|i| {
+            let log = log.clone();
+            tokio::spawn(async move { log.add(Bytes::from(format!("b{i}"))).await })
+        })
+        .collect();
+    for a in adds {
+        let r = a.await.unwrap();
+        assert!(r.is_err(), "{r:?}");
+    }
+    assert!(
+        dir.path().join(".tlogd/staged/tile/entries/000").exists(),
+        "the batch did reach its staging step"
+    );
+    for rel in ["tile/entries/000", "tile/0/000"] {
+        assert!(
+            !dir.path().join(rel).exists(),
+            "{rel} is public uncommitted"
+        );
+    }
+    log.shutdown();
+    tasks.join().await;
 }
 
 #[tokio::test]
@@ -536,5 +596,402 @@ async fn a_tessera_log_that_disagrees_with_itself_is_refused() {
             "expected the Tessera lock to be refused, got {:?}",
             other.err()
         ),
+    }
+}
+
+/// A small ext4 filesystem on a loop device, unmounted on drop. The suite runs as
+/// root; if it cannot mount, the test fails saying why (never skips).
+struct SmallFs {
+    dir: tempfile::TempDir,
+}
+
+impl SmallFs {
+    fn mount(mib: u64) -> SmallFs {
+        let dir = tempfile::tempdir().unwrap();
+        let img = dir.path().join("fs.img");
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        std::fs::File::create(&img)
+            .unwrap()
+            .set_len(mib << 20)
+            .unwrap();
+        let out = Self::run(
+            "mkfs.ext4",
+            &[
+                "-q".as_ref(),
+                "-F".as_ref(),
+                "-m".as_ref(),
+                "0".as_ref(),
+                img.as_os_str(),
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "mkfs.ext4: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let fs = SmallFs { dir };
+        fs.mount_image();
+        fs
+    }
+
+    fn run(cmd: &str, args: &[&std::ffi::OsStr]) -> std::process::Output {
+        std::process::Command::new(cmd)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {cmd} (install e2fsprogs, mount): {e}"))
+    }
+
+    /// Mount the image; an ext4 error (a failing disk) turns it read-only at once.
+    fn mount_image(&self) {
+        let img = self.dir.path().join("fs.img");
+        let out = Self::run(
+            "mount",
+            &[
+                "-o".as_ref(),
+                "loop,errors=remount-ro".as_ref(),
+                img.as_os_str(),
+                self.path().as_os_str(),
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "mount failed (this test needs root to loop-mount a small ext4): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Make the kernel see an ext4 error, as a failing disk would: with
+    /// `errors=remount-ro` the filesystem turns read-only under the daemon's feet.
+    fn fail(&self) {
+        let out = Self::run(
+            "findmnt",
+            &[
+                "-n".as_ref(),
+                "-o".as_ref(),
+                "SOURCE".as_ref(),
+                self.path().as_os_str(),
+            ],
+        );
+        let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let name = dev.rsplit('/').next().unwrap_or_default().to_string();
+        let knob = format!("/sys/fs/ext4/{name}/trigger_fs_error");
+        std::fs::write(&knob, "1").unwrap_or_else(|e| panic!("{knob}: {e}"));
+    }
+
+    /// Unmount, repair (as an operator would), mount again.
+    fn repair(&self) {
+        let out = Self::run("umount", &[self.path().as_os_str()]);
+        assert!(
+            out.status.success(),
+            "umount: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let img = self.dir.path().join("fs.img");
+        // 0: clean, 1: errors corrected.
+        let out = Self::run("e2fsck", &["-fy".as_ref(), img.as_os_str()]);
+        assert!(
+            matches!(out.status.code(), Some(0 | 1)),
+            "e2fsck: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        self.mount_image();
+    }
+
+    fn path(&self) -> std::path::PathBuf {
+        self.dir.path().join("mnt")
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.path())
+            .status();
+    }
+}
+
+/// Fill the filesystem at `dir` with one file; returns its path.
+fn fill(dir: &std::path::Path) -> std::path::PathBuf {
+    use std::io::Write;
+    let path = dir.join("filler");
+    let mut f = std::fs::File::create(&path).unwrap();
+    let chunk = vec![7u8; 64 << 10];
+    let mut small = vec![7u8; 4096];
+    loop {
+        if f.write_all(&chunk).is_err() {
+            break;
+        }
+    }
+    // The last few blocks.
+    while f.write_all(&small).is_ok() {}
+    small.truncate(1);
+    let _ = f.sync_all();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_pushes_back_at_once_and_recovers_when_space_returns() {
+    let fs = SmallFs::mount(24);
+    let root = fs.path().join("log");
+    let storage = Arc::new(PosixStorage::open(&root, ORIGIN).unwrap());
+    let mut cfg = config(64);
+    // Long enough that an answer before it proves the full disk was not retried.
+    cfg.commit_retry = Duration::from_secs(60);
+    // Every checkpoint leaves a partial bundle file until its bundle is full: with
+    // 4 KiB entries and a checkpoint per batch, those alone would fill this disk.
+    cfg.checkpoint_interval = Duration::from_millis(500);
+    let (log, tasks) = Log::open(storage.clone(), None, cfg).await.unwrap();
+    let mut acked = std::collections::HashMap::new();
+    let big = |i: u32| Bytes::from(format!("{i:08}").repeat(512));
+    for i in 0..50u32 {
+        let out = log.add(big(i)).await.unwrap();
+        acked.insert(out.index, big(i));
+    }
+    let filler = fill(&fs.path());
+    let started = std::time::Instant::now();
+    let mut full = 0;
+    for wave in 0..20u32 {
+        let adds: Vec<_> = (0..64u32)
+            .map(|j| {
+                let log = log.clone();
+                let e = big(1000 + wave * 64 + j);
+                tokio::spawn(async move { (e.clone(), log.add(e).await) })
+            })
+            .collect();
+        for a in adds {
+            match a.await.unwrap() {
+                (e, Ok(out)) => {
+                    acked.insert(out.index, e);
+                }
+                (_, Err(tlogd_core::engine::AddError::WritesRefused)) => full += 1,
+                (_, Err(e)) => panic!("a full disk must push back, not: {e}"),
+            }
+        }
+        if full > 0 {
+            break;
+        }
+    }
+    assert!(full > 0, "the disk never filled up");
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "adds were retried instead of pushed back"
+    );
+    // Space returns (ext4 reuses freed blocks once its journal commits, within
+    // seconds): the log goes on without a restart.
+    std::fs::remove_file(filler).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let e = big(99_999);
+        match log.add(e.clone()).await {
+            Ok(out) => {
+                acked.insert(out.index, e);
+                break;
+            }
+            Err(tlogd_core::engine::AddError::WritesRefused)
+                if std::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("no recovery after space returned: {e}"),
+        }
+    }
+    for i in 0..100u32 {
+        let e = Bytes::from(format!("small {i}"));
+        let out = log.add(e.clone()).await.expect("recovered without restart");
+        acked.insert(out.index, e);
+    }
+    log.shutdown();
+    tasks.join().await;
+    let verifier = NoteSigner::from_skey(SKEY).unwrap().verifier();
+    let mut found = std::collections::HashMap::new();
+    let mut visit = |i: u64, e: &[u8]| {
+        found.insert(i, e.to_vec());
+    };
+    check_log(&*storage, ORIGIN, &verifier, Some(&mut visit))
+        .await
+        .unwrap();
+    for (i, e) in &acked {
+        assert_eq!(
+            found.get(i).map(Vec::as_slice),
+            Some(e.as_ref()),
+            "entry {i}"
+        );
+    }
+    let mut seen = std::collections::HashSet::new();
+    for e in found.values() {
+        assert!(seen.insert(e.clone()), "an entry was logged twice");
+    }
+}
+
+/// The filesystem turns read-only under load (an ext4 error with `errors=remount-ro`,
+/// as a failing disk causes): adds are refused with 503 at once, nothing acknowledged
+/// is lost, and after the operator repairs the filesystem the log reopens whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filesystem_turning_read_only_under_load_loses_nothing() {
+    let fs = SmallFs::mount(64);
+    let root = fs.path().join("log");
+    let acked: Arc<std::sync::Mutex<std::collections::HashMap<u64, Bytes>>> = Arc::default();
+    let refused = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    {
+        let storage = Arc::new(PosixStorage::open(&root, ORIGIN).unwrap());
+        let mut cfg = config(64);
+        cfg.commit_retry = Duration::from_secs(60);
+        let (log, tasks) = Log::open(storage, None, cfg).await.unwrap();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut writers = Vec::new();
+        for w in 0..8u32 {
+            let (log, acked, refused, stop) =
+                (log.clone(), acked.clone(), refused.clone(), stop.clone());
+            writers.push(tokio::spawn(async move {
+                let mut i = 0u32;
+                while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                    let e = Bytes::from(format!("writer {w} entry {i}"));
+                    i += 1;
+                    match log.add(e.clone()).await {
+                        Ok(out) => {
+                            acked.lock().unwrap().insert(out.index, e);
+                        }
+                        Err(tlogd_core::engine::AddError::WritesRefused) => {
+                            refused.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                        }
+                        Err(e) => panic!("a read-only filesystem must push back, not: {e}"),
+                    }
+                }
+            }));
+        }
+        let wait = |what: &str, cond: &dyn Fn() -> bool| {
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            while !cond() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "timed out waiting for {what}"
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        };
+        wait("500 acknowledged adds", &|| {
+            acked.lock().unwrap().len() >= 500
+        });
+        fs.fail();
+        wait("adds to be refused", &|| {
+            refused.load(std::sync::atomic::Ordering::Acquire) >= 50
+        });
+        assert!(!log.is_ready() || refused.load(std::sync::atomic::Ordering::Acquire) > 0);
+        stop.store(true, std::sync::atomic::Ordering::Release);
+        for w in writers {
+            w.await.unwrap();
+        }
+        log.shutdown();
+        tasks.join().await;
+    }
+    fs.repair();
+    let storage = Arc::new(PosixStorage::open(&root, ORIGIN).unwrap());
+    let verifier = NoteSigner::from_skey(SKEY).unwrap().verifier();
+    let mut found = std::collections::HashMap::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut visit = |i: u64, e: &[u8]| {
+        assert!(seen.insert(e.to_vec()), "an entry was logged twice");
+        found.insert(i, e.to_vec());
+    };
+    check_log(&*storage, ORIGIN, &verifier, Some(&mut visit))
+        .await
+        .unwrap();
+    let acked = acked.lock().unwrap().clone();
+    assert!(acked.len() >= 500);
+    for (i, e) in &acked {
+        assert_eq!(
+            found.get(i).map(Vec::as_slice),
+            Some(e.as_ref()),
+            "entry {i}"
+        );
+    }
+    // The log goes on after the repair.
+    let (log, tasks) = Log::open(storage, None, config(64)).await.unwrap();
+    log.add(Bytes::from("after the repair")).await.unwrap();
+    log.shutdown();
+    tasks.join().await;
+}
+
+/// A directory the log writes to stops accepting files mid-run (`chattr +i`, which
+/// binds root too): adds are refused with 503 at once, and once the directory is
+/// writable again the log goes on without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_refusing_writes_mid_run_pushes_back_then_recovers() {
+    let fs = SmallFs::mount(32);
+    let root = fs.path().join("log");
+    let storage = Arc::new(PosixStorage::open(&root, ORIGIN).unwrap());
+    let mut cfg = config(64);
+    cfg.commit_retry = Duration::from_secs(60);
+    let (log, tasks) = Log::open(storage.clone(), None, cfg).await.unwrap();
+    let mut acked = std::collections::HashMap::new();
+    let add_wave = |wave: u32| {
+        let log = log.clone();
+        async move {
+            let adds: Vec<_> = (0..256u32)
+                .map(|j| {
+                    let log = log.clone();
+                    let e = Bytes::from(format!("wave {wave} entry {j}"));
+                    tokio::spawn(async move { (e.clone(), log.add(e).await) })
+                })
+                .collect();
+            let mut out = Vec::new();
+            for a in adds {
+                out.push(a.await.unwrap());
+            }
+            out
+        }
+    };
+    for (e, r) in add_wave(0).await {
+        acked.insert(r.unwrap().index, e);
+    }
+    // Full bundles are staged under .tlogd/staged/tile/entries before they commit.
+    let staged = root.join(".tlogd/staged/tile/entries");
+    let chattr = |flag: &str| {
+        let out = std::process::Command::new("chattr")
+            .arg(flag)
+            .arg(&staged)
+            .output()
+            .expect("chattr (e2fsprogs)");
+        assert!(
+            out.status.success(),
+            "chattr {flag}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    chattr("+i");
+    let mut refused = 0;
+    for (e, r) in add_wave(1).await {
+        match r {
+            Ok(out) => {
+                acked.insert(out.index, e);
+            }
+            Err(tlogd_core::engine::AddError::WritesRefused) => refused += 1,
+            Err(e) => panic!("a directory refusing writes must push back, not: {e}"),
+        }
+    }
+    assert!(refused > 0, "the batch completing a bundle was not refused");
+    chattr("-i");
+    for (e, r) in add_wave(2).await {
+        acked.insert(r.expect("recovered without restart").index, e);
+    }
+    log.shutdown();
+    tasks.join().await;
+    let verifier = NoteSigner::from_skey(SKEY).unwrap().verifier();
+    let mut found = std::collections::HashMap::new();
+    let mut visit = |i: u64, e: &[u8]| {
+        found.insert(i, e.to_vec());
+    };
+    check_log(&*storage, ORIGIN, &verifier, Some(&mut visit))
+        .await
+        .unwrap();
+    for (i, e) in &acked {
+        assert_eq!(
+            found.get(i).map(Vec::as_slice),
+            Some(e.as_ref()),
+            "entry {i}"
+        );
     }
 }

@@ -14,8 +14,6 @@ use tlogd_storage_postgres::{OpenError, PostgresOptions, PostgresStorage};
 mod backend;
 #[path = "../../storage-sql/tests/support/conformance.rs"]
 mod conformance;
-#[path = "../../core/tests/support/vectors_dir.rs"]
-mod vectors_dir;
 
 use conformance::{SqlBackend, TestServer};
 

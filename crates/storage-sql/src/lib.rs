@@ -55,6 +55,8 @@
 
 mod cache;
 mod dialect;
+#[cfg(feature = "testsupport")]
+pub mod faultproxy;
 pub mod statements;
 #[cfg(feature = "testsupport")]
 pub mod testsupport;

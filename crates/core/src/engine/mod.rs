@@ -26,15 +26,40 @@
 //!    most once per checkpoint interval and stores it; a checkpoint never names a state
 //!    that is not durable.
 //!
-//! If step 3 fails, the outcome is uncertain, so the integrator reloads the edge from
-//! storage: if the reloaded state is the batch's `next`, the batch did persist and is
-//! acknowledged; otherwise nothing of it was, and the batch is retried from step 1 with
-//! backoff for up to [`LogConfig::commit_retry`] (a database restart, a dropped
-//! connection), after which its adds fail (HTTP 500) and nothing was acknowledged. On
+//! If step 3 fails, the outcome is uncertain ("fail but persist" or not), so the
+//! integrator reads the stored tree back until it can tell: the stored state is the
+//! batch's `next` (persisted: acknowledged), smaller than `next` (not persisted: the
+//! batch is retried from step 1 with backoff for up to [`LogConfig::commit_retry`],
+//! then its adds fail with HTTP 500, nothing logged), or larger (another frontend
+//! committed on top: the batch persisted iff the stored tree at `next.size` has
+//! `next.root`). If storage cannot be read for the whole retry time, the adds are
+//! answered [`AddError::Uncertain`] (HTTP 503: resubmit) and **no other batch is
+//! committed until the outcome is known**: a batch is never appended twice. On
 //! [`StorageError::Conflict`] (another frontend advanced the tree) the batch is
-//! re-integrated on the reloaded edge at once. A crash at any instant thus loses no
-//! acknowledged entry and never forks the tree: the state only moves by
-//! compare-and-swap from the state the batch was built on.
+//! re-integrated on the reloaded edge at once.
+//!
+//! A background task that panics stops the log ([`Log::failed`]): queued adds are
+//! answered with an error, new ones refused, `/readyz` fails, and the daemon exits;
+//! restarting re-reads storage, the only source of truth.
+//!
+//! # Invariants, for every backend
+//!
+//! 1. A public path (`checkpoint`, `tile/...`) only ever holds the bytes the committed
+//!    tree defines for it: never bytes of an uncommitted batch, never rewritten with
+//!    different bytes (the checkpoint only ever moves forward).
+//! 2. An index is acknowledged only when the entry and a tree state containing it are
+//!    durable.
+//! 3. No batch is ever logged twice (uncertain commits are resolved by reading).
+//! 4. A checkpoint is published only for a size whose tiles are all readable, and every
+//!    partial tile a published checkpoint names stays readable until its full tile
+//!    exists (tlog-tiles "Partial Tiles").
+//!
+//! How each backend keeps them: [`objects::ObjectLog`] (S3, GCS, memory; any number of
+//! frontends) stages the batch under a unique key, compares-and-swaps the state record
+//! naming it, then uploads the public tiles, whose bytes the committed tree now fixes
+//! (any frontend finishes a committed-but-unapplied batch first); the SQL backends
+//! write tiles and state in one transaction; the POSIX backend (one writer) stages
+//! full tiles privately and renames them into place after its state commits.
 
 mod cosign;
 mod dedup;
@@ -135,6 +160,15 @@ pub enum AddError {
     /// The batch could not be committed; the entry was not logged.
     #[error("storage: {0}")]
     Storage(String),
+    /// Storage refuses writes (full, read-only, permission denied): the entry was not
+    /// logged; retry later (HTTP 503).
+    #[error("storage refuses writes (full, read-only or not permitted); retry later")]
+    WritesRefused,
+    /// Storage failed during the commit and could not be read back in time to learn
+    /// whether the batch persisted: the entry may be logged. Resubmitting it is safe
+    /// with dedup on (the same index comes back once the outcome is known).
+    #[error("storage did not confirm the commit; the entry may be logged: resubmit it")]
+    Uncertain,
     /// A bug.
     #[error("internal error: {0}")]
     Internal(String),
@@ -145,7 +179,11 @@ impl AddError {
     pub fn is_pushback(&self) -> bool {
         matches!(
             self,
-            AddError::QueueFull | AddError::DedupLag | AddError::ShuttingDown
+            AddError::QueueFull
+                | AddError::DedupLag
+                | AddError::ShuttingDown
+                | AddError::Uncertain
+                | AddError::WritesRefused
         )
     }
 }
@@ -212,6 +250,8 @@ struct Inner<S> {
     /// 1 + the size named by the latest published checkpoint; 0 when none is.
     published: AtomicU64,
     ready: AtomicBool,
+    /// Set, with the task's name, when a background task died: the log stops.
+    failed: watch::Sender<Option<String>>,
 }
 
 /// The background tasks of a [`Log`]; await [`LogTasks::join`] after [`Log::shutdown`].
@@ -243,6 +283,20 @@ impl<S: LogStorage> Log<S> {
         dedup: Option<Arc<dyn DedupIndex>>,
         config: LogConfig,
     ) -> Result<(Log<S>, LogTasks), EngineError> {
+        // The checkpoint first, then the state: with several frontends on one store,
+        // another may commit and publish in between, and a checkpoint is never ahead
+        // of the state read after it.
+        let published = match storage.read_checkpoint().await? {
+            Some(bytes) => {
+                match Checkpoint::open(&bytes, &config.origin, &config.signer.verifier()) {
+                    Ok((cp, _)) => cp.size + 1,
+                    // A checkpoint this key cannot open means the wrong key or origin is
+                    // configured for this log: never overwrite it.
+                    Err(e) => return Err(EngineError::Checkpoint(e.to_string())),
+                }
+            }
+            None => 0,
+        };
         let edge = Edge::load(&*storage, None).await?;
         let state = edge.state();
         let indexed = match &dedup {
@@ -257,17 +311,6 @@ impl<S: LogStorage> Log<S> {
                 size: state.size,
             });
         }
-        let published = match storage.read_checkpoint().await? {
-            Some(bytes) => {
-                match Checkpoint::open(&bytes, &config.origin, &config.signer.verifier()) {
-                    Ok((cp, _)) => cp.size + 1,
-                    // A checkpoint this key cannot open means the wrong key or origin is
-                    // configured for this log: never overwrite it.
-                    Err(e) => return Err(EngineError::Checkpoint(e.to_string())),
-                }
-            }
-            None => 0,
-        };
         if published > state.size + 1 {
             return Err(EngineError::Storage(StorageError::Corrupt(format!(
                 "published checkpoint size {} is ahead of the committed tree size {}",
@@ -291,6 +334,7 @@ impl<S: LogStorage> Log<S> {
             indexed_size: AtomicU64::new(indexed),
             published: AtomicU64::new(published),
             ready: AtomicBool::new(true),
+            failed: watch::Sender::new(None),
             config,
         });
         metrics::gauge!("tlogd_integrated_tree_size").set(state.size as f64);
@@ -299,16 +343,17 @@ impl<S: LogStorage> Log<S> {
         let (index_tx, index_rx) = mpsc::unbounded_channel();
         if log.inner.dedup.is_some() {
             let l = log.clone();
-            handles.push(tokio::spawn(async move {
+            handles.push(log.supervise("dedup indexer", async move {
                 l.run_indexer(index_rx, indexed).await
             }));
         }
         let l = log.clone();
-        handles.push(tokio::spawn(async move {
+        handles.push(log.supervise("integrator", async move {
             l.run_integrator(edge, index_tx, committed_tx).await
         }));
         let l = log.clone();
-        handles.push(tokio::spawn(
+        handles.push(log.supervise(
+            "publisher",
             async move { l.run_publisher(committed_rx).await },
         ));
         Ok((log, LogTasks { handles }))
@@ -364,32 +409,48 @@ impl<S: LogStorage> Log<S> {
             return Err(AddError::TooLarge(entry.len()));
         }
         let inner = &self.inner;
-        let hash = match &inner.dedup {
-            None => None,
-            Some(d) => {
-                if self.dedup_lag() > inner.config.dedup_max_lag {
-                    return Err(AddError::DedupLag);
-                }
-                let h = entry_hash(&entry);
-                metrics::counter!("tlogd_dedup_lookups_total").increment(1);
-                match d.get(&h) {
-                    // Never answer with an index the committed tree does not contain.
-                    Ok(Some(index)) if index < self.committed_size() => {
-                        metrics::counter!("tlogd_dedup_hits_total").increment(1);
-                        return Ok(AddOutcome {
-                            index,
-                            duplicate: true,
-                        });
-                    }
-                    Ok(_) => {}
-                    // Best effort: an unreadable index never blocks logging.
-                    Err(e) => tracing::warn!(error = %e, "dedup lookup failed"),
-                }
-                Some(h)
-            }
-        };
         let leaf = leaf_hash(&entry);
-        let pushed = lock(&inner.queue).push(&inner.limits, entry, leaf, hash)?;
+        let Some(dedup) = &inner.dedup else {
+            let pushed = lock(&inner.queue).push(&inner.limits, entry, leaf, None)?;
+            return self.await_pushed(pushed).await;
+        };
+        if self.dedup_lag() > inner.config.dedup_max_lag {
+            return Err(AddError::DedupLag);
+        }
+        let h = entry_hash(&entry);
+        metrics::counter!("tlogd_dedup_lookups_total").increment(1);
+        loop {
+            // The indexer writes the index, then advances this marker, then forgets the
+            // entry's in-flight record. If the marker moved between our lookup and the
+            // queue lock, the entry may have left the in-flight map after our lookup
+            // missed it: look again rather than log it twice.
+            let marker = inner.indexed_size.load(Ordering::Acquire);
+            match dedup.get(&h) {
+                // Never answer with an index the committed tree does not contain.
+                Ok(Some(index)) if index < self.committed_size() => {
+                    metrics::counter!("tlogd_dedup_hits_total").increment(1);
+                    return Ok(AddOutcome {
+                        index,
+                        duplicate: true,
+                    });
+                }
+                Ok(_) => {}
+                // Best effort: an unreadable index never blocks logging.
+                Err(e) => tracing::warn!(error = %e, "dedup lookup failed"),
+            }
+            let pushed = {
+                let mut q = lock(&inner.queue);
+                if inner.indexed_size.load(Ordering::Acquire) != marker && !q.is_in_flight(&h) {
+                    continue;
+                }
+                q.push(&inner.limits, entry.clone(), leaf, Some(h))?
+            };
+            return self.await_pushed(pushed).await;
+        }
+    }
+
+    async fn await_pushed(&self, pushed: Pushed) -> Result<AddOutcome, AddError> {
+        let inner = &self.inner;
         match pushed {
             Pushed::Queued(slot, pos) => {
                 inner.work.notify_one();
@@ -413,6 +474,60 @@ impl<S: LogStorage> Log<S> {
                     index,
                     duplicate: true,
                 })
+            }
+        }
+    }
+
+    /// Run a background task; if it panics, the log fails stop ([`Log::failed`]).
+    fn supervise(
+        &self,
+        name: &'static str,
+        task: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> JoinHandle<()> {
+        let task = tokio::spawn(task);
+        let log = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = task.await
+                && e.is_panic()
+            {
+                log.fail_stop(name);
+            }
+        })
+    }
+
+    /// A background task died: refuse new adds, answer every queued one with an error
+    /// (an add must never wait forever), and report not ready. The daemon exits on
+    /// [`Log::failed`]; a restart re-reads storage, the only source of truth.
+    fn fail_stop(&self, task: &str) {
+        tracing::error!(task, "a background task of the log panicked; the log stops");
+        metrics::counter!("tlogd_task_failures_total", "task" => task.to_string()).increment(1);
+        self.inner.ready.store(false, Ordering::Release);
+        self.inner
+            .failed
+            .send_replace(Some(format!("the log's {task} task panicked")));
+        // Dropping the queued batches answers their adds (`PendingBatch`'s `Drop`).
+        let queued = {
+            let mut q = lock(&self.inner.queue);
+            q.closed = true;
+            q.entries = 0;
+            q.bytes = 0;
+            std::mem::take(&mut q.batches)
+        };
+        drop(queued);
+        self.inner.work.notify_one();
+    }
+
+    /// Resolves, with the reason, once a background task of the log has died (a bug):
+    /// the log accepts nothing more and the process should exit.
+    pub async fn failed(&self) -> String {
+        let mut rx = self.inner.failed.subscribe();
+        loop {
+            if let Some(reason) = rx.borrow_and_update().clone() {
+                return reason;
+            }
+            if rx.changed().await.is_err() {
+                // The sender lives in `inner`, which `self` keeps alive.
+                std::future::pending::<()>().await;
             }
         }
     }
@@ -474,12 +589,35 @@ impl<S: LogStorage> Log<S> {
         let mut edge = Some(edge);
         // Since when the sequencing lock is held, if it is.
         let mut sequencer: Option<Instant> = None;
-        while let Some(batch) = self.next_batch().await {
+        // A batch whose commit outcome is still unknown (its adds were answered
+        // `Uncertain`): no batch is committed before it is resolved, so it can never
+        // be appended twice.
+        let mut unresolved: Option<Unresolved> = None;
+        while let Some(mut batch) = self.next_batch().await {
             metrics::gauge!("tlogd_queue_depth").set(self.queue_depth() as f64);
             let n = batch.entries.len();
-            let result = self
-                .commit_batch(&mut edge, &batch, &committed_tx, &mut sequencer)
-                .await;
+            let result = match self
+                .settle(&mut unresolved, &mut edge, &index_tx, &committed_tx)
+                .await
+            {
+                Ok(()) => {
+                    self.commit_batch(&mut edge, &batch, &committed_tx, &mut sequencer)
+                        .await
+                }
+                Err(reason) => Err(Outcome::Failed(AddError::Storage(reason))),
+            };
+            let result = match result {
+                Ok(first) => Ok(first),
+                Err(Outcome::Failed(e)) => Err(e),
+                Err(Outcome::Unknown { prev, next }) => {
+                    unresolved = Some(Unresolved {
+                        prev,
+                        next,
+                        hashes: std::mem::take(&mut batch.hashes),
+                    });
+                    Err(AddError::Uncertain)
+                }
+            };
             {
                 let mut q = lock(&inner.queue);
                 q.entries -= n;
@@ -494,11 +632,16 @@ impl<S: LogStorage> Log<S> {
                         }
                     }
                 }
+                if let Some(u) = &unresolved {
+                    for h in &u.hashes {
+                        q.inflight.remove(h);
+                    }
+                }
             }
             if let Ok(first) = result
                 && inner.dedup.is_some()
             {
-                let _ = index_tx.send((first, batch.hashes));
+                let _ = index_tx.send((first, std::mem::take(&mut batch.hashes)));
             }
             batch.slot.complete(result);
             // Keep the lock while busy, for at most one slice: other frontends waiting
@@ -513,10 +656,102 @@ impl<S: LogStorage> Log<S> {
         if sequencer.is_some() {
             inner.storage.release_sequencer().await;
         }
+        if unresolved.is_some() {
+            // Shutting down: one more try, so the dedup index learns a batch that did
+            // persist. A batch still unknown is learned at the next start (the index
+            // catches up from the tree).
+            let _ = self
+                .settle(&mut unresolved, &mut edge, &index_tx, &committed_tx)
+                .await;
+        }
         // Dropping the senders tells the publisher and the dedup follower to finish.
         drop(index_tx);
         drop(committed_tx);
         tracing::info!(size = self.committed_size(), "integrator drained");
+    }
+
+    /// Learn the outcome of an earlier uncertain commit, if there is one, before any
+    /// other batch is committed: read the stored tree for up to the commit-retry time.
+    /// `Err` if it is still unknown (the caller's batch then fails, unattempted).
+    async fn settle(
+        &self,
+        unresolved: &mut Option<Unresolved>,
+        edge: &mut Option<Edge>,
+        index_tx: &mpsc::UnboundedSender<(u64, Vec<EntryHash>)>,
+        committed_tx: &watch::Sender<TreeState>,
+    ) -> Result<(), String> {
+        let Some(u) = unresolved.as_ref() else {
+            return Ok(());
+        };
+        match self.resolve(u.prev, u.next).await {
+            Resolved::Persisted(reloaded) => {
+                tracing::warn!(
+                    first = u.prev.size,
+                    size = u.next.size,
+                    "an uncertain commit did persist; its entries are logged"
+                );
+                let state = reloaded.state();
+                *edge = Some(reloaded);
+                self.advance(state, committed_tx);
+                if let Some(u) = unresolved.take()
+                    && self.inner.dedup.is_some()
+                {
+                    let _ = index_tx.send((u.prev.size, u.hashes));
+                }
+                Ok(())
+            }
+            Resolved::NotPersisted(reloaded) => {
+                *edge = Some(reloaded);
+                *unresolved = None;
+                Ok(())
+            }
+            Resolved::Unknown(reason) => Err(format!(
+                "an earlier commit's outcome is still unknown: {reason}"
+            )),
+        }
+    }
+
+    /// After a commit of `prev` → `next` failed in a way that may have persisted ("fail
+    /// but persist"), read the stored tree until it tells which, for up to the
+    /// commit-retry time. Never guesses: re-appending a batch that did persist would
+    /// log it twice.
+    async fn resolve(&self, prev: TreeState, next: TreeState) -> Resolved {
+        let inner = &self.inner;
+        let deadline = Instant::now() + inner.config.commit_retry;
+        let mut backoff = Duration::from_millis(20);
+        loop {
+            let reason = match Edge::load(&*inner.storage, None).await {
+                Ok(reloaded) => {
+                    inner.ready.store(true, Ordering::Release);
+                    let now = reloaded.state();
+                    if now == next {
+                        return Resolved::Persisted(reloaded);
+                    }
+                    if now.size < next.size {
+                        // The state moved only by compare-and-swap from `prev`: had
+                        // the batch persisted, the tree would be at least `next`.
+                        return Resolved::NotPersisted(reloaded);
+                    }
+                    // Another frontend committed on top: the batch persisted iff the
+                    // stored tree at `next.size` has `next.root`.
+                    match root_at(&*inner.storage, next.size).await {
+                        Ok(root) if root == next.root => return Resolved::Persisted(reloaded),
+                        Ok(_) => return Resolved::NotPersisted(reloaded),
+                        Err(e) => e.to_string(),
+                    }
+                }
+                Err(e) => {
+                    inner.ready.store(false, Ordering::Release);
+                    e.to_string()
+                }
+            };
+            if Instant::now() + backoff > deadline {
+                return Resolved::Unknown(reason);
+            }
+            tracing::warn!(error = %reason, size = prev.size, "cannot read the tree back to learn a commit's outcome; retrying");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+        }
     }
 
     /// Integrate and commit one batch; Ok(first index). Takes the store's sequencing
@@ -527,7 +762,7 @@ impl<S: LogStorage> Log<S> {
         batch: &PendingBatch,
         committed_tx: &watch::Sender<TreeState>,
         sequencer: &mut Option<Instant>,
-    ) -> Result<u64, AddError> {
+    ) -> Result<u64, Outcome> {
         let storage = &self.inner.storage;
         let deadline = Instant::now() + self.inner.config.commit_retry;
         let mut backoff = Duration::from_millis(20);
@@ -554,12 +789,19 @@ impl<S: LogStorage> Log<S> {
                 Err(Retry::Conflict) if attempt < 64 => continue,
                 Err(Retry::Conflict) => "tree state kept changing under us".to_string(),
                 Err(Retry::Transient(reason)) => reason,
-                Err(Retry::Bug(reason)) => return Err(AddError::Internal(reason)),
+                Err(Retry::Bug(reason)) => return Err(Outcome::Failed(AddError::Internal(reason))),
+                Err(Retry::Unknown { prev, next }) => return Err(Outcome::Unknown { prev, next }),
+                // Retrying would hold the adds for the whole retry time for nothing:
+                // push back now; the next batch tries again.
+                Err(Retry::WritesRefused(reason)) => {
+                    tracing::error!(error = %reason, "storage refuses writes; adds are pushed back");
+                    return Err(Outcome::Failed(AddError::WritesRefused));
+                }
             };
             // Nothing of the batch persisted. Retry while the caller can still get an
             // answer in time (a database restart, a dropped connection); then fail.
             if Instant::now() + backoff > deadline {
-                return Err(AddError::Storage(reason));
+                return Err(Outcome::Failed(AddError::Storage(reason)));
             }
             tracing::warn!(attempt, error = %reason, "batch not committed; retrying");
             tokio::time::sleep(backoff).await;
@@ -638,28 +880,33 @@ impl<S: LogStorage> Log<S> {
                 );
                 Err(Retry::Conflict)
             }
+            Err(StorageError::WritesRefused(reason)) => {
+                metrics::counter!("tlogd_storage_errors_total", "backend" => backend, "op" => "commit_refused").increment(1);
+                // Nothing persisted (a failed write, not a failed sync): the edge we
+                // took is still the stored one.
+                *edge = Some(current);
+                Err(Retry::WritesRefused(reason))
+            }
             Err(e) => {
                 metrics::counter!("tlogd_storage_errors_total", "backend" => backend, "op" => "commit").increment(1);
                 tracing::error!(error = %e, size = prev.size, "commit failed; reloading the tree");
                 // Uncertain outcome ("fail but persist" or not): learn it from the
                 // committed state.
-                match Edge::load(&*inner.storage, None).await {
-                    Ok(reloaded) if reloaded.state() == next => {
+                match self.resolve(prev, next).await {
+                    Resolved::Persisted(reloaded) => {
+                        let state = reloaded.state();
                         *edge = Some(reloaded);
-                        self.advance(next, committed_tx);
+                        self.advance(state, committed_tx);
                         Ok(prev.size)
                     }
-                    Ok(reloaded) => {
+                    Resolved::NotPersisted(reloaded) => {
                         *edge = Some(reloaded);
                         Err(Retry::Transient(format!(
                             "batch {}..{} was not committed: {e}",
                             prev.size, next.size
                         )))
                     }
-                    Err(e2) => {
-                        inner.ready.store(false, Ordering::Release);
-                        Err(Retry::Transient(format!("{e}; reload: {e2}")))
-                    }
+                    Resolved::Unknown(_) => Err(Retry::Unknown { prev, next }),
                 }
             }
         }
@@ -836,19 +1083,39 @@ impl<S: LogStorage> Log<S> {
             }
         }
         let mut batch: Vec<(EntryHash, u64)> = Vec::new();
-        while let Some((first, hashes)) = rx.recv().await {
+        while let Some(message) = rx.recv().await {
             batch.clear();
-            let mut take = |first: u64, hashes: Vec<EntryHash>| {
-                let fresh = hashes
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, h)| (h, first + i as u64));
-                // Entries below the marker were covered by the catch-up.
-                batch.extend(fresh.filter(|(_, i)| *i >= indexed));
-            };
-            take(first, hashes);
-            while let Ok((f, h)) = rx.try_recv() {
-                take(f, h);
+            let mut messages = vec![message];
+            while let Ok(m) = rx.try_recv() {
+                messages.push(m);
+            }
+            // The next index the index must cover: entries are indexed without gaps,
+            // so the marker never jumps past entries it does not hold.
+            let mut next = indexed;
+            for (first, hashes) in messages {
+                // Entries between our batches were committed by other frontends
+                // sharing the store: read them back.
+                while next < first {
+                    match self.read_hashes(next, first).await {
+                        Ok(read) => {
+                            let from = next;
+                            next += read.len() as u64;
+                            batch.extend(read.into_iter().zip(from..));
+                        }
+                        Err(e) if self.is_closed() => {
+                            tracing::error!(error = %e, "dedup gap fill abandoned at shutdown");
+                            return;
+                        }
+                        Err(e) => {
+                            tracing::error!(error = %e, "dedup gap fill read failed; retrying");
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                        }
+                    }
+                }
+                let end = first + hashes.len() as u64;
+                // Entries below the marker were covered already (catch-up).
+                batch.extend(hashes.into_iter().zip(first..).filter(|(_, i)| *i >= next));
+                next = next.max(end);
             }
             let Some(&(_, last)) = batch.last() else {
                 continue;
@@ -894,10 +1161,16 @@ impl<S: LogStorage> Log<S> {
         while n * TILE_WIDTH < end {
             let width = (to - n * TILE_WIDTH).min(TILE_WIDTH) as u16;
             let id = TileId::entries(n, width);
-            let bytes = storage
-                .read_tile(&id)
-                .await?
-                .ok_or_else(|| StorageError::Corrupt(format!("missing {}", id.path())))?;
+            // A partial bundle of a past size may be gone once its bundle filled up
+            // (tlog-tiles "Partial Tiles"); the full one starts with the same entries.
+            let bytes = match storage.read_tile(&id).await? {
+                Some(b) => b,
+                None if !id.is_full() => storage
+                    .read_tile(&id.full())
+                    .await?
+                    .ok_or_else(|| StorageError::Corrupt(format!("missing {}", id.path())))?,
+                None => return Err(StorageError::Corrupt(format!("missing {}", id.path()))),
+            };
             let entries = bundle::parse_bundle(&bytes)
                 .map_err(|e| StorageError::Corrupt(format!("{}: {e}", id.path())))?;
             for (i, e) in entries.iter().enumerate() {
@@ -932,6 +1205,64 @@ enum Retry {
     Transient(String),
     /// The batch cannot be integrated (a bug): fail at once, retrying cannot help.
     Bug(String),
+    /// The store refuses writes; nothing of the batch persisted.
+    WritesRefused(String),
+    /// The commit failed and its outcome could not be learned in time.
+    Unknown {
+        /// The state the batch was built on.
+        prev: TreeState,
+        /// The state it would have committed.
+        next: TreeState,
+    },
+}
+
+/// How a batch ended, when not committed.
+enum Outcome {
+    /// Known not logged (or a bug).
+    Failed(AddError),
+    /// Maybe logged: resolved before the next batch commits.
+    Unknown { prev: TreeState, next: TreeState },
+}
+
+/// A batch whose commit outcome is not known yet.
+struct Unresolved {
+    prev: TreeState,
+    next: TreeState,
+    hashes: Vec<EntryHash>,
+}
+
+/// What reading the tree back told of an uncertain commit.
+enum Resolved {
+    /// The batch is in the tree; the edge reloaded.
+    Persisted(Edge),
+    /// It is not; the edge reloaded.
+    NotPersisted(Edge),
+    /// Storage could not be read in time.
+    Unknown(String),
+}
+
+/// The root of the stored tree at `size` (which may be smaller than the stored tree),
+/// from its tiles: partial tiles at that size, or the full tile where a later batch
+/// completed it (its prefix is the partial).
+async fn root_at<S: LogStorage>(storage: &S, size: u64) -> Result<Hash, StorageError> {
+    let ids = crate::proof::tree_root_tiles(size);
+    let found = storage.read_tiles(&ids).await?;
+    let mut tiles: std::collections::HashMap<TileId, Vec<Hash>> = Default::default();
+    for (id, bytes) in ids.iter().zip(found) {
+        let (id, bytes) = match bytes {
+            Some(b) => (*id, b),
+            None => match storage.read_tile(&id.full()).await? {
+                Some(b) => (id.full(), b),
+                None => {
+                    return Err(StorageError::Corrupt(format!("missing tile {}", id.path())));
+                }
+            },
+        };
+        let hashes = tile::parse_hash_tile(&bytes, id.width)
+            .map_err(|e| StorageError::Corrupt(format!("{}: {e}", id.path())))?;
+        tiles.insert(id, hashes);
+    }
+    crate::proof::tree_root(size, &tiles).map_err(|e| StorageError::Corrupt(e.to_string()))
 }
 
 async fn put_blocking(

@@ -54,6 +54,17 @@ pub(crate) struct PendingBatch {
     pub(crate) slot: Arc<BatchSlot>,
 }
 
+/// A batch dropped unanswered (its integrator panicked, or the log failed and drained
+/// its queue) answers its adds with an error instead of leaving them waiting forever.
+/// After [`BatchSlot::complete`] this does nothing.
+impl Drop for PendingBatch {
+    fn drop(&mut self) {
+        self.slot.complete(Err(AddError::Internal(
+            "the log stopped before this entry was committed".into(),
+        )));
+    }
+}
+
 impl PendingBatch {
     fn with_capacity(n: usize, dedup: bool) -> Self {
         PendingBatch {
@@ -114,6 +125,11 @@ impl Queue {
     }
 
     /// Append one validated entry, or refuse it (full, closed) without side effects.
+    /// Whether `hash` is queued, committing, or committed but not yet indexed.
+    pub(crate) fn is_in_flight(&self, hash: &EntryHash) -> bool {
+        self.inflight.contains_key(hash)
+    }
+
     pub(crate) fn push(
         &mut self,
         limits: &QueueLimits,

@@ -75,6 +75,13 @@ pub enum StorageError {
     /// The stored data is not what a correct log would hold.
     #[error("corrupt log storage: {0}")]
     Corrupt(String),
+    /// The store refuses writes: no space left (`ENOSPC`, `EDQUOT`), a read-only
+    /// filesystem (`EROFS`), permission denied (`EACCES`, `EPERM`). The operation did
+    /// not take effect (a failed write, not a failed sync). Adds are pushed back at once
+    /// (HTTP 503) instead of retried, and the log recovers by itself once the store
+    /// takes writes again.
+    #[error("storage refuses writes: {0}")]
+    WritesRefused(String),
     /// Any other backend failure (I/O, network, database). The operation may or may not
     /// have taken effect.
     #[error("{0}")]
@@ -83,7 +90,19 @@ pub enum StorageError {
 
 impl From<std::io::Error> for StorageError {
     fn from(e: std::io::Error) -> Self {
-        StorageError::Backend(e.to_string())
+        StorageError::from_io(e.to_string(), &e)
+    }
+}
+
+impl StorageError {
+    /// An I/O error with context: [`StorageError::WritesRefused`] when the device is
+    /// full, read-only or not permitted, [`StorageError::Backend`] otherwise.
+    pub fn from_io(context: impl std::fmt::Display, e: &std::io::Error) -> Self {
+        // Linux: EPERM 1, EACCES 13, ENOSPC 28, EROFS 30, EDQUOT 122.
+        match e.raw_os_error() {
+            Some(1 | 13 | 28 | 30 | 122) => StorageError::WritesRefused(context.to_string()),
+            _ => StorageError::Backend(context.to_string()),
+        }
     }
 }
 
@@ -94,9 +113,12 @@ impl From<std::io::Error> for StorageError {
 /// * **Durable once it returns.** When [`commit`](Self::commit) returns `Ok`, every
 ///   tile of the batch and the new [`TreeState`] survive a crash or power loss.
 /// * **The tree state is the commit point.** `commit` makes the batch's tiles durable
-///   *before* it atomically advances the state from `prev` to `next`; a crash before the
-///   state advances leaves the old state in force, and whatever tiles were written are
-///   simply rewritten by the next batch (they were never acknowledged nor published).
+///   *before* (or atomically with) advancing the state from `prev` to `next`; a crash
+///   before the state advances leaves the old state in force.
+/// * **Public paths hold committed bytes only** (the engine's invariant 1): tiles of a
+///   batch are staged where readers cannot see them until the state names the batch
+///   (a private staging area, a transaction, a staged object), so a reader never sees,
+///   and a CDN never caches, bytes that a crash or a lost race would later replace.
 /// * **Compare-and-swap.** `commit` advances the state only if the stored state equals
 ///   `batch.prev`; otherwise it returns [`StorageError::Conflict`]. This is what lets
 ///   several frontends share one store without forking the tree.

@@ -375,3 +375,198 @@ async fn dedup_lag_pushback_triggers_and_clears() {
     log.shutdown();
     tasks.join().await;
 }
+
+/// A store whose commit panics (a bug in a backend or in the engine).
+struct PanickingStorage(MemoryStorage);
+
+impl LogStorage for PanickingStorage {
+    fn backend_name(&self) -> &'static str {
+        "panicking"
+    }
+    async fn load_state(&self) -> Result<Option<TreeState>, StorageError> {
+        self.0.load_state().await
+    }
+    async fn commit(&self, _batch: CommitBatch) -> Result<(), StorageError> {
+        panic!("injected bug in commit");
+    }
+    async fn read_tile(&self, id: &TileId) -> Result<Option<Vec<u8>>, StorageError> {
+        self.0.read_tile(id).await
+    }
+    async fn publish_checkpoint(&self, signed: &[u8]) -> Result<(), StorageError> {
+        self.0.publish_checkpoint(signed).await
+    }
+    async fn read_checkpoint(&self) -> Result<Option<Vec<u8>>, StorageError> {
+        self.0.read_checkpoint().await
+    }
+    async fn check_writable(&self) -> Result<(), StorageError> {
+        self.0.check_writable().await
+    }
+}
+
+/// A panicking integrator answers its adds, refuses new ones, reports not ready and
+/// tells the daemon to stop: nothing waits forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_integrator_stops_the_log() {
+    let storage = Arc::new(PanickingStorage(MemoryStorage::new()));
+    let (log, tasks) = Log::open(storage, None, config()).await.unwrap();
+    let adds: Vec<_> = (0..50)
+        .map(|i| {
+            let log = log.clone();
+            tokio::spawn(async move { log.add(entry(i)).await })
+        })
+        .collect();
+    let reason = tokio::time::timeout(Duration::from_secs(10), log.failed())
+        .await
+        .expect("the failure is reported");
+    assert!(reason.contains("integrator"), "{reason}");
+    for a in adds {
+        let r = tokio::time::timeout(Duration::from_secs(10), a)
+            .await
+            .expect("every add is answered")
+            .unwrap();
+        assert!(r.is_err(), "{r:?}");
+    }
+    assert!(!log.is_ready());
+    assert!(log.add(entry(99)).await.is_err());
+    tokio::time::timeout(Duration::from_secs(10), tasks.join())
+        .await
+        .expect("the tasks end");
+}
+
+/// A dedup index whose writes wait for a gate and whose first lookup of one hash is
+/// slow: the lookup misses, then the indexer indexes the entry and forgets it as in
+/// flight, then the lookup answers "not found".
+struct RacyIndex {
+    map: MapIndex,
+    gate: std::sync::atomic::AtomicBool,
+    slow: Mutex<Option<EntryHash>>,
+}
+
+impl DedupIndex for RacyIndex {
+    fn get(&self, hash: &EntryHash) -> Result<Option<u64>, DedupError> {
+        let found = self.map.get(hash)?;
+        let slow = self.slow.lock().unwrap().take_if(|h| h == hash).is_some();
+        if slow {
+            // Let the indexer through, and wait until it has forgotten the entry.
+            self.gate.store(true, Ordering::Release);
+            for _ in 0..500 {
+                if self.map.get(hash)?.is_some() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Ok(found)
+    }
+    fn put_batch(&self, entries: &[(EntryHash, u64)], upto: u64) -> Result<(), DedupError> {
+        for _ in 0..1000 {
+            if self.gate.load(Ordering::Acquire) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.map.put_batch(entries, upto)
+    }
+    fn indexed_up_to(&self) -> Result<u64, DedupError> {
+        self.map.indexed_up_to()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resubmission_racing_the_indexer_is_not_logged_twice() {
+    let index = Arc::new(RacyIndex {
+        map: MapIndex::default(),
+        gate: std::sync::atomic::AtomicBool::new(false),
+        slow: Mutex::new(None),
+    });
+    let storage = Arc::new(MemoryStorage::new());
+    let (log, tasks) = Log::open(storage.clone(), Some(index.clone()), config())
+        .await
+        .unwrap();
+    // Committed; its index write waits at the gate.
+    assert_eq!(log.add(entry(1)).await.unwrap().index, 0);
+    *index.slow.lock().unwrap() = Some(entry_hash(&entry(1)));
+    let again = log.add(entry(1)).await.unwrap();
+    assert_eq!(again.index, 0, "the resubmission was logged again");
+    assert!(again.duplicate);
+    log.shutdown();
+    tasks.join().await;
+    assert_eq!(check(&storage, &config()).await.state.size, 1);
+}
+
+/// With several frontends, each one's index covers the entries others committed
+/// between its own batches: its marker never jumps past entries it does not hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dedup_index_fills_in_other_frontends_entries() {
+    use super::objects::{ObjectLog, ObjectLogOptions, memory::MemoryObjects};
+    let store = MemoryObjects::new();
+    let open = || async {
+        Arc::new(
+            ObjectLog::open(store.clone(), ORIGIN, ObjectLogOptions::default())
+                .await
+                .unwrap(),
+        )
+    };
+    let index_a = Arc::new(MapIndex::default());
+    let (a, tasks_a) = Log::open(open().await, Some(index_a.clone()), config())
+        .await
+        .unwrap();
+    let (b, tasks_b) = Log::open(open().await, None, config()).await.unwrap();
+    assert_eq!(a.add(entry(0)).await.unwrap().index, 0);
+    for i in 1..5 {
+        assert_eq!(b.add(entry(i)).await.unwrap().index, i);
+    }
+    assert_eq!(a.add(entry(5)).await.unwrap().index, 5);
+    // Wait for a's indexer to take in its batch (and the gap before it).
+    for _ in 0..500 {
+        if index_a.indexed_up_to().unwrap() == 6 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(index_a.indexed_up_to().unwrap(), 6);
+    let dup = a.add(entry(3)).await.unwrap();
+    assert_eq!((dup.index, dup.duplicate), (3, true));
+    for (log, tasks) in [(a, tasks_a), (b, tasks_b)] {
+        log.shutdown();
+        tasks.join().await;
+    }
+}
+
+/// Another frontend commits and publishes while this one opens: the checkpoint read
+/// at open may be newer than a state read before it, so the state is read after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opening_while_another_frontend_publishes() {
+    use super::objects::memory::{MemoryObjects, ObjectFault, ObjectOp};
+    use super::objects::{CHECKPOINT_KEY, ObjectLog, ObjectLogOptions};
+    let store = MemoryObjects::new();
+    let open = || async {
+        Arc::new(
+            ObjectLog::open(store.clone(), ORIGIN, ObjectLogOptions::default())
+                .await
+                .unwrap(),
+        )
+    };
+    let (a, tasks_a) = Log::open(open().await, None, config()).await.unwrap();
+    a.add(entry(0)).await.unwrap();
+    let b_storage = open().await;
+    // b's read of the checkpoint is slow: the other frontend commits and publishes
+    // meanwhile.
+    store.inject(
+        ObjectOp::Get,
+        CHECKPOINT_KEY,
+        ObjectFault::Delay(Duration::from_millis(300)),
+        1,
+    );
+    let opening = tokio::spawn(async move { Log::open(b_storage, None, config()).await });
+    for i in 1..20 {
+        a.add(entry(i)).await.unwrap();
+    }
+    let (b, tasks_b) = opening.await.unwrap().expect("b opens");
+    b.add(entry(100)).await.unwrap();
+    for (log, tasks) in [(a, tasks_a), (b, tasks_b)] {
+        log.shutdown();
+        tasks.join().await;
+    }
+}

@@ -2,6 +2,9 @@
 //! `vectors_dir.rs`): adds that get consecutive indices in a known order, and the
 //! public files of a log directory.
 
+// Shared through `#[path]`: each test crate uses a subset.
+#![allow(dead_code)]
+
 use std::path::{Path, PathBuf};
 
 use std::sync::Arc;

@@ -35,6 +35,10 @@ pub enum ObjectFault {
     FailAfterPersist,
     /// Wait, then take effect normally (a slow request).
     Delay(Duration),
+    /// Take effect, then return an error and make the whole store unavailable (a
+    /// network partition right after the request arrived) until
+    /// [`MemoryObjects::set_unavailable`]`(false)`.
+    PersistThenPartition,
 }
 
 struct Rule {
@@ -166,11 +170,22 @@ impl MemoryObjects {
         }
     }
 
-    fn after(fault: Option<ObjectFault>, op: ObjectOp, key: &str) -> Result<(), StorageError> {
+    fn after(
+        &self,
+        fault: Option<ObjectFault>,
+        op: ObjectOp,
+        key: &str,
+    ) -> Result<(), StorageError> {
         match fault {
             Some(ObjectFault::FailAfterPersist) => Err(StorageError::Backend(format!(
                 "injected fault after {op:?} {key}"
             ))),
+            Some(ObjectFault::PersistThenPartition) => {
+                self.set_unavailable(true);
+                Err(StorageError::Backend(format!(
+                    "injected partition after {op:?} {key}"
+                )))
+            }
             _ => Ok(()),
         }
     }
@@ -214,14 +229,14 @@ impl ObjectBackend for MemoryObjects {
             .objects
             .get(key)
             .map(|(b, _, g)| (b.clone(), version(*g)));
-        Self::after(fault, ObjectOp::Get, key)?;
+        self.after(fault, ObjectOp::Get, key)?;
         Ok(found)
     }
 
     async fn put(&self, key: &str, bytes: Bytes, class: ObjectClass) -> Result<(), StorageError> {
         let fault = self.fault(ObjectOp::Put, key).await?;
         Self::store(&mut self.lock(), key, bytes, class);
-        Self::after(fault, ObjectOp::Put, key)
+        self.after(fault, ObjectOp::Put, key)
     }
 
     async fn put_if(
@@ -245,14 +260,14 @@ impl ObjectBackend for MemoryObjects {
                 false => PutOutcome::ConditionFailed,
             }
         };
-        Self::after(fault, ObjectOp::PutIf, key)?;
+        self.after(fault, ObjectOp::PutIf, key)?;
         Ok(outcome)
     }
 
     async fn delete(&self, key: &str) -> Result<(), StorageError> {
         let fault = self.fault(ObjectOp::Delete, key).await?;
         self.lock().objects.remove(key);
-        Self::after(fault, ObjectOp::Delete, key)
+        self.after(fault, ObjectOp::Delete, key)
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<String>, StorageError> {
@@ -264,7 +279,7 @@ impl ObjectBackend for MemoryObjects {
             .take_while(|(k, _)| k.starts_with(prefix))
             .map(|(k, _)| k.clone())
             .collect();
-        Self::after(fault, ObjectOp::List, prefix)?;
+        self.after(fault, ObjectOp::List, prefix)?;
         Ok(keys)
     }
 }

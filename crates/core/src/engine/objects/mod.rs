@@ -648,7 +648,13 @@ impl<B: ObjectBackend> LogStorage for ObjectLog<B> {
         )
         .await?;
         // Step 3: the commit point.
-        self.swap_state(prev, next, &key).await?;
+        if let Err(e) = self.swap_state(prev, next, &key).await {
+            if matches!(e, StorageError::Conflict { .. }) {
+                // Lost for sure: nothing will ever name this staged batch.
+                self.clean_up(Some(key), Vec::new());
+            }
+            return Err(e);
+        }
         // Step 4: apply. A failure leaves a committed but unapplied batch; the engine
         // resolves the error by reloading the state, which applies it (step 1).
         self.apply(&tiles).await?;

@@ -1,0 +1,568 @@
+//! The storage conformance suite: one set of tests every backend runs (memory objects,
+//! POSIX, MySQL, PostgreSQL, S3, GCS), driven by the real engine. Feature
+//! `conformance`; a backend's test file implements [`ConformanceStore`] and invokes
+//! [`conformance_tests!`](crate::conformance_tests).
+//!
+//! What it proves: the log is byte-identical to the Go reference (Tessera v1.0.4) at
+//! every size of the small log and for 70,000 entries in regular and irregular batches
+//! with a reopen halfway; the largest bundle (16 MiB) round-trips; and, for stores that
+//! several frontends share, a commit on a stale state conflicts and leaves nothing
+//! visible, two engines racing never fork the tree nor hand out an index twice, and the
+//! checkpoint never goes backwards. Every test ends with the whole-log check.
+//!
+//! The Go vectors are read from `$TLOGD_VECTORS_DIR` or the repository's
+//! `testdata/vectors` (relative to the test crate, two levels below the root).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use crate::bundle::append_entry;
+use crate::engine::checker::check_log;
+use crate::engine::{CommitBatch, Log, LogConfig, LogStorage, StorageError, TreeState};
+use crate::hash::leaf_hash;
+use crate::merkle::TileTree;
+use crate::note::NoteSigner;
+use crate::tile::TileId;
+
+/// The key the Go reference vectors were signed with (test only).
+pub const SKEY: &str =
+    "PRIVATE+KEY+example.com/log/testdata+33d7b496+AeymY/SZAX0jZcJ8enZ5FY1Dz+wTML2yWSkK+9DSF3eg";
+/// The vectors' origin.
+pub const ORIGIN: &str = "example.com/log/testdata";
+
+/// A backend under test: it makes fresh, empty stores and opens handles on them.
+pub trait ConformanceStore: Send + Sync + 'static {
+    /// The backend's storage.
+    type Storage: LogStorage;
+
+    /// A new, empty store for the log [`ORIGIN`]; returns a location naming it.
+    fn fresh(&self, name: &str) -> impl Future<Output = String> + Send;
+
+    /// Open a handle on the store at `location`: a frontend, or the same process after
+    /// a restart.
+    fn open(&self, location: &str) -> impl Future<Output = Arc<Self::Storage>> + Send;
+
+    /// Release a handle before the next one opens (a single-writer store's lock, a
+    /// connection pool). Default: drop it.
+    fn close(&self, storage: Arc<Self::Storage>) -> impl Future<Output = ()> + Send {
+        async move { drop(storage) }
+    }
+
+    /// Whether several handles may be open on one store at once (several frontends).
+    /// A single-writer store (POSIX) skips the tests that need two.
+    fn shared(&self) -> bool;
+}
+
+/// The Go vectors directory. Fails, never skips, when it is missing.
+pub fn vectors() -> PathBuf {
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    let p = std::env::var_os("TLOGD_VECTORS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| manifest.join("../../testdata/vectors"));
+    assert!(
+        p.join("README.md").exists(),
+        "test vectors not found at {}",
+        p.display()
+    );
+    p
+}
+
+/// A log config with batches of `batch` entries, queues that never push back and a
+/// checkpoint after nearly every batch.
+pub fn config(batch: usize) -> LogConfig {
+    let signer = Arc::new(NoteSigner::from_skey(SKEY).expect("test key"));
+    let mut c = LogConfig::new(ORIGIN, signer);
+    c.batch_max_entries = batch;
+    c.max_pending_entries = 1 << 20;
+    c.max_pending_bytes = 1 << 30;
+    c.checkpoint_interval = Duration::from_millis(1);
+    c
+}
+
+/// Every file below `dir`, relative, sorted.
+pub fn files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("readable vectors").flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if let Ok(rel) = p.strip_prefix(dir) {
+                out.push(rel.to_path_buf());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Add `entries` so that they get consecutive indices from `first`, in one batch per
+/// call when the batch limit allows: every add is pushed before any is awaited.
+pub async fn add_in_order<S: LogStorage>(log: &Log<S>, entries: Vec<Bytes>, first: u64) {
+    let mut handles: Vec<_> = entries.into_iter().map(|e| Box::pin(log.add(e))).collect();
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    let mut done = Vec::with_capacity(handles.len());
+    for h in handles.iter_mut() {
+        done.push(match h.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(v) => Some(v),
+            std::task::Poll::Pending => None,
+        });
+    }
+    for (i, (h, d)) in handles.into_iter().zip(done).enumerate() {
+        let out = match d {
+            Some(v) => v,
+            None => h.await,
+        };
+        assert_eq!(out.expect("add").index, first + i as u64);
+    }
+}
+
+/// A tlog-tiles resource read back through the storage API.
+pub async fn read_resource<S: LogStorage>(s: &S, rel: &str) -> Option<Vec<u8>> {
+    if rel == "checkpoint" {
+        s.read_checkpoint().await.expect("read checkpoint")
+    } else {
+        let id = TileId::parse(rel).unwrap_or_else(|e| panic!("{rel}: {e}"));
+        s.read_tile(&id).await.expect("read tile")
+    }
+}
+
+/// The whole-log check, and that every entry is `want(index)` where it says; returns
+/// the committed size. No entry appears twice unless `want` allows it by saying so.
+pub async fn check_entries<S: LogStorage>(s: &S, want: impl Fn(u64) -> Option<Vec<u8>>) -> u64 {
+    let verifier = NoteSigner::from_skey(SKEY).expect("test key").verifier();
+    let mut bad = Vec::new();
+    let mut visit = |i: u64, e: &[u8]| {
+        if let Some(w) = want(i)
+            && w != e
+        {
+            bad.push(i);
+        }
+    };
+    let report = check_log(s, ORIGIN, &verifier, Some(&mut visit))
+        .await
+        .expect("the whole-log check");
+    assert!(
+        bad.is_empty(),
+        "entries differ at {:?}",
+        &bad[..bad.len().min(10)]
+    );
+    report.state.size
+}
+
+async fn wait_published<S: LogStorage>(log: &Log<S>, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if log.published_size() == Some(n) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    panic!("checkpoint {n} not published");
+}
+
+/// The Go reference's 15-entry log, entry by entry: at every size, the checkpoint and
+/// every partial tile and bundle a reader could ask for match byte for byte, and a
+/// partial wider than the tree is not served.
+pub async fn every_intermediate_state_of_the_small_log_matches<B: ConformanceStore>(b: &B) {
+    let v = vectors().join("tessera-testdata-log");
+    let words =
+        "one two three four five six seven eit nain ten ileven twelf threeten fourten fivten";
+    let storage = b.open(&b.fresh("small").await).await;
+    assert_eq!(
+        storage.load_state().await.expect("state"),
+        None,
+        "fresh log"
+    );
+    let (log, tasks) = Log::open(storage.clone(), None, config(1))
+        .await
+        .expect("open");
+    wait_published(&log, 0).await;
+    let read = |rel: &str| std::fs::read(v.join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"));
+    assert!(
+        storage.read_checkpoint().await.expect("checkpoint") == Some(read("checkpoint.0")),
+        "empty checkpoint"
+    );
+    for (i, w) in words.split(' ').enumerate() {
+        let n = i as u64 + 1;
+        let out = log.add(Bytes::from(w.to_string())).await.expect("add");
+        assert_eq!(out.index, i as u64);
+        wait_published(&log, n).await;
+        assert!(
+            storage.read_checkpoint().await.expect("checkpoint")
+                == Some(read(&format!("checkpoint.{n}"))),
+            "checkpoint at size {n}"
+        );
+        // The widths a checkpoint of this log ever named must read back exactly.
+        for k in 1..=n {
+            for rel in [
+                format!("tile/0/000.p/{k}"),
+                format!("tile/entries/000.p/{k}"),
+            ] {
+                let got = read_resource(&*storage, &rel).await;
+                assert!(got == Some(read(&rel)), "{rel} at size {n}");
+            }
+        }
+        for rel in [
+            format!("tile/0/000.p/{}", n + 1),
+            format!("tile/entries/000.p/{}", n + 1),
+        ] {
+            assert_eq!(
+                read_resource(&*storage, &rel).await,
+                None,
+                "{rel} at size {n}"
+            );
+        }
+    }
+    log.shutdown();
+    tasks.join().await;
+    assert_eq!(check_entries(&*storage, |_| None).await, 15);
+}
+
+/// Append the 70,000 reference entries in batches of `sizes` (cycled), reopening the
+/// store halfway; then compare every file of the reference log.
+async fn seventy_thousand<B: ConformanceStore>(b: &B, name: &str, sizes: &[usize]) {
+    let want_dir = vectors().join("tessera-70k");
+    let location = b.fresh(name).await;
+    let entries: Vec<Bytes> = (0..70_000)
+        .map(|i| Bytes::from(format!("entry {i}")))
+        .collect();
+    let mut next = 0usize;
+    let mut cycle = sizes.iter().cycle();
+    for end in [33_333, entries.len()] {
+        let storage = b.open(&location).await;
+        let (log, tasks) = Log::open(storage.clone(), None, config(1 << 16))
+            .await
+            .expect("open");
+        while next < end {
+            let n = (*cycle.next().unwrap_or(&1)).min(end - next);
+            add_in_order(&log, entries[next..next + n].to_vec(), next as u64).await;
+            next += n;
+        }
+        log.shutdown();
+        tasks.join().await;
+        drop(log);
+        b.close(storage).await;
+    }
+    let storage = b.open(&location).await;
+    for f in files(&want_dir) {
+        let rel = f.to_string_lossy();
+        let got = read_resource(&*storage, &rel)
+            .await
+            .unwrap_or_else(|| panic!("{name}: {rel} missing"));
+        assert!(
+            got == std::fs::read(want_dir.join(&f)).expect("vector file"),
+            "{name}: {rel} differs from the Go reference"
+        );
+    }
+    let size = check_entries(&*storage, |i| Some(format!("entry {i}").into_bytes())).await;
+    assert_eq!(size, 70_000);
+    b.close(storage).await;
+}
+
+/// 70,000 entries in batches of 4,096.
+pub async fn seventy_thousand_entries_in_batches_of_4096_match_the_go_reference<
+    B: ConformanceStore,
+>(
+    b: &B,
+) {
+    seventy_thousand(b, "b4096", &[4096]).await;
+}
+
+/// 70,000 entries in batches that end on, just before and just after tile boundaries,
+/// and spans crossing several tiles and a level-1 tile.
+pub async fn seventy_thousand_entries_in_irregular_batches_match_the_go_reference<
+    B: ConformanceStore,
+>(
+    b: &B,
+) {
+    seventy_thousand(
+        b,
+        "irregular",
+        &[1, 255, 256, 1, 3000, 17, 511, 65_536, 4097, 2],
+    )
+    .await;
+}
+
+/// A batch of `entries` on top of `tree` (advanced), as the engine would build it.
+fn batch(tree: &mut TileTree, bundle: &mut Vec<u8>, entries: &[&[u8]]) -> CommitBatch {
+    let prev = TreeState {
+        size: tree.size(),
+        root: if tree.size() == 0 {
+            TreeState::empty().root
+        } else {
+            tree.root()
+        },
+    };
+    let mut tiles = Vec::new();
+    let leaves: Vec<_> = entries.iter().map(|e| leaf_hash(e)).collect();
+    tree.append(&leaves, &mut tiles);
+    for e in entries {
+        append_entry(bundle, e).expect("small entry");
+    }
+    let width = (tree.size() % 256) as u16;
+    assert!(width > 0, "keep test batches inside the first bundle");
+    tiles.push((TileId::entries(0, width), bundle.clone()));
+    CommitBatch {
+        prev,
+        next: TreeState {
+            size: tree.size(),
+            root: tree.root(),
+        },
+        tiles,
+    }
+}
+
+/// Two frontends: one commits, the other commits on the state it last saw. The second
+/// conflicts and nothing of its batch is visible from either; retrying a batch that
+/// did persist conflicts too; rebuilt on the current state, it commits.
+pub async fn a_commit_on_a_stale_state_conflicts_and_leaves_nothing_visible<B: ConformanceStore>(
+    b: &B,
+) {
+    if !b.shared() {
+        return;
+    }
+    let location = b.fresh("cas").await;
+    let a = b.open(&location).await;
+    let other = b.open(&location).await;
+    // Each frontend learns the (empty) stored state, as the engine does at open.
+    a.load_state().await.expect("state");
+    other.load_state().await.expect("state");
+    let (mut ta, mut ba) = (TileTree::empty(), Vec::new());
+    let (mut tb, mut bb) = (TileTree::empty(), Vec::new());
+    let first = batch(&mut ta, &mut ba, &[b"a0", b"a1"]);
+    let first_next = first.next;
+    a.commit(first).await.expect("first commit");
+    let stale = batch(&mut tb, &mut bb, &[b"b0", b"b1", b"b2"]);
+    match other.commit(stale).await {
+        Err(StorageError::Conflict { expected, found }) => {
+            assert_eq!((expected, found), (0, 2));
+        }
+        r => panic!("expected a conflict, got {r:?}"),
+    }
+    let mut want = Vec::new();
+    append_entry(&mut want, b"a0").expect("entry");
+    append_entry(&mut want, b"a1").expect("entry");
+    for s in [&a, &other] {
+        assert_eq!(s.load_state().await.expect("state"), Some(first_next));
+        assert_eq!(
+            s.read_tile(&TileId::entries(0, 2)).await.expect("read"),
+            Some(want.clone())
+        );
+        assert_eq!(
+            s.read_tile(&TileId::entries(0, 3)).await.expect("read"),
+            None
+        );
+        assert_eq!(
+            s.read_tile(&TileId::hash(0, 0, 3)).await.expect("read"),
+            None
+        );
+    }
+    let mut t2 = TileTree::empty();
+    let mut b2 = Vec::new();
+    let again = batch(&mut t2, &mut b2, &[b"a0", b"a1"]);
+    assert!(matches!(
+        a.commit(again).await,
+        Err(StorageError::Conflict { .. })
+    ));
+    let next = batch(&mut ta, &mut ba, &[b"b0"]);
+    let next_state = next.next;
+    other.commit(next).await.expect("rebuilt commit");
+    assert_eq!(a.load_state().await.expect("state"), Some(next_state));
+    assert_eq!(check_entries(&*a, |_| None).await, 3);
+}
+
+/// 256 entries of 65,535 bytes: a 16,777,472-byte bundle round-trips whole and
+/// truncated, from a fresh handle.
+pub async fn the_largest_possible_bundle_round_trips<B: ConformanceStore>(b: &B) {
+    let location = b.fresh("large").await;
+    let s = b.open(&location).await;
+    let entries: Vec<Vec<u8>> = (0..256u32)
+        .map(|i| vec![(i % 251) as u8 + 1; 65_535])
+        .collect();
+    let mut tree = TileTree::empty();
+    let mut tiles = Vec::new();
+    let leaves: Vec<_> = entries.iter().map(|e| leaf_hash(e)).collect();
+    tree.append(&leaves, &mut tiles);
+    let mut bundle = Vec::new();
+    for e in &entries {
+        append_entry(&mut bundle, e).expect("entry");
+    }
+    assert_eq!(bundle.len(), 16_777_472);
+    tiles.push((TileId::entries(0, 256), bundle.clone()));
+    let next = TreeState {
+        size: 256,
+        root: tree.root(),
+    };
+    s.load_state().await.expect("state");
+    s.commit(CommitBatch {
+        prev: TreeState::empty(),
+        next,
+        tiles,
+    })
+    .await
+    .expect("commit");
+    b.close(s).await;
+    let other = b.open(&location).await;
+    assert_eq!(other.load_state().await.expect("state"), Some(next));
+    assert!(
+        other
+            .read_tile(&TileId::entries(0, 256))
+            .await
+            .expect("read")
+            == Some(bundle.clone())
+    );
+    assert_eq!(
+        check_entries(&*other, |i| Some(entries[i as usize].clone())).await,
+        256
+    );
+}
+
+/// Two engines on one store, eight writers: indices unique and contiguous, every
+/// acknowledged entry at its index, the tree whole.
+pub async fn two_engines_on_one_store_sequence_without_forking<B: ConformanceStore>(b: &B) {
+    if !b.shared() {
+        return;
+    }
+    let location = b.fresh("two").await;
+    let mut logs = Vec::new();
+    let mut all_tasks = Vec::new();
+    for _ in 0..2 {
+        let (log, tasks) = Log::open(b.open(&location).await, None, config(64))
+            .await
+            .expect("open");
+        logs.push(log);
+        all_tasks.push(tasks);
+    }
+    let acked: Arc<Mutex<HashMap<u64, Vec<u8>>>> = Arc::default();
+    let mut workers = Vec::new();
+    for w in 0..8usize {
+        let log = logs[w % 2].clone();
+        let acked = acked.clone();
+        workers.push(tokio::spawn(async move {
+            for i in 0..150 {
+                let e = format!("frontend {} worker {w} entry {i}", w % 2).into_bytes();
+                let out = log.add(Bytes::from(e.clone())).await.expect("add");
+                let prev = acked
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(out.index, e);
+                assert!(prev.is_none(), "index {} handed out twice", out.index);
+            }
+        }));
+    }
+    for w in workers {
+        w.await.expect("worker");
+    }
+    for log in &logs {
+        log.shutdown();
+    }
+    for t in all_tasks {
+        t.join().await;
+    }
+    let acked = acked.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let n = acked.len() as u64;
+    assert_eq!(n, 8 * 150);
+    assert!(
+        (0..n).all(|i| acked.contains_key(&i)),
+        "indices not contiguous"
+    );
+    let storage = b.open(&location).await;
+    assert_eq!(
+        check_entries(&*storage, |i| acked.get(&i).cloned()).await,
+        n
+    );
+}
+
+fn fake_checkpoint(size: u64, tag: &str) -> Vec<u8> {
+    format!("{ORIGIN}\n{size}\nroot-{tag}\n\n— sig {tag}\n").into_bytes()
+}
+
+/// Checkpoints published in any order, by several frontends at once: the largest wins
+/// and a smaller one never replaces it.
+pub async fn the_checkpoint_never_goes_backwards<B: ConformanceStore>(b: &B) {
+    let location = b.fresh("checkpoint").await;
+    let s = b.open(&location).await;
+    assert_eq!(s.read_checkpoint().await.expect("read"), None);
+    s.publish_checkpoint(&fake_checkpoint(10, "ten"))
+        .await
+        .expect("publish");
+    s.publish_checkpoint(&fake_checkpoint(5, "five"))
+        .await
+        .expect("publish");
+    assert_eq!(
+        s.read_checkpoint().await.expect("read"),
+        Some(fake_checkpoint(10, "ten"))
+    );
+    s.publish_checkpoint(&fake_checkpoint(11, "eleven"))
+        .await
+        .expect("publish");
+    assert_eq!(
+        s.read_checkpoint().await.expect("read"),
+        Some(fake_checkpoint(11, "eleven"))
+    );
+    if !b.shared() {
+        return;
+    }
+    let other = b.open(&location).await;
+    let mut tasks = Vec::new();
+    for size in (12..60u64).rev() {
+        let st = if size % 2 == 0 {
+            s.clone()
+        } else {
+            other.clone()
+        };
+        tasks.push(tokio::spawn(async move {
+            st.publish_checkpoint(&fake_checkpoint(size, &size.to_string()))
+                .await
+                .expect("publish")
+        }));
+    }
+    for t in tasks {
+        t.await.expect("publisher");
+    }
+    assert_eq!(
+        other.read_checkpoint().await.expect("read"),
+        Some(fake_checkpoint(59, "59"))
+    );
+}
+
+/// The suite as `#[tokio::test]`s, for a type implementing [`ConformanceStore`] and an
+/// expression making one: `tlogd_core::conformance_tests!(MyStore, MyStore::new());`.
+#[macro_export]
+macro_rules! conformance_tests {
+    ($store:ty, $make:expr) => {
+        $crate::conformance_tests!(@ $store, $make, current_thread:
+            every_intermediate_state_of_the_small_log_matches,
+            seventy_thousand_entries_in_batches_of_4096_match_the_go_reference,
+            seventy_thousand_entries_in_irregular_batches_match_the_go_reference,
+            the_largest_possible_bundle_round_trips);
+        $crate::conformance_tests!(@ $store, $make, multi_thread:
+            a_commit_on_a_stale_state_conflicts_and_leaves_nothing_visible,
+            two_engines_on_one_store_sequence_without_forking,
+            the_checkpoint_never_goes_backwards);
+    };
+    (@ $store:ty, $make:expr, current_thread: $($name:ident),*) => {$(
+        #[tokio::test(flavor = "current_thread")]
+        async fn $name() {
+            let store: $store = $make;
+            $crate::conformance::$name(&store).await
+        }
+    )*};
+    (@ $store:ty, $make:expr, multi_thread: $($name:ident),*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            let store: $store = $make;
+            $crate::conformance::$name(&store).await
+        }
+    )*};
+}
