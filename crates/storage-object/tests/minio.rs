@@ -5,12 +5,8 @@
 use tlogd_storage_object::testsupport::minio::TestMinio;
 use tlogd_storage_object::{ClientTuning, ObjectStoreBackend};
 
-#[path = "../../core/tests/support/backend.rs"]
-mod backend;
 #[path = "support/conformance.rs"]
 mod conformance;
-#[path = "../../core/tests/support/vectors_dir.rs"]
-mod vectors_dir;
 
 use conformance::ObjectServer;
 
