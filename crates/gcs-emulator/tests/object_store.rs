@@ -102,6 +102,9 @@ fn client_with(
     retry: RetryConfig,
     timeout: Duration,
 ) -> GoogleCloudStorage {
+    // The workspace builds reqwest with `rustls-no-provider` and ring (no aws-lc-rs):
+    // reqwest wants the process's rustls provider installed before a client is built.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     GoogleCloudStorageBuilder::new()
         .with_service_account_key(service_account_json(url))
         .with_bucket_name(bucket)

@@ -1,0 +1,194 @@
+//! A private MinIO server: `minio server <tmpdir> --address 127.0.0.1:<free>`, root
+//! credentials given explicitly, buckets created with a signed request.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use super::{ServerProcess, find_tool, free_port, http, server_dir, sigv4};
+use crate::s3::S3Options;
+
+/// The root user of every test server.
+pub const ACCESS_KEY: &str = "tlogd-test";
+/// The root password of every test server.
+pub const SECRET_KEY: &str = "tlogd-test-secret-key";
+/// The region buckets are created in.
+pub const REGION: &str = "us-east-1";
+
+/// A MinIO server of the test process.
+pub struct TestMinio {
+    process: ServerProcess,
+    binary: PathBuf,
+    data: PathBuf,
+    port: u16,
+    console_port: u16,
+    _dir: tempfile::TempDir,
+}
+
+static SHARED: OnceLock<TestMinio> = OnceLock::new();
+static BUCKETS: AtomicU64 = AtomicU64::new(0);
+
+impl TestMinio {
+    /// The server shared by the tests of this process (started on first use; tests use
+    /// buckets of their own).
+    pub fn shared() -> &'static TestMinio {
+        SHARED.get_or_init(TestMinio::start)
+    }
+
+    /// A server of the caller's own (one it may stop).
+    pub fn start() -> TestMinio {
+        super::no_metadata_services();
+        let binary = find_tool("minio");
+        let dir = server_dir("tlogd-minio-");
+        let data = dir.path().join("data");
+        std::fs::create_dir_all(&data)
+            .unwrap_or_else(|e| panic!("creating {}: {e}", data.display()));
+        let m = TestMinio {
+            process: ServerProcess::new("the test MinIO", dir.path().join("minio.log")),
+            binary,
+            data,
+            port: free_port(),
+            console_port: free_port(),
+            _dir: dir,
+        };
+        m.launch();
+        m
+    }
+
+    fn launch(&self) {
+        let mut cmd = Command::new(&self.binary);
+        cmd.arg("server")
+            .arg(&self.data)
+            .args(["--address", &format!("127.0.0.1:{}", self.port)])
+            .args([
+                "--console-address",
+                &format!("127.0.0.1:{}", self.console_port),
+            ])
+            .arg("--certs-dir")
+            .arg(self.data.with_file_name("certs"))
+            .arg("--quiet")
+            .env("MINIO_ROOT_USER", ACCESS_KEY)
+            .env("MINIO_ROOT_PASSWORD", SECRET_KEY)
+            .env("MINIO_BROWSER", "off")
+            .env("MINIO_UPDATE", "off")
+            .env("AWS_EC2_METADATA_DISABLED", "true");
+        let port = self.port;
+        // /minio/health/ready answers 200 before the server takes bucket operations
+        // ("XMinioServerNotInitialized"): wait for a signed ListBuckets to work.
+        self.process
+            .launch(cmd, port, Duration::from_secs(60), move || {
+                let r = signed(port, "GET", "/", Duration::from_secs(2))?;
+                match r.status {
+                    200 => Ok(()),
+                    s => Err(format!("ListBuckets answered {s}: {}", r.text())),
+                }
+            });
+    }
+
+    /// The S3 port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        self.process.log()
+    }
+
+    /// Create bucket `name`; panics with MinIO's answer if it refuses. A server still
+    /// initialising (503) is waited for, up to 30 s.
+    pub fn create_bucket(&self, name: &str) {
+        let path = format!("/{name}");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let r = signed(self.port, "PUT", &path, Duration::from_secs(10))
+                .unwrap_or_else(|e| panic!("creating bucket {name}: {e}"));
+            match r.status {
+                200 => return,
+                503 if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(100))
+                }
+                s => panic!("creating bucket {name}: MinIO answered {s}: {}", r.text()),
+            }
+        }
+    }
+
+    /// A new empty bucket named after `prefix` (lower-case letters, digits and `-`),
+    /// unique to this process and call.
+    pub fn fresh_bucket(&self, prefix: &str) -> String {
+        let name = unique_bucket_name(prefix);
+        self.create_bucket(&name);
+        name
+    }
+
+    /// Options reaching `bucket` on this server, credentials given explicitly.
+    pub fn s3_options(&self, bucket: &str) -> S3Options {
+        self.s3_options_via(self.port, bucket)
+    }
+
+    /// Options reaching `bucket` through a proxy listening on `port` in front of this
+    /// server.
+    pub fn s3_options_via(&self, port: u16, bucket: &str) -> S3Options {
+        S3Options {
+            bucket: bucket.to_string(),
+            prefix: String::new(),
+            region: Some(REGION.into()),
+            endpoint: Some(format!("http://127.0.0.1:{port}")),
+            allow_http: true,
+            access_key_id: Some(ACCESS_KEY.into()),
+            secret_access_key: Some(SECRET_KEY.into()),
+            session_token: None,
+            virtual_hosted_style: Some(false),
+            client: Default::default(),
+        }
+    }
+
+    /// Kill the server (SIGKILL, as a crash would).
+    pub fn stop(&self) {
+        self.process.kill();
+    }
+
+    /// Start it again on the same data and port.
+    pub fn restart(&self) {
+        self.launch();
+    }
+}
+
+/// A request with an empty body signed with the root credentials.
+fn signed(
+    port: u16,
+    method: &str,
+    path: &str,
+    timeout: Duration,
+) -> Result<http::Response, String> {
+    let headers = sigv4::sign(method, path, port, REGION, ACCESS_KEY, SECRET_KEY);
+    let headers: Vec<(&str, &str)> = headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    http::request(port, method, path, &headers, b"", timeout)
+}
+
+/// `<prefix>-<pid>-<n>`, within S3's bucket-name rules.
+pub fn unique_bucket_name(prefix: &str) -> String {
+    let clean: String = prefix
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .take(30)
+        .collect();
+    let n = BUCKETS.fetch_add(1, Ordering::Relaxed);
+    format!("t-{}-{}-{n}", clean.trim_matches('-'), std::process::id())
+}

@@ -1,0 +1,518 @@
+//! The conformance suite of the object-store backends, shared by the MinIO and GCS
+//! emulator tests: each implements [`ObjectServer`] for its private test server and
+//! invokes [`object_conformance_tests!`]. Driven by core's real engine and ObjectLog
+//! against a real server, through the real adapter.
+//!
+//! It runs the suite every backend runs (`tlogd_core::conformance`: byte-identical to
+//! the Go reference logs, the largest bundle, compare-and-swap between frontends, two
+//! engines racing on one bucket, a checkpoint that never goes backwards), then what is
+//! particular to object stores: conditional writes with exactly one winner, the HTTP
+//! metadata of each class of object, key prefixes, the origin check, and, through
+//! Toxiproxy, a store outage, connection resets and cut answers mid-load with no
+//! acknowledged entry lost.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tlogd_core::conformance::{ConformanceStore, ORIGIN, add_in_order, check_entries, config};
+use tlogd_core::engine::objects::{
+    ObjectBackend, ObjectClass, ObjectLog, ObjectLogOptions, ObjectOpenError, PutCondition,
+    PutOutcome,
+};
+use tlogd_core::engine::{Log, LogStorage, StorageError};
+use tlogd_storage_object::testsupport::toxiproxy::{Stream, Toxiproxy};
+use tlogd_storage_object::{ClientTuning, ObjectStoreBackend, open_log};
+
+/// A private test server of one object store.
+pub trait ObjectServer: Send + Sync + 'static {
+    /// The server shared by the tests of this process (started on first use).
+    fn shared() -> &'static Self;
+    /// A new empty bucket named after `name`; its name.
+    fn fresh_bucket(&self, name: &str) -> String;
+    /// The server's TCP port on 127.0.0.1.
+    fn port(&self) -> u16;
+    /// A backend on `bucket` below `prefix`, reached at 127.0.0.1:`port` (the server's
+    /// own port, or a proxy's in front of it), with `client` settings.
+    fn backend_via(
+        &self,
+        port: u16,
+        bucket: &str,
+        prefix: &str,
+        client: ClientTuning,
+    ) -> ObjectStoreBackend;
+}
+
+/// One `#[tokio::test]` per conformance test, for server `$s`, each bounded in time.
+#[macro_export]
+macro_rules! object_conformance_tests {
+    ($s:ty) => {
+        // The suite every backend runs.
+        mod core_conformance {
+            use super::*;
+            tlogd_core::conformance_tests!(
+                conformance::ObjectStores<$s>,
+                conformance::ObjectStores::<$s>::default()
+            );
+        }
+        $crate::object_conformance_tests!(@ $s, multi_thread:
+            conditional_writes_have_exactly_one_winner,
+            objects_carry_their_class_metadata_and_prefixes_separate_logs,
+            reopening_works_and_another_log_is_refused,
+            a_store_outage_mid_load_loses_no_acknowledged_entry,
+            connection_resets_and_cut_answers_lose_no_acknowledged_entry);
+    };
+    (@ $s:ty, multi_thread: $($name:ident),*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            conformance::bounded(conformance::$name::<$s>()).await
+        }
+    )*};
+}
+
+/// Run a test body, failing it (never hanging) after five minutes.
+pub async fn bounded(test: impl std::future::Future<Output = ()>) {
+    // RUST_LOG=tlogd_core=debug shows the engine's retries and the adapter's errors.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    if tokio::time::timeout(Duration::from_secs(300), test)
+        .await
+        .is_err()
+    {
+        panic!("the test did not finish within 5 minutes");
+    }
+}
+
+/// The shared server, started off the async threads.
+async fn server<S: ObjectServer>() -> &'static S {
+    tokio::task::spawn_blocking(S::shared)
+        .await
+        .unwrap_or_else(|e| panic!("starting the test server: {e}"))
+}
+
+async fn fresh<S: ObjectServer>(name: &str) -> (&'static S, String) {
+    let s = server::<S>().await;
+    let name = name.to_string();
+    let bucket = tokio::task::spawn_blocking(move || s.fresh_bucket(&name))
+        .await
+        .unwrap_or_else(|e| panic!("creating a bucket: {e}"));
+    (s, bucket)
+}
+
+/// The object store as a [`ConformanceStore`]: a fresh bucket per test on the shared
+/// server; every handle is another frontend on it.
+pub struct ObjectStores<S>(std::marker::PhantomData<S>);
+
+impl<S> Default for ObjectStores<S> {
+    fn default() -> Self {
+        ObjectStores(std::marker::PhantomData)
+    }
+}
+
+impl<S: ObjectServer> ConformanceStore for ObjectStores<S> {
+    type Storage = ObjectLog<ObjectStoreBackend>;
+
+    async fn fresh(&self, name: &str) -> String {
+        fresh::<S>(name).await.1
+    }
+
+    async fn open(&self, location: &str) -> Arc<ObjectLog<ObjectStoreBackend>> {
+        open(backend(server::<S>().await, location)).await
+    }
+
+    fn shared(&self) -> bool {
+        true
+    }
+}
+
+fn backend<S: ObjectServer>(s: &S, bucket: &str) -> ObjectStoreBackend {
+    s.backend_via(s.port(), bucket, "", ClientTuning::default())
+}
+
+/// Settings that open a connection per request, so that Toxiproxy's toxics (which
+/// pick connections) hit requests rather than a few long-lived pooled connections.
+fn connection_per_request() -> ClientTuning {
+    ClientTuning {
+        pool_max_idle_per_host: 0,
+        ..ClientTuning::default()
+    }
+}
+
+pub async fn open(b: ObjectStoreBackend) -> Arc<ObjectLog<ObjectStoreBackend>> {
+    Arc::new(
+        open_log(b, ORIGIN, ObjectLogOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("opening the log: {e}")),
+    )
+}
+
+pub async fn conditional_writes_have_exactly_one_winner<S: ObjectServer>() {
+    // 8 writers race on one key with the same condition, 20 rounds: one write takes
+    // effect per round, the others are told their condition failed, and the object
+    // holds the winner's bytes.
+    let (s, bucket) = fresh::<S>("race").await;
+    let backends: Vec<Arc<ObjectStoreBackend>> =
+        (0..8).map(|_| Arc::new(backend(s, &bucket))).collect();
+    let key = ".tlogd/race";
+    let mut current: Option<tlogd_core::engine::objects::ObjectVersion> = None;
+    for round in 0..20 {
+        let mut tasks = Vec::new();
+        for (w, b) in backends.iter().enumerate() {
+            let b = b.clone();
+            let condition = match &current {
+                None => PutCondition::Absent,
+                Some(v) => PutCondition::Matches(v.clone()),
+            };
+            let bytes = Bytes::from(format!("round {round} writer {w}"));
+            tasks.push(tokio::spawn(async move {
+                let out = b
+                    .put_if(key, bytes.clone(), ObjectClass::Private, condition)
+                    .await;
+                (bytes, out)
+            }));
+        }
+        let mut winners = Vec::new();
+        for t in tasks {
+            let (bytes, out) = t.await.unwrap();
+            match out.unwrap_or_else(|e| panic!("round {round}: {e}")) {
+                PutOutcome::Written(v) => winners.push((bytes, v)),
+                PutOutcome::ConditionFailed => {}
+            }
+        }
+        assert_eq!(winners.len(), 1, "round {round}: {} winners", winners.len());
+        let (bytes, version) = winners.pop().unwrap();
+        let (stored, stored_version) = backends[0].get_versioned(key).await.unwrap().unwrap();
+        assert_eq!(stored, bytes, "round {round}");
+        assert_eq!(stored_version, version, "round {round}");
+        current = Some(version);
+    }
+}
+
+pub async fn objects_carry_their_class_metadata_and_prefixes_separate_logs<S: ObjectServer>() {
+    use object_store::{Attribute, GetOptions};
+    let (s, bucket) = fresh::<S>("meta").await;
+    let one = open(s.backend_via(s.port(), &bucket, "logs/one", ClientTuning::default())).await;
+    let (log, tasks) = Log::open(one.clone(), None, config(16)).await.unwrap();
+    add_in_order(
+        &log,
+        (0..300).map(|i| Bytes::from(format!("m{i}"))).collect(),
+        0,
+    )
+    .await;
+    log.shutdown();
+    tasks.join().await;
+    let raw = s.backend_via(s.port(), &bucket, "", ClientTuning::default());
+    for (key, class) in [
+        ("logs/one/checkpoint", ObjectClass::Checkpoint),
+        ("logs/one/tile/0/000", ObjectClass::Tile),
+        ("logs/one/tile/entries/001.p/44", ObjectClass::Tile),
+        ("logs/one/.tlogd/state", ObjectClass::Private),
+    ] {
+        let got = raw
+            .store()
+            .get_opts(&key.into(), GetOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("{key}: {e}"));
+        let a = &got.attributes;
+        assert_eq!(
+            a.get(&Attribute::ContentType).map(|v| v.as_ref()),
+            Some(class.content_type()),
+            "{key}"
+        );
+        assert_eq!(
+            a.get(&Attribute::CacheControl).map(|v| v.as_ref()),
+            Some(class.cache_control()),
+            "{key}"
+        );
+    }
+    // The partials of completed tiles are cleaned up in the background.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let partials = raw.list("logs/one/tile/0/000.p/").await.unwrap();
+        if partials.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "partials left: {partials:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Another prefix of the same bucket is another log.
+    let two = open(s.backend_via(s.port(), &bucket, "logs/two", ClientTuning::default())).await;
+    assert_eq!(two.load_state().await.unwrap(), None);
+    assert_eq!(one.load_state().await.unwrap().map(|st| st.size), Some(300));
+    assert_eq!(
+        check_entries(&*one, |i| Some(format!("m{i}").into_bytes())).await,
+        300
+    );
+}
+
+pub async fn reopening_works_and_another_log_is_refused<S: ObjectServer>() {
+    let (s, bucket) = fresh::<S>("reopen").await;
+    let storage = open(backend(s, &bucket)).await;
+    let (log, tasks) = Log::open(storage.clone(), None, config(16)).await.unwrap();
+    for i in 0..40u32 {
+        log.add(Bytes::from(format!("m{i}"))).await.unwrap();
+    }
+    log.shutdown();
+    tasks.join().await;
+    let state = storage.load_state().await.unwrap().unwrap();
+    assert_eq!(state.size, 40);
+    let again = open(backend(s, &bucket)).await;
+    assert_eq!(again.load_state().await.unwrap(), Some(state));
+    assert_eq!(check_entries(&*again, |_| None).await, 40);
+    match open_log(
+        backend(s, &bucket),
+        "example.com/other",
+        ObjectLogOptions::default(),
+    )
+    .await
+    {
+        Err(e @ ObjectOpenError::OriginMismatch { .. }) => {
+            let msg = e.to_string();
+            assert!(
+                msg.contains("example.com/other") && msg.contains(ORIGIN),
+                "{msg}"
+            );
+        }
+        Err(e) => panic!("expected an origin mismatch, got {e}"),
+        Ok(_) => panic!("expected an origin mismatch, the log opened"),
+    }
+    // A bucket that does not exist is an error naming the operation, not a hang.
+    let missing = backend(s, "no-such-bucket-tlogd");
+    match open_log(missing, ORIGIN, ObjectLogOptions::default()).await {
+        Err(e) => {
+            let msg = e.to_string();
+            assert!(msg.contains("put_if") || msg.contains("get"), "{msg}");
+        }
+        Ok(_) => panic!("a missing bucket opened"),
+    }
+}
+
+/// Adds from `workers` tasks until stopped, recording every acknowledged index.
+struct Load {
+    acked: Arc<Mutex<HashMap<u64, Vec<u8>>>>,
+    failed: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    workers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start<St: LogStorage>(log: &Log<St>, workers: usize, tag: &str) -> Load {
+        let acked: Arc<Mutex<HashMap<u64, Vec<u8>>>> = Arc::default();
+        let failed = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let handles = (0..workers)
+            .map(|w| {
+                let (log, acked, failed, stop) =
+                    (log.clone(), acked.clone(), failed.clone(), stop.clone());
+                let tag = tag.to_string();
+                tokio::spawn(async move {
+                    let mut i = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        let e = format!("{tag} worker {w} entry {i}").into_bytes();
+                        i += 1;
+                        match log.add(Bytes::from(e.clone())).await {
+                            Ok(out) => {
+                                let prev = acked.lock().unwrap().insert(out.index, e);
+                                assert!(prev.is_none(), "index {} handed out twice", out.index);
+                            }
+                            Err(_) => {
+                                failed.fetch_add(1, Ordering::Relaxed);
+                                tokio::time::sleep(Duration::from_millis(20)).await;
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        Load {
+            acked,
+            failed,
+            stop,
+            workers: handles,
+        }
+    }
+
+    fn count(&self) -> usize {
+        self.acked.lock().unwrap().len()
+    }
+
+    /// Wait until `n` more adds than now are acknowledged.
+    async fn wait_more(&self, n: usize, what: &str) {
+        let want = self.count() + n;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.count() < want {
+            assert!(
+                Instant::now() < deadline,
+                "{what}: only {} of {want} adds acknowledged ({} failed)",
+                self.count(),
+                self.failed.load(Ordering::Relaxed)
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    async fn stop(self) -> HashMap<u64, Vec<u8>> {
+        self.stop.store(true, Ordering::Relaxed);
+        for w in self.workers {
+            w.await.unwrap();
+        }
+        let acked = self.acked.lock().unwrap().clone();
+        eprintln!(
+            "{} adds acknowledged, {} failed",
+            acked.len(),
+            self.failed.load(Ordering::Relaxed)
+        );
+        acked
+    }
+}
+
+async fn toxiproxy() -> Toxiproxy {
+    tokio::task::spawn_blocking(Toxiproxy::start)
+        .await
+        .unwrap_or_else(|e| panic!("starting Toxiproxy: {e}"))
+}
+
+/// Every acknowledged entry is in the log, at its index, and the log checks out: read
+/// directly from the server (not through the proxy).
+async fn check_acked<S: ObjectServer>(s: &S, bucket: &str, acked: &HashMap<u64, Vec<u8>>) {
+    let direct = open(backend(s, bucket)).await;
+    let size = check_entries(&*direct, |i| acked.get(&i).cloned()).await;
+    assert!(
+        acked.keys().all(|&i| i < size),
+        "an acknowledged index is beyond the tree of size {size}"
+    );
+}
+
+pub async fn a_store_outage_mid_load_loses_no_acknowledged_entry<S: ObjectServer>() {
+    let (s, bucket) = fresh::<S>("outage").await;
+    let proxy = toxiproxy().await;
+    let port = proxy.proxy("store", s.port());
+    let storage = open(s.backend_via(port, &bucket, "", ClientTuning::default())).await;
+    let (log, tasks) = Log::open(storage.clone(), None, config(64)).await.unwrap();
+    let load = Load::start(&log, 16, "outage");
+    for round in 0..2 {
+        load.wait_more(300, "before the outage").await;
+        // The store is unreachable for a while: connections are cut, new ones refused.
+        proxy.set_enabled("store", false);
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert!(storage.check_writable().await.is_err(), "round {round}");
+        proxy.set_enabled("store", true);
+        // The same engine recovers by itself.
+        load.wait_more(300, "after the outage").await;
+    }
+    let acked = load.stop().await;
+    log.shutdown();
+    tasks.join().await;
+    check_acked(s, &bucket, &acked).await;
+}
+
+pub async fn connection_resets_and_cut_answers_lose_no_acknowledged_entry<S: ObjectServer>() {
+    let (s, bucket) = fresh::<S>("resets").await;
+    let proxy = toxiproxy().await;
+    let port = proxy.proxy("store", s.port());
+    let counting = Counting::new(s.backend_via(port, &bucket, "", connection_per_request()));
+    let errors = counting.errors.clone();
+    let storage = Arc::new(
+        ObjectLog::open(counting, ORIGIN, ObjectLogOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("opening the log: {e}")),
+    );
+    let (log, tasks) = Log::open(storage.clone(), None, config(64)).await.unwrap();
+    let load = Load::start(&log, 16, "resets");
+    load.wait_more(200, "before the faults").await;
+    // Half the connections (one per request here) are reset (RST) 3 ms after they
+    // open: requests die before, while or after the store acts on them.
+    proxy.add_toxic(
+        "store",
+        "resets",
+        "reset_peer",
+        Stream::Upstream,
+        0.5,
+        serde_json::json!({ "timeout": 3 }),
+    );
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    proxy.remove_toxic("store", "resets");
+    load.wait_more(200, "after the resets").await;
+    // Answers cut after their first 100 bytes on a third of the connections: writes
+    // that took effect but whose success was never seen ("fail but persist").
+    proxy.add_toxic(
+        "store",
+        "cut",
+        "limit_data",
+        Stream::Downstream,
+        0.33,
+        serde_json::json!({ "bytes": 100 }),
+    );
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    proxy.remove_toxic("store", "cut");
+    load.wait_more(200, "after the cut answers").await;
+    let acked = load.stop().await;
+    let errors = errors.load(Ordering::Relaxed);
+    eprintln!("{errors} failed store requests");
+    assert!(
+        errors >= 10,
+        "only {errors} store requests failed: the faults did not bite"
+    );
+    log.shutdown();
+    tasks.join().await;
+    check_acked(s, &bucket, &acked).await;
+}
+
+/// A backend that counts its failed calls.
+struct Counting<B> {
+    inner: B,
+    errors: Arc<AtomicU64>,
+}
+
+impl<B: ObjectBackend> Counting<B> {
+    fn new(inner: B) -> Self {
+        Counting {
+            inner,
+            errors: Arc::default(),
+        }
+    }
+
+    fn count<T>(&self, r: Result<T, StorageError>) -> Result<T, StorageError> {
+        if r.is_err() {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        r
+    }
+}
+
+impl<B: ObjectBackend> ObjectBackend for Counting<B> {
+    fn backend_name(&self) -> &'static str {
+        self.inner.backend_name()
+    }
+    async fn get(&self, key: &str) -> Result<Option<Bytes>, StorageError> {
+        self.count(self.inner.get(key).await)
+    }
+    async fn get_versioned(
+        &self,
+        key: &str,
+    ) -> Result<Option<(Bytes, tlogd_core::engine::objects::ObjectVersion)>, StorageError> {
+        self.count(self.inner.get_versioned(key).await)
+    }
+    async fn put(&self, key: &str, bytes: Bytes, class: ObjectClass) -> Result<(), StorageError> {
+        self.count(self.inner.put(key, bytes, class).await)
+    }
+    async fn put_if(
+        &self,
+        key: &str,
+        bytes: Bytes,
+        class: ObjectClass,
+        condition: PutCondition,
+    ) -> Result<PutOutcome, StorageError> {
+        self.count(self.inner.put_if(key, bytes, class, condition).await)
+    }
+    async fn delete(&self, key: &str) -> Result<(), StorageError> {
+        self.count(self.inner.delete(key).await)
+    }
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, StorageError> {
+        self.count(self.inner.list(prefix).await)
+    }
+}
