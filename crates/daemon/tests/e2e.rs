@@ -538,15 +538,18 @@ async fn duplicates_return_the_original_index_across_restarts() {
     let mut d = Daemon::start(dir.path(), "[dedup]\nmax_lag = 0\n");
     d.wait_ready(&http).await;
     let u = d.url.clone();
-    let mut got = None;
-    for _ in 0..200 {
-        let r = http.add(&u, Bytes::from("dup test 7")).await;
-        if let Ok(v) = r {
-            got = Some(v);
-            break;
+    // Polled until the rebuilt index has caught up, with a deadline a loaded machine
+    // cannot reach by accident (200 tries of 20 ms were 4 s).
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let got = loop {
+        match http.add(&u, Bytes::from("dup test 7")).await {
+            Ok(v) => break v,
+            Err((503, _, _)) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            Err(e) => panic!("the rebuilt index never caught up: {e:?}"),
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(got, Some((first_index["dup test 7"], true)));
+    };
+    assert_eq!(got, (first_index["dup test 7"], true));
     assert!(d.terminate().success());
 }
