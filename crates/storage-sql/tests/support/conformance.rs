@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tlogd_core::bundle::append_entry;
 use tlogd_core::conformance::ConformanceStore;
-use tlogd_core::engine::checker::{CheckpointWatch, check_log, check_log_observed};
+use tlogd_core::engine::checker::{check_log, check_log_observed};
 use tlogd_core::engine::{CommitBatch, Log, LogStorage, StorageError, TreeState};
 use tlogd_core::hash::leaf_hash;
 use tlogd_core::merkle::TileTree;
