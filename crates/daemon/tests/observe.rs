@@ -102,8 +102,8 @@ async fn readyz_fails_when_storage_is_unwritable() {
     let m = d.metrics_url.clone();
     assert_eq!(http.get(&format!("{m}/healthz")).await.unwrap().0, 200);
     assert_eq!(http.get(&format!("{m}/readyz")).await.unwrap().0, 200);
-    // 255 entries: the next one completes tile 0, whose full files are written through
-    // the private temp directory.
+    // 255 entries: the next one completes tile 0, whose full files are staged in the
+    // private staging directory before the state commits.
     let adds: Vec<_> = (0..255)
         .map(|i| {
             let (http, u) = (http.clone(), d.url.clone());
@@ -113,10 +113,14 @@ async fn readyz_fails_when_storage_is_unwritable() {
     for a in adds {
         a.await.unwrap().unwrap();
     }
-    // Break the private temp directory (permissions do not stop root, a file does).
+    // Break the private temp and staging directories (permissions do not stop root, a
+    // file does): the readiness probe writes in the first, commits in the second.
     let tmp = dir.path().join("log/.tlogd/tmp");
+    let staged = dir.path().join("log/.tlogd/staged");
     std::fs::remove_dir_all(&tmp).unwrap();
     std::fs::write(&tmp, b"not a directory").unwrap();
+    let _ = std::fs::remove_dir_all(&staged);
+    std::fs::write(&staged, b"not a directory").unwrap();
     let (s, _, body) = http.get(&format!("{m}/readyz")).await.unwrap();
     assert_eq!(s, 503, "{}", String::from_utf8_lossy(&body));
     assert_eq!(http.get(&format!("{m}/healthz")).await.unwrap().0, 200);
@@ -149,6 +153,7 @@ async fn readyz_fails_when_storage_is_unwritable() {
     );
     std::fs::remove_file(&tmp).unwrap();
     std::fs::create_dir(&tmp).unwrap();
+    std::fs::remove_file(&staged).unwrap();
     assert_eq!(http.get(&format!("{m}/readyz")).await.unwrap().0, 200);
     assert_eq!(pending.await.unwrap().unwrap().0, 255);
     assert!(d.terminate().success());
