@@ -227,7 +227,10 @@ async fn h2_exchange(
     let mut send = conn.send.clone().ready().await?;
     let (response, mut stream) = send.send_request(req, body.is_empty())?;
     if !body.is_empty() {
-        stream.send_data(body, true)?;
+        // The server may answer and close the stream as soon as it has the head (a 401
+        // or 413 without reading the body), even before this line runs: then the data
+        // has nowhere to go and the answer below is what counts.
+        let _ = stream.send_data(body, true);
     }
     let (parts, mut recv) = response.await?.into_parts();
     let mut whole: Option<Bytes> = None;
