@@ -45,9 +45,10 @@ r = json.load(open(sys.argv[1])); label = sys.argv[2]
 ops = {o["operation"]: o for o in r["operations"]}
 add, tti = ops["add (time in queue)"], ops["time to integrate"]
 st = r["machine"].get("storage") or {}
+verdict = "ok" if r["ok"] else "FAILED: " + "; ".join(r["failure_reasons"])[:300]
 print(f"| {label} | {r['tree_growth_per_s']:,.0f} | {r['log_cpu_us_per_add']:.1f} µs | {r['loadgen_cpu_us_per_add']:.1f} µs | "
       f"{add['p50_ms']:.1f} / {add['p99_ms']:.1f} ms | {tti['p50_ms']:.0f} / {tti['p99_ms']:.0f} ms | "
-      f"{r['verify_backlog_max']:,} / {r['verify_drain_seconds']:.1f} s | {st.get('fsync_p50_us', 0)} / {st.get('fsync_p99_us', 0)} µs | ok={r['ok']} |")
+      f"{r['verify_backlog_max']:,} / {r['verify_drain_seconds']:.1f} s | {st.get('fsync_p50_us', 0)} / {st.get('fsync_p99_us', 0)} µs | {verdict} |")
 EOF
 }
 
