@@ -252,10 +252,11 @@ async fn h2_exchange(
     Ok((parts, whole.unwrap_or_else(|| Bytes::from(more))))
 }
 
-/// A stream the server refused or a connection it was closing: nothing was done, the
-/// request can go again on a fresh connection.
-fn h2_retryable(e: &h2::Error) -> bool {
-    e.is_go_away() || e.reason() == Some(h2::Reason::REFUSED_STREAM)
+/// A stream the server refused (`REFUSED_STREAM`: over its concurrent-stream limit
+/// before the client knew it, as with 256 writers against a server allowing 250), or a
+/// kept connection it was closing: nothing was done, the request can go again.
+fn h2_retryable(e: &h2::Error, reused: bool) -> bool {
+    e.reason() == Some(h2::Reason::REFUSED_STREAM) || (reused && e.is_go_away())
 }
 
 /// How a client reaches the server.
@@ -458,7 +459,7 @@ impl Client {
             }
             return match h2_exchange(c, req, body).await {
                 Ok((parts, body)) => Ok(Response::from_parts(&parts.status, &parts.headers, body)),
-                Err(e) if reused && h2_retryable(&e) => Err(Attempt::Retry(fail(&e))),
+                Err(e) if h2_retryable(&e, reused) => Err(Attempt::Retry(fail(&e))),
                 Err(e) => Err(Attempt::Fail(fail(&e))),
             };
         }
