@@ -327,6 +327,34 @@ async fn h2c_carries_many_adds_on_one_connection_next_to_http1() {
             .expect("the checkpoint read over h2c verifies");
     assert!(via_h2.size >= cp.size);
     http.verify_entries(&u, cp.size, &acked).await;
+    // The load generator over h2c: its writers multiplexed on one connection, its
+    // readers on others; everything it wrote verifies.
+    let vkey = verifier().to_vkey();
+    let report = tlog_loadgen::run(<tlog_loadgen::Args as clap::Parser>::parse_from([
+        "tlog-loadgen",
+        "--log-url",
+        &u,
+        "--log-public-key",
+        &vkey,
+        "--h2c",
+        "--writers",
+        "32",
+        "--leaf-write-goal",
+        "2000",
+        "--readers-random",
+        "1",
+        "--read-rate",
+        "50",
+        "--max-runtime",
+        "2m",
+        "--quiet",
+    ]))
+    .await
+    .unwrap();
+    assert!(report.ok, "{:?}", report.failure_reasons);
+    assert_eq!(report.transport, "h2c");
+    assert_eq!(report.tree_growth, report.writes_new);
+    assert!(report.writes_new >= 2000);
     assert!(d.terminate().success());
 }
 

@@ -49,6 +49,15 @@ async fn serve_log_with(
     dedup: bool,
     wrap: impl FnOnce(axum::Router) -> axum::Router,
 ) -> (String, Arc<MemoryStorage>, Log<MemoryStorage>) {
+    serve_log_opts(dedup, wrap, tlogd::server::ServeOptions::default()).await
+}
+
+/// [`serve_log_with`] with the server's connection options.
+async fn serve_log_opts(
+    dedup: bool,
+    wrap: impl FnOnce(axum::Router) -> axum::Router,
+    opts: tlogd::server::ServeOptions,
+) -> (String, Arc<MemoryStorage>, Log<MemoryStorage>) {
     let storage = Arc::new(MemoryStorage::new());
     let mut cfg = LogConfig::new(ORIGIN, Arc::new(NoteSigner::from_skey(SKEY).unwrap()));
     cfg.checkpoint_interval = Duration::from_millis(20);
@@ -65,7 +74,7 @@ async fn serve_log_with(
     tokio::spawn(tlogd::server::serve(
         listener,
         app,
-        tlogd::server::ServeOptions::default(),
+        opts,
         std::future::pending(),
     ));
     (format!("http://{addr}"), storage, log)
@@ -428,4 +437,25 @@ async fn h2c_needs_a_plain_http_url() {
     .await
     .unwrap_err();
     assert!(format!("{e:#}").contains("h2c"), "{e:#}");
+}
+
+/// A server allowing fewer concurrent streams than there are writers refuses the
+/// excess (`REFUSED_STREAM`) until the client has its settings; such a stream was never
+/// processed and is sent again, not counted as a failed add.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2c_streams_refused_over_the_servers_limit_are_sent_again() {
+    let opts = tlogd::server::ServeOptions {
+        h2_max_concurrent_streams: 4,
+        ..tlogd::server::ServeOptions::default()
+    };
+    let (url, _storage, _log) = serve_log_opts(false, |app| app, opts).await;
+    let r = run(args(
+        &url,
+        &["--h2c", "--writers", "64", "--leaf-write-goal", "1000"],
+    ))
+    .await
+    .unwrap();
+    assert!(r.ok, "{:?} {:?}", r.failure_reasons, r.error_samples);
+    assert_eq!(r.write_errors, 0);
+    assert_eq!(r.tree_growth, r.writes_new);
 }

@@ -227,7 +227,10 @@ async fn h2_exchange(
     let mut send = conn.send.clone().ready().await?;
     let (response, mut stream) = send.send_request(req, body.is_empty())?;
     if !body.is_empty() {
-        stream.send_data(body, true)?;
+        // The server may answer and close the stream as soon as it has the head (a 401
+        // or 413 without reading the body), even before this line runs: then the data
+        // has nowhere to go and the answer below is what counts.
+        let _ = stream.send_data(body, true);
     }
     let (parts, mut recv) = response.await?.into_parts();
     let mut whole: Option<Bytes> = None;
@@ -249,10 +252,11 @@ async fn h2_exchange(
     Ok((parts, whole.unwrap_or_else(|| Bytes::from(more))))
 }
 
-/// A stream the server refused or a connection it was closing: nothing was done, the
-/// request can go again on a fresh connection.
-fn h2_retryable(e: &h2::Error) -> bool {
-    e.is_go_away() || e.reason() == Some(h2::Reason::REFUSED_STREAM)
+/// A stream the server refused (`REFUSED_STREAM`: over its concurrent-stream limit
+/// before the client knew it, as with 256 writers against a server allowing 250), or a
+/// kept connection it was closing: nothing was done, the request can go again.
+fn h2_retryable(e: &h2::Error, reused: bool) -> bool {
+    e.reason() == Some(h2::Reason::REFUSED_STREAM) || (reused && e.is_go_away())
 }
 
 /// How a client reaches the server.
@@ -455,7 +459,7 @@ impl Client {
             }
             return match h2_exchange(c, req, body).await {
                 Ok((parts, body)) => Ok(Response::from_parts(&parts.status, &parts.headers, body)),
-                Err(e) if reused && h2_retryable(&e) => Err(Attempt::Retry(fail(&e))),
+                Err(e) if h2_retryable(&e, reused) => Err(Attempt::Retry(fail(&e))),
                 Err(e) => Err(Attempt::Fail(fail(&e))),
             };
         }
