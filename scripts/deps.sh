@@ -4,7 +4,9 @@
 set -euo pipefail
 # `deps.sh test` adds what the test suite needs: mariadb-server and postgresql, from
 # which the SQL backends' tests start private servers of their own (never the system
-# ones), and openssl, which makes the certificates of the TLS tests.
+# ones), openssl, which makes the certificates of the TLS tests, and MinIO and
+# Toxiproxy for the object-store tests (built from source with `go install` at pinned
+# versions into ~/.cache/tlogd-tools/bin, outside the clone, once per machine).
 pkgs=(libclang-dev clang)
 [ "${1:-}" = test ] && pkgs+=(mariadb-server postgresql openssl e2fsprogs mount)
 missing=()
@@ -17,3 +19,27 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 command -v cargo >/dev/null || { echo "cargo not found: install Rust from rustup.rs" >&2; exit 1; }
+
+if [ "${1:-}" = test ]; then
+  # MinIO's last source state (its release tags are not served by the Go module proxy;
+  # this commit is RELEASE.2025-10-15T17-29-55Z plus fixes, among them conditional
+  # PUTs under concurrency). Toxiproxy's command is `cmd/server`, renamed.
+  minio_version=v0.0.0-20260212201848-7aac2a2c5b7c
+  toxiproxy_version=v2.12.0
+  tools="${TLOGD_TOOLS_DIR:-$HOME/.cache/tlogd-tools/bin}"
+  mkdir -p "$tools"
+  go_install() { # name package version
+    local name=$1 pkg=$2 version=$3
+    [ -x "$tools/$name" ] && [ "$(cat "$tools/$name.version" 2>/dev/null)" = "$version" ] && return
+    local go; go=$(command -v go || echo /usr/local/go/bin/go)
+    [ -x "$go" ] || { echo "Go >= 1.24 is needed to build $name for the tests (go install $pkg@$version): install it from go.dev/dl" >&2; exit 1; }
+    echo "building $name $version with go install (MinIO: ~15 minutes on 2 cores)..." >&2
+    local tmp; tmp=$(mktemp -d)
+    GOBIN="$tmp" GOFLAGS=-buildvcs=false "$go" install "$pkg@$version"
+    mv "$tmp/$(basename "$pkg")" "$tools/$name"
+    rm -rf "$tmp"
+    echo "$version" > "$tools/$name.version"
+  }
+  go_install minio github.com/minio/minio "$minio_version"
+  go_install toxiproxy-server github.com/Shopify/toxiproxy/v2/cmd/server "$toxiproxy_version"
+fi
