@@ -59,7 +59,7 @@ fn default_listen() -> SocketAddr {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StorageConfig {
-    /// `posix` (the default), `mysql` or `postgres`.
+    /// `posix` (the default), `mysql`, `postgres`, `s3` or `gcs`.
     pub backend: String,
     /// POSIX: the log root directory.
     pub dir: Option<PathBuf>,
@@ -68,11 +68,32 @@ pub struct StorageConfig {
     pub url: Option<String>,
     /// SQL backends: connections in the pool.
     pub pool_size: u32,
-    /// SQL backends: memory for cached full tiles and bundles (MiB).
+    /// SQL and object-store backends: memory for cached full tiles and bundles (MiB).
     pub cache_mib: usize,
     /// How long a batch whose commit did not persist (storage unreachable) is retried
     /// before its adds fail with 500.
     pub commit_retry_ms: u64,
+    /// s3, gcs: the bucket (it must exist).
+    pub bucket: Option<String>,
+    /// s3, gcs: key prefix inside the bucket (`""`: the bucket's root).
+    pub prefix: String,
+    /// s3: the region (default `AWS_REGION` / `AWS_DEFAULT_REGION`, else `us-east-1`).
+    pub region: Option<String>,
+    /// s3, gcs: another endpoint than AWS's or Google's (MinIO, an emulator).
+    pub endpoint: Option<String>,
+    /// s3, gcs: allow a plain `http://` endpoint.
+    pub allow_http: bool,
+    /// s3: virtual-hosted-style requests (`https://<bucket>.<endpoint>`); default:
+    /// virtual-hosted on AWS, path style on a custom endpoint.
+    pub virtual_hosted_style: Option<bool>,
+    /// gcs: a service account key file (default: the standard Google chain).
+    pub service_account_path: Option<PathBuf>,
+    /// s3, gcs: most tile uploads in flight at once while a batch is applied.
+    pub write_concurrency: usize,
+    /// s3, gcs: a write not answered after this long is sent again (0: never).
+    pub hedge_after_ms: u64,
+    /// s3, gcs: how long a failed write is retried before the commit fails.
+    pub write_retry_ms: u64,
 }
 
 impl Default for StorageConfig {
@@ -84,6 +105,16 @@ impl Default for StorageConfig {
             pool_size: 16,
             cache_mib: 64,
             commit_retry_ms: 10_000,
+            bucket: None,
+            prefix: String::new(),
+            region: None,
+            endpoint: None,
+            allow_http: false,
+            virtual_hosted_style: None,
+            service_account_path: None,
+            write_concurrency: 64,
+            hedge_after_ms: 500,
+            write_retry_ms: 10_000,
         }
     }
 }
@@ -350,8 +381,42 @@ impl Config {
                     );
                 }
             }
+            backend @ ("s3" | "gcs") => {
+                if self.storage.bucket.as_deref().is_none_or(str::is_empty) {
+                    bail!("`storage.bucket` is required for the {backend} backend (or --bucket)");
+                }
+                if let Some(e) = self.storage.endpoint.as_deref() {
+                    if !(e.starts_with("https://") || e.starts_with("http://")) {
+                        bail!("`storage.endpoint` must be an http:// or https:// URL, not {e:?}");
+                    }
+                    if e.starts_with("http://") && !self.storage.allow_http {
+                        bail!(
+                            "`storage.endpoint` {e} is plain HTTP: set `storage.allow_http = true` (--allow-http) to use it"
+                        );
+                    }
+                }
+                if backend == "s3" && self.storage.service_account_path.is_some() {
+                    bail!("`storage.service_account_path` is for the gcs backend");
+                }
+                if backend == "gcs"
+                    && (self.storage.region.is_some()
+                        || self.storage.virtual_hosted_style.is_some())
+                {
+                    bail!(
+                        "`storage.region` and `storage.virtual_hosted_style` are for the s3 backend"
+                    );
+                }
+                if self.storage.write_concurrency == 0 {
+                    bail!("`storage.write_concurrency` must be at least 1");
+                }
+                if self.dedup.enabled && self.dedup.path.is_none() {
+                    bail!(
+                        "the {backend} backend keeps its dedup index in a local directory: set `dedup.path` (or --dedup-path), or `dedup.enabled = false` (--no-dedup)"
+                    );
+                }
+            }
             other => bail!(
-                "`storage.backend` = {other:?} is not supported (supported: \"posix\", \"mysql\", \"postgres\")"
+                "`storage.backend` = {other:?} is not supported (supported: \"posix\", \"mysql\", \"postgres\", \"s3\", \"gcs\")"
             ),
         }
         if self.batching.max_entries == 0 {
@@ -427,6 +492,16 @@ mod tests {
         let c = Config::load(&dir.join("../../config/postgres.toml")).unwrap();
         c.validate().unwrap();
         assert_eq!(c.storage.backend, "postgres");
+        let c = Config::load(&dir.join("../../config/s3.toml")).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.storage.backend, "s3");
+        assert_eq!(
+            c.storage.write_concurrency,
+            Config::defaults().storage.write_concurrency
+        );
+        let c = Config::load(&dir.join("../../config/gcs.toml")).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.storage.backend, "gcs");
     }
 
     #[test]
@@ -483,6 +558,29 @@ mod tests {
         let msg = format!("{:#}", c.validate().unwrap_err());
         assert!(msg.contains("postgres://"), "{msg}");
         c.storage.url = Some("postgres://tlogd@127.0.0.1/t".into());
+        c.validate().unwrap();
+        c.storage.backend = "s3".into();
+        assert!(format!("{:#}", c.validate().unwrap_err()).contains("storage.bucket"));
+        c.storage.bucket = Some("logs".into());
+        c.validate().unwrap();
+        c.storage.endpoint = Some("http://127.0.0.1:9000".into());
+        assert!(format!("{:#}", c.validate().unwrap_err()).contains("allow_http"));
+        c.storage.allow_http = true;
+        c.validate().unwrap();
+        c.storage.endpoint = Some("127.0.0.1:9000".into());
+        assert!(format!("{:#}", c.validate().unwrap_err()).contains("storage.endpoint"));
+        c.storage.endpoint = None;
+        c.storage.backend = "gcs".into();
+        c.storage.region = Some("eu-west-1".into());
+        assert!(format!("{:#}", c.validate().unwrap_err()).contains("storage.region"));
+        c.storage.region = None;
+        c.validate().unwrap();
+        c.storage.write_concurrency = 0;
+        assert!(format!("{:#}", c.validate().unwrap_err()).contains("write_concurrency"));
+        c.storage.write_concurrency = 1;
+        c.dedup.enabled = true;
+        assert!(format!("{:#}", c.validate().unwrap_err()).contains("dedup.path"));
+        c.dedup.enabled = false;
         c.validate().unwrap();
         c.http.idle_timeout_ms = 0;
         let msg = format!("{:#}", c.validate().unwrap_err());

@@ -7,10 +7,14 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
+use tlogd_core::engine::objects::{ObjectLog, ObjectLogOptions};
 use tlogd_core::engine::{DedupIndex, Log, LogConfig, LogStorage};
 use tlogd_core::note::{NoteSigner, generate_key};
 use tlogd_dedup_rocksdb::{DedupOptions, RocksDedup};
 use tlogd_storage_mysql::{MysqlOptions, MysqlStorage};
+use tlogd_storage_object::gcs::GcsOptions;
+use tlogd_storage_object::s3::S3Options;
+use tlogd_storage_object::{CachedTiles, ObjectStoreBackend};
 use tlogd_storage_posix::PosixStorage;
 use tlogd_storage_postgres::PostgresStorage;
 
@@ -62,8 +66,8 @@ struct ServeArgs {
     /// TOML configuration file (see config/posix.toml).
     #[arg(long, short)]
     config: Option<PathBuf>,
-    /// Storage backend: posix (default), mysql or postgres.
-    #[arg(long, value_parser = ["posix", "mysql", "postgres"])]
+    /// Storage backend: posix (default), mysql, postgres, s3 or gcs.
+    #[arg(long, value_parser = ["posix", "mysql", "postgres", "s3", "gcs"])]
     backend: Option<String>,
     /// Log root directory (POSIX backend).
     #[arg(long)]
@@ -72,8 +76,24 @@ struct ServeArgs {
     /// or postgres://user:pass@127.0.0.1:5432/tlog.
     #[arg(long)]
     database_url: Option<String>,
-    /// Dedup index directory (default: <storage-dir>/.tlogd/dedup; required for mysql and
-    /// postgres).
+    /// Bucket (s3, gcs backends).
+    #[arg(long)]
+    bucket: Option<String>,
+    /// Key prefix inside the bucket (s3, gcs backends).
+    #[arg(long)]
+    prefix: Option<String>,
+    /// Region (s3 backend).
+    #[arg(long)]
+    region: Option<String>,
+    /// Another endpoint than AWS's or Google's, e.g. http://127.0.0.1:9000 for MinIO
+    /// (s3, gcs backends).
+    #[arg(long)]
+    endpoint: Option<String>,
+    /// Allow a plain http:// endpoint (s3, gcs backends).
+    #[arg(long)]
+    allow_http: bool,
+    /// Dedup index directory (default: <storage-dir>/.tlogd/dedup; required for mysql,
+    /// postgres, s3 and gcs).
     #[arg(long)]
     dedup_path: Option<PathBuf>,
     /// Public listen address for the log API [default: 127.0.0.1:2024].
@@ -140,6 +160,21 @@ fn load_config(args: ServeArgs) -> anyhow::Result<Config> {
     }
     if let Some(u) = args.database_url {
         c.storage.url = Some(u);
+    }
+    if let Some(b) = args.bucket {
+        c.storage.bucket = Some(b);
+    }
+    if let Some(p) = args.prefix {
+        c.storage.prefix = p;
+    }
+    if let Some(r) = args.region {
+        c.storage.region = Some(r);
+    }
+    if let Some(e) = args.endpoint {
+        c.storage.endpoint = Some(e);
+    }
+    if args.allow_http {
+        c.storage.allow_http = true;
     }
     if let Some(p) = args.dedup_path {
         c.dedup.path = Some(p);
@@ -222,6 +257,10 @@ async fn serve(c: Config) -> anyhow::Result<()> {
             let storage = Arc::new(storage.with_context(opening)?);
             return run(storage, open_dedup(&c, None).await?, lc, &c).await;
         }
+        "s3" | "gcs" => {
+            let storage = open_object_store(&c, &origin).await.with_context(opening)?;
+            return run(Arc::new(storage), open_dedup(&c, None).await?, lc, &c).await;
+        }
         _ => {}
     }
     let dir = c.storage.dir.clone().unwrap_or_default();
@@ -234,6 +273,52 @@ async fn serve(c: Config) -> anyhow::Result<()> {
     }
     let dedup = open_dedup(&c, Some(storage.private_dir().join("dedup"))).await?;
     run(storage, dedup, lc, &c).await
+}
+
+/// The log in an S3 or GCS bucket, with a cache of full tiles for reads served through
+/// this daemon.
+async fn open_object_store(
+    c: &Config,
+    origin: &str,
+) -> anyhow::Result<CachedTiles<ObjectLog<ObjectStoreBackend>>> {
+    let st = &c.storage;
+    let bucket = st.bucket.clone().unwrap_or_default();
+    let backend = match st.backend.as_str() {
+        "s3" => tlogd_storage_object::s3::backend(&S3Options {
+            bucket: bucket.clone(),
+            prefix: st.prefix.clone(),
+            region: st.region.clone(),
+            endpoint: st.endpoint.clone(),
+            allow_http: st.allow_http,
+            virtual_hosted_style: st.virtual_hosted_style,
+            ..S3Options::default()
+        })?,
+        _ => tlogd_storage_object::gcs::backend(&GcsOptions {
+            bucket: bucket.clone(),
+            prefix: st.prefix.clone(),
+            service_account_path: st
+                .service_account_path
+                .as_ref()
+                .map(|p| p.to_string_lossy().into_owned()),
+            endpoint: st.endpoint.clone(),
+            allow_http: st.allow_http,
+            ..GcsOptions::default()
+        })?,
+    };
+    let options = ObjectLogOptions {
+        write_concurrency: st.write_concurrency,
+        hedge_after: Duration::from_millis(st.hedge_after_ms),
+        write_retry: Duration::from_millis(st.write_retry_ms),
+    };
+    tracing::info!(
+        backend = %st.backend,
+        %bucket,
+        prefix = %st.prefix,
+        endpoint = st.endpoint.as_deref().unwrap_or("(default)"),
+        "opening the log in the bucket (checking conditional writes)"
+    );
+    let log = tlogd_storage_object::open_log(backend, origin, options).await?;
+    Ok(CachedTiles::new(Arc::new(log), st.cache_mib << 20))
 }
 
 /// The RocksDB dedup index, if enabled: at `dedup.path`, else at `default_path`.

@@ -4,7 +4,8 @@
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use tlogd_gcs_emulator::{GcsEmulator, service_account_json};
+use tlogd_gcs_emulator::GcsEmulator;
+pub use tlogd_gcs_emulator::service_account_json;
 
 use crate::gcs::GcsOptions;
 

@@ -79,7 +79,7 @@ impl TestMinio {
         // ("XMinioServerNotInitialized"): wait for a signed ListBuckets to work.
         self.process
             .launch(cmd, port, Duration::from_secs(60), move || {
-                let r = signed(port, "GET", "/", Duration::from_secs(2))?;
+                let r = signed(port, "GET", "/", "", b"", Duration::from_secs(2))?;
                 match r.status {
                     200 => Ok(()),
                     s => Err(format!("ListBuckets answered {s}: {}", r.text())),
@@ -108,7 +108,7 @@ impl TestMinio {
         let path = format!("/{name}");
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         loop {
-            let r = signed(self.port, "PUT", &path, Duration::from_secs(10))
+            let r = signed(self.port, "PUT", &path, "", b"", Duration::from_secs(10))
                 .unwrap_or_else(|e| panic!("creating bucket {name}: {e}"));
             match r.status {
                 200 => return,
@@ -118,6 +118,45 @@ impl TestMinio {
                 s => panic!("creating bucket {name}: MinIO answered {s}: {}", r.text()),
             }
         }
+    }
+
+    /// Let anyone read the public objects of the log below `prefix` of `bucket` (the
+    /// checkpoint and `tile/`), and nothing else: how a log is served straight from
+    /// its bucket.
+    pub fn set_public_read(&self, bucket: &str, prefix: &str) {
+        let base = match prefix.trim_matches('/') {
+            "" => bucket.to_string(),
+            p => format!("{bucket}/{p}"),
+        };
+        let policy = serde_json::json!({
+            "Version": "2012-10-17",
+            "Statement": [{
+                "Effect": "Allow",
+                "Principal": { "AWS": ["*"] },
+                "Action": ["s3:GetObject"],
+                "Resource": [
+                    format!("arn:aws:s3:::{base}/checkpoint"),
+                    format!("arn:aws:s3:::{base}/tile/*"),
+                ],
+            }],
+        })
+        .to_string();
+        let path = format!("/{bucket}");
+        let r = signed(
+            self.port,
+            "PUT",
+            &path,
+            "policy=",
+            policy.as_bytes(),
+            Duration::from_secs(10),
+        )
+        .unwrap_or_else(|e| panic!("setting the policy of {bucket}: {e}"));
+        assert!(
+            r.status == 200 || r.status == 204,
+            "setting the policy of {bucket}: MinIO answered {}: {}",
+            r.status,
+            r.text()
+        );
     }
 
     /// A new empty bucket named after `prefix` (lower-case letters, digits and `-`),
@@ -161,19 +200,30 @@ impl TestMinio {
     }
 }
 
-/// A request with an empty body signed with the root credentials.
+/// A request signed with the root credentials.
 fn signed(
     port: u16,
     method: &str,
     path: &str,
+    query: &str,
+    body: &[u8],
     timeout: Duration,
 ) -> Result<http::Response, String> {
-    let headers = sigv4::sign(method, path, port, REGION, ACCESS_KEY, SECRET_KEY);
+    let creds = sigv4::Credentials {
+        region: REGION,
+        access_key: ACCESS_KEY,
+        secret: SECRET_KEY,
+    };
+    let headers = sigv4::sign(method, path, query, body, port, &creds);
     let headers: Vec<(&str, &str)> = headers
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
-    http::request(port, method, path, &headers, b"", timeout)
+    let target = match query {
+        "" => path.to_string(),
+        q => format!("{path}?{q}"),
+    };
+    http::request(port, method, &target, &headers, body, timeout)
 }
 
 /// `<prefix>-<pid>-<n>`, within S3's bucket-name rules.

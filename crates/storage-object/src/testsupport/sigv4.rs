@@ -54,23 +54,39 @@ fn amz_date() -> String {
     )
 }
 
-/// The headers that sign `method path` (no query, empty body) to host
-/// `127.0.0.1:port` in `region` for service `s3`.
+/// Who signs, and for which region.
+pub struct Credentials<'a> {
+    /// The region (part of the signing scope).
+    pub region: &'a str,
+    /// The access key id.
+    pub access_key: &'a str,
+    /// The secret access key.
+    pub secret: &'a str,
+}
+
+/// The headers that sign `method path?query` with `body` to host `127.0.0.1:port` for
+/// service `s3`. `query` is already canonical (`""`, or `policy=` for a bucket
+/// policy).
 pub fn sign(
     method: &str,
     path: &str,
+    query: &str,
+    body: &[u8],
     port: u16,
-    region: &str,
-    access_key: &str,
-    secret: &str,
+    creds: &Credentials<'_>,
 ) -> Vec<(String, String)> {
+    let Credentials {
+        region,
+        access_key,
+        secret,
+    } = *creds;
     let date = amz_date();
     let day = &date[..8];
-    let payload = hex(&Sha256::digest(b""));
+    let payload = hex(&Sha256::digest(body));
     let host = format!("127.0.0.1:{port}");
     let signed = "host;x-amz-content-sha256;x-amz-date";
     let canonical = format!(
-        "{method}\n{path}\n\nhost:{host}\nx-amz-content-sha256:{payload}\nx-amz-date:{date}\n\n{signed}\n{payload}"
+        "{method}\n{path}\n{query}\nhost:{host}\nx-amz-content-sha256:{payload}\nx-amz-date:{date}\n\n{signed}\n{payload}"
     );
     let scope = format!("{day}/{region}/s3/aws4_request");
     let to_sign = format!(

@@ -1,0 +1,264 @@
+//! The real `tlogd` binary on the object-store backends: S3 against a private MinIO
+//! server, GCS against the GCS emulator. Two frontends on one bucket under the
+//! loadgen, `tlogd verify` through both, every index handed out once; the log served
+//! straight from the MinIO bucket (public read on `checkpoint` and `tile/` only); dedup
+//! per frontend.
+
+mod common;
+
+use std::path::Path;
+
+use bytes::Bytes;
+use clap::Parser;
+use common::*;
+use tlog_loadgen::{Args, run};
+use tlogd_storage_object::testsupport::gcs::TestGcs;
+use tlogd_storage_object::testsupport::minio::{ACCESS_KEY, REGION, SECRET_KEY, TestMinio};
+
+const VKEY: &str = "example.com/log/testdata+33d7b496+AeHTu4Q3hEIMHNqc6fASMsq3rKNx280NI+oO5xCFkkSx";
+
+/// A store the daemons share: its `[storage]` section and the environment that
+/// carries its credentials (the standard chains, as in production).
+struct Store {
+    storage_toml: String,
+    env: Vec<(String, String)>,
+}
+
+/// A fresh bucket on the shared MinIO, credentials in the AWS environment variables.
+async fn minio_store(name: &str) -> (Store, String) {
+    let name = name.to_string();
+    let (minio, bucket) = tokio::task::spawn_blocking(move || {
+        let m = TestMinio::shared();
+        (m, m.fresh_bucket(&name))
+    })
+    .await
+    .unwrap();
+    let storage_toml = format!(
+        "backend = \"s3\"\nbucket = \"{bucket}\"\nregion = \"{REGION}\"\nendpoint = \"{}\"\nallow_http = true\n",
+        minio.endpoint()
+    );
+    let env = vec![
+        ("AWS_ACCESS_KEY_ID".into(), ACCESS_KEY.into()),
+        ("AWS_SECRET_ACCESS_KEY".into(), SECRET_KEY.into()),
+        ("AWS_EC2_METADATA_DISABLED".into(), "true".into()),
+    ];
+    (Store { storage_toml, env }, bucket)
+}
+
+/// A fresh bucket on the shared GCS emulator, credentials in a service account key
+/// file (no OAuth) named by the config.
+async fn gcs_store(dir: &Path) -> Store {
+    let gcs = tokio::task::spawn_blocking(TestGcs::shared).await.unwrap();
+    let bucket = gcs.fresh_bucket();
+    let key = dir.join("gcs-key.json");
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(
+        &key,
+        tlogd_storage_object::testsupport::gcs::service_account_json(&gcs.endpoint()),
+    )
+    .unwrap();
+    let storage_toml = format!(
+        "backend = \"gcs\"\nbucket = \"{bucket}\"\nendpoint = \"{}\"\nallow_http = true\nservice_account_path = \"{}\"\n",
+        gcs.endpoint(),
+        key.display()
+    );
+    let env = vec![
+        ("NO_GCE_CHECK".into(), "true".into()),
+        ("AWS_EC2_METADATA_DISABLED".into(), "true".into()),
+    ];
+    Store { storage_toml, env }
+}
+
+/// A daemon on `store`, its files (key, config, dedup index) in `dir`.
+fn daemon(dir: &Path, store: &Store) -> Daemon {
+    std::fs::create_dir_all(dir).unwrap();
+    let dedup = format!("[dedup]\npath = \"{}\"\n", dir.join("dedup").display());
+    let opts = Opts {
+        env: store.env.clone(),
+        ..Opts::default()
+    };
+    Daemon::start_opts(dir, &store.storage_toml, &dedup, &opts)
+}
+
+async fn tlogd_verify(url: String) {
+    let o = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_tlogd"))
+            .args(["verify", &url, "--log-public-key", VKEY])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).starts_with("OK "));
+}
+
+async fn two_daemons_share_one_bucket(store: Store, dir: &Path) -> (Daemon, Daemon) {
+    let http = Http::new();
+    let mut a = daemon(&dir.join("a"), &store);
+    let mut b = daemon(&dir.join("b"), &store);
+    a.wait_ready(&http).await;
+    b.wait_ready(&http).await;
+    let report_path = dir.join("report.json");
+    let args = Args::parse_from([
+        "tlog-loadgen",
+        "--log-url",
+        &b.url,
+        "--write-log-url",
+        &a.url,
+        "--write-log-url",
+        &b.url,
+        "--log-public-key",
+        VKEY,
+        "--writers",
+        "32",
+        "--leaf-write-goal",
+        "4000",
+        "--dup-chance",
+        "0.05",
+        "--readers-full",
+        "1",
+        "--readers-random",
+        "1",
+        "--read-rate",
+        "100",
+        "--max-runtime",
+        "120",
+        "--quiet",
+        "--report-json",
+        report_path.to_str().unwrap(),
+    ]);
+    let r = run(args).await.unwrap();
+    assert!(r.ok, "{:?}", r.failure_reasons);
+    assert!(r.verification_failures.is_empty());
+    assert_eq!(r.write_errors, 0, "{:?}", r.error_samples);
+    assert!(r.writes_new + r.writes_duplicate >= 4000);
+    // Every new index was handed out once: the tree grew by exactly the new entries.
+    assert_eq!(r.tree_growth, r.writes_new);
+    // Both frontends serve the same, consistent tree.
+    let ca = http.wait_checkpoint(&a.url, r.tree_size_end).await;
+    let cb = http.wait_checkpoint(&b.url, r.tree_size_end).await;
+    let (old, new) = if ca.size <= cb.size {
+        (ca, cb)
+    } else {
+        (cb, ca)
+    };
+    http.verify_consistency(&a.url, &old, &new).await;
+    for url in [a.url.clone(), b.url.clone()] {
+        tlogd_verify(url).await;
+    }
+    (a, b)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_daemons_share_one_s3_bucket_served_straight_from_the_bucket() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, bucket) = minio_store("e2e-two").await;
+    let (mut a, mut b) = two_daemons_share_one_bucket(store, dir.path()).await;
+    // Readers need no tlogd: the bucket itself serves the log once its public
+    // resources are readable by anyone, and tlogd verify checks it there.
+    let minio = TestMinio::shared();
+    minio.set_public_read(&bucket, "");
+    let bucket_url = format!("{}/{bucket}", minio.endpoint());
+    tlogd_verify(bucket_url.clone()).await;
+    let http = Http::new();
+    let (status, headers, _) = http.get(&format!("{bucket_url}/checkpoint")).await.unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(
+        headers.get("cache-control").map(String::as_str),
+        Some("no-cache")
+    );
+    let (status, headers, _) = http
+        .get(&format!("{bucket_url}/tile/entries/000"))
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(
+        headers.get("cache-control").map(String::as_str),
+        Some("max-age=31536000, immutable")
+    );
+    // tlogd's own records stay private.
+    let (status, _, _) = http
+        .get(&format!("{bucket_url}/.tlogd/state"))
+        .await
+        .unwrap();
+    assert_eq!(status, 403, ".tlogd/state must not be public");
+    assert!(a.terminate().success());
+    assert!(b.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_daemons_share_one_gcs_bucket() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = gcs_store(dir.path()).await;
+    let (mut a, mut b) = two_daemons_share_one_bucket(store, dir.path()).await;
+    assert!(a.terminate().success());
+    assert!(b.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dedup_is_per_frontend() {
+    // Each frontend has its own dedup index: a resubmission to the same frontend gets
+    // the original index; the same entry sent to the other frontend is logged again.
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = minio_store("e2e-dedup").await;
+    let http = Http::new();
+    let mut a = daemon(&dir.path().join("a"), &store);
+    let mut b = daemon(&dir.path().join("b"), &store);
+    a.wait_ready(&http).await;
+    b.wait_ready(&http).await;
+    let entry = Bytes::from_static(b"the same entry");
+    let (first, dup) = http.add(&a.url, entry.clone()).await.unwrap();
+    assert!(!dup);
+    let (again, dup) = http.add(&a.url, entry.clone()).await.unwrap();
+    assert_eq!((again, dup), (first, true));
+    let (other, dup) = http.add(&b.url, entry.clone()).await.unwrap();
+    assert!(!dup);
+    assert_ne!(
+        other, first,
+        "the other frontend's index knows nothing of the first"
+    );
+    assert!(a.terminate().success());
+    assert!(b.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bucket_that_does_not_exist_stops_the_daemon_with_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut store, bucket) = minio_store("e2e-missing").await;
+    store.storage_toml = store
+        .storage_toml
+        .replace(&bucket, "no-such-bucket-anywhere");
+    let log = dir.path().join("stderr.log");
+    std::fs::create_dir_all(dir.path().join("d")).unwrap();
+    let dedup = format!(
+        "[dedup]\npath = \"{}\"\n",
+        dir.path().join("d/dedup").display()
+    );
+    let opts = Opts {
+        env: store.env.clone(),
+        stderr_to: Some(log.clone()),
+        ..Opts::default()
+    };
+    let mut d = Daemon::start_opts(&dir.path().join("d"), &store.storage_toml, &dedup, &opts);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = d.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "tlogd kept running without a bucket"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert!(!status.success());
+    let err = std::fs::read_to_string(&log).unwrap();
+    assert!(err.contains("opening the s3 log"), "{err}");
+    assert!(err.contains("no-such-bucket-anywhere"), "{err}");
+}
