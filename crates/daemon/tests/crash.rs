@@ -1,5 +1,5 @@
 //! Crash loops: the real `tlogd` SIGKILLed under write load at random instants, 20
-//! cycles per backend (POSIX, MariaDB, PostgreSQL), each restart followed by the
+//! cycles per backend (POSIX, MariaDB, PostgreSQL, S3 on MinIO, GCS on the emulator), each restart followed by the
 //! checks, and at the end a whole-log check over HTTP: every entry appears once,
 //! every acknowledged index holds exactly its entry, every checkpoint seen is
 //! consistent with the last, and `tlogd verify` recomputes every tile.
@@ -8,6 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::objects;
 use common::*;
 use tlogd_storage_mysql::testdb::TestMariaDb;
 use tlogd_storage_postgres::testdb::TestPostgres;
@@ -121,4 +122,23 @@ async fn postgres_survives_twenty_kills_under_load() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().to_path_buf();
     crash_loop(move || sql_daemon(&path, "postgres", &url)).await;
+}
+
+// The object stores: a kill can land between staging a batch, the compare-and-swap of
+// the state that names it, and the uploads that apply it; the restarted daemon must
+// finish a committed batch and drop an uncommitted one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_survives_twenty_kills_under_load() {
+    let (store, _) = objects::minio_store("crash-loop").await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    crash_loop(move || objects::daemon(&path, &store)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gcs_survives_twenty_kills_under_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = objects::gcs_store(dir.path()).await;
+    let path = dir.path().join("daemon");
+    crash_loop(move || objects::daemon(&path, &store)).await;
 }

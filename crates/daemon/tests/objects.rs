@@ -10,75 +10,12 @@ use std::path::Path;
 
 use bytes::Bytes;
 use clap::Parser;
+use common::objects::{Store, daemon, gcs_store, minio_store};
 use common::*;
 use tlog_loadgen::{Args, run};
-use tlogd_storage_object::testsupport::gcs::TestGcs;
-use tlogd_storage_object::testsupport::minio::{ACCESS_KEY, REGION, SECRET_KEY, TestMinio};
+use tlogd_storage_object::testsupport::minio::TestMinio;
 
 const VKEY: &str = "example.com/log/testdata+33d7b496+AeHTu4Q3hEIMHNqc6fASMsq3rKNx280NI+oO5xCFkkSx";
-
-/// A store the daemons share: its `[storage]` section and the environment that
-/// carries its credentials (the standard chains, as in production).
-struct Store {
-    storage_toml: String,
-    env: Vec<(String, String)>,
-}
-
-/// A fresh bucket on the shared MinIO, credentials in the AWS environment variables.
-async fn minio_store(name: &str) -> (Store, String) {
-    let name = name.to_string();
-    let (minio, bucket) = tokio::task::spawn_blocking(move || {
-        let m = TestMinio::shared();
-        (m, m.fresh_bucket(&name))
-    })
-    .await
-    .unwrap();
-    let storage_toml = format!(
-        "backend = \"s3\"\nbucket = \"{bucket}\"\nregion = \"{REGION}\"\nendpoint = \"{}\"\nallow_http = true\n",
-        minio.endpoint()
-    );
-    let env = vec![
-        ("AWS_ACCESS_KEY_ID".into(), ACCESS_KEY.into()),
-        ("AWS_SECRET_ACCESS_KEY".into(), SECRET_KEY.into()),
-        ("AWS_EC2_METADATA_DISABLED".into(), "true".into()),
-    ];
-    (Store { storage_toml, env }, bucket)
-}
-
-/// A fresh bucket on the shared GCS emulator, credentials in a service account key
-/// file (no OAuth) named by the config.
-async fn gcs_store(dir: &Path) -> Store {
-    let gcs = tokio::task::spawn_blocking(TestGcs::shared).await.unwrap();
-    let bucket = gcs.fresh_bucket();
-    let key = dir.join("gcs-key.json");
-    std::fs::create_dir_all(dir).unwrap();
-    std::fs::write(
-        &key,
-        tlogd_storage_object::testsupport::gcs::service_account_json(&gcs.endpoint()),
-    )
-    .unwrap();
-    let storage_toml = format!(
-        "backend = \"gcs\"\nbucket = \"{bucket}\"\nendpoint = \"{}\"\nallow_http = true\nservice_account_path = \"{}\"\n",
-        gcs.endpoint(),
-        key.display()
-    );
-    let env = vec![
-        ("NO_GCE_CHECK".into(), "true".into()),
-        ("AWS_EC2_METADATA_DISABLED".into(), "true".into()),
-    ];
-    Store { storage_toml, env }
-}
-
-/// A daemon on `store`, its files (key, config, dedup index) in `dir`.
-fn daemon(dir: &Path, store: &Store) -> Daemon {
-    std::fs::create_dir_all(dir).unwrap();
-    let dedup = format!("[dedup]\npath = \"{}\"\n", dir.join("dedup").display());
-    let opts = Opts {
-        env: store.env.clone(),
-        ..Opts::default()
-    };
-    Daemon::start_opts(dir, &store.storage_toml, &dedup, &opts)
-}
 
 async fn tlogd_verify(url: String) {
     let o = tokio::task::spawn_blocking(move || {

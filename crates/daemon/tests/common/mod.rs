@@ -1,6 +1,8 @@
 //! Spawning the real `tlogd` binary and talking HTTP to it.
 #![allow(dead_code)]
 
+pub mod objects;
+
 use std::collections::HashMap;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
