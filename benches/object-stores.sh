@@ -4,7 +4,7 @@
 # added to every store request by Toxiproxy; appends/s, CPU per append of tlogd and of
 # MinIO from /proc, add latency. Results go to benches/README.md by hand.
 #
-#   benches/object-stores.sh [seconds per run, default 20] [writers, default 256]
+#   benches/object-stores.sh [seconds per run, default 20] [writers, default 256] [http1|h2c, default http1]
 #
 # Needs the release binaries (cargo build --release -p tlogd -p tlog-loadgen), MinIO and
 # Toxiproxy from `scripts/deps.sh test` (~/.cache/tlogd-tools/bin), and curl.
@@ -13,6 +13,8 @@ cd "$(dirname "$0")/.."
 source scripts/env.sh
 secs="${1:-20}"
 writers="${2:-256}"
+proto="${3:-http1}"
+h2c=(); [ "$proto" = h2c ] && h2c=(--h2c --h2c-connections "${H2C_CONNECTIONS:-1}")
 bin="$CARGO_TARGET_DIR/release"
 tools="${TLOGD_TOOLS_DIR:-$HOME/.cache/tlogd-tools/bin}"
 work=$(mktemp -d /tmp/tlogd-objbench-XXXX)
@@ -53,7 +55,7 @@ run() { # endpoint-port label
   for _ in $(seq 200); do curl -sf "http://127.0.0.1:$lport/checkpoint" >/dev/null && break; sleep 0.1; done
   local t0 s0; t0=$(ticks_pid "$tl"); s0=$(ticks_pid "$minio")
   "$bin/tlog-loadgen" --log-url "http://127.0.0.1:$lport" --log-public-key "$(cat "$work/vkey")" \
-    --writers "$writers" --duration "$secs" --quiet --report-json "$work/r.json" >/dev/null
+    --writers "$writers" "${h2c[@]}" --duration "$secs" --quiet --report-json "$work/r.json" >/dev/null
   local t1 s1; t1=$(ticks_pid "$tl"); s1=$(ticks_pid "$minio")
   kill "$tl"; wait "$tl" 2>/dev/null || true
   python3 - "$work/r.json" "$label" $((t1 - t0)) $((s1 - s0)) "$(getconf CLK_TCK)" <<'PY'
@@ -70,10 +72,10 @@ print(f"| {label} | {r['tree_growth_per_s']:,.0f} | {tl / hz / adds * 1e6:.1f} Â
 PY
 }
 
-echo "| setup ($writers writers) | appends/s (tree growth) | tlogd CPU/append | MinIO CPU/append | add p50 / p99 / max | time-to-integrate p50 / p99 | |"
+echo "| setup ($writers writers, $proto) | appends/s (tree growth) | tlogd CPU/append | MinIO CPU/append | add p50 / p99 / max | time-to-integrate p50 / p99 | |"
 echo "|---|---|---|---|---|---|---|"
-run "$s3port" "MinIO, direct"
-run "$pport" "MinIO through Toxiproxy"
+[ -z "${ONLY_LATENCY:-}" ] && run "$s3port" "MinIO, direct"
+[ -z "${ONLY_LATENCY:-}" ] && run "$pport" "MinIO through Toxiproxy"
 curl -sf -X POST "http://127.0.0.1:$tport/proxies/minio/toxics" \
   -d '{"name":"latency","type":"latency","stream":"downstream","attributes":{"latency":20,"jitter":0}}' >/dev/null
 run "$pport" "MinIO + 20 ms per request"
