@@ -321,6 +321,20 @@ async fn open_object_store(
     Ok(CachedTiles::new(Arc::new(log), st.cache_mib << 20))
 }
 
+/// A listening socket whose accept queue holds a burst of `max_connections` new
+/// connections (the kernel caps it at `net.core.somaxconn`): `TcpListener::bind` asks
+/// for 1,024, and a burst beyond that is answered with dropped handshakes and resets
+/// before tlogd sees a connection it could admit or refuse.
+fn listen(addr: SocketAddr, max_connections: usize) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(max_connections.clamp(1024, 65_535) as u32)
+}
+
 /// The RocksDB dedup index, if enabled: at `dedup.path`, else at `default_path`.
 async fn open_dedup(
     c: &Config,
@@ -367,8 +381,7 @@ async fn run<S: LogStorage>(
     let (log, tasks) = Log::open(storage, dedup, lc)
         .await
         .context("opening the log")?;
-    let listener = tokio::net::TcpListener::bind(c.listen)
-        .await
+    let listener = listen(c.listen, c.http.max_connections)
         .with_context(|| format!("listening on {}", c.listen))?;
     let metrics_task = if c.metrics.listen.is_empty() {
         None
