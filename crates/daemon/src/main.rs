@@ -237,6 +237,9 @@ async fn serve(c: Config) -> anyhow::Result<()> {
     lc.dedup_max_lag = c.dedup.max_lag;
     lc.retry_after = Duration::from_secs(c.queue.retry_after_s.max(1));
     lc.commit_retry = Duration::from_millis(c.storage.commit_retry_ms);
+    if std::env::var_os("TLOGD_ENGINE_SHARED").is_none() {
+        lc.background = Some(engine_runtime()?);
+    }
     // The SQL backends share one layer and one set of options (MysqlOptions and
     // PostgresOptions are both tlogd_storage_sql::SqlOptions).
     let url = c.storage.url.clone().unwrap_or_default();
@@ -319,6 +322,24 @@ async fn open_object_store(
     );
     let log = tlogd_storage_object::open_log(backend, origin, options).await?;
     Ok(CachedTiles::new(Arc::new(log), st.cache_mib << 20))
+}
+
+/// The runtime of the log's integrator, publisher and indexer: one thread of their
+/// own, so that the kernel, not tokio's run queue shared with every connection, decides
+/// when they run. Alive for the whole process (a runtime must not be dropped inside
+/// another).
+fn engine_runtime() -> anyhow::Result<tokio::runtime::Handle> {
+    static ENGINE: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    if let Some(rt) = ENGINE.get() {
+        return Ok(rt.handle().clone());
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("tlogd-engine")
+        .enable_all()
+        .build()
+        .context("starting the engine's runtime")?;
+    Ok(ENGINE.get_or_init(|| rt).handle().clone())
 }
 
 /// A listening socket whose accept queue holds a burst of `max_connections` new

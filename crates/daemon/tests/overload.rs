@@ -1,5 +1,5 @@
 //! Overload (issue #10): 10,000 connections adding as fast as the daemon answers, far
-//! beyond what it can integrate. Adds beyond the queue get `503` with `Retry-After` at
+//! beyond what its queue admits. Adds beyond the queue get `503` with `Retry-After` at
 //! once (the flood ignores it and asks again at once, as an abusive client would), memory
 //! stays bounded, `/healthz` and reads keep answering, and every acknowledged entry is
 //! in the log at its index.
@@ -219,11 +219,12 @@ async fn ten_thousand_connections_get_503_and_reads_stay_responsive() {
     raise_nofile(CONNECTIONS as u64 + 1024);
     let dir = tempfile::tempdir().unwrap();
     // Every connection is accepted (the connection limit is tested elsewhere), so the
-    // queue is what pushes back: 2,048 entries at most, far fewer than the adds in
-    // flight.
+    // queue is what pushes back: 128 entries at most, far fewer than the adds in flight
+    // (the flood shares these two cores with the daemon, so it cannot offer ten times
+    // what the daemon takes at its default queue; a small queue makes it refuse often).
     let mut d = Daemon::start(
         dir.path(),
-        "[http]\nmax_connections = 12000\n[batching]\nmax_entries = 1024\n[queue]\nmax_entries = 2048\nretry_after_s = 1\n",
+        "[http]\nmax_connections = 12000\n[batching]\nmax_entries = 64\n[queue]\nmax_entries = 128\nretry_after_s = 1\n",
     );
     let http = Http::new();
     d.wait_ready(&http).await;
@@ -327,11 +328,21 @@ async fn ten_thousand_connections_get_503_and_reads_stay_responsive() {
         tally.samples.lock().unwrap()
     );
     assert!(acked_rate > 0.0, "nothing was acknowledged under overload");
+    // The queue (128 entries) is far smaller than the adds in flight (10,000): a
+    // daemon that queued without bound, or blocked instead of refusing, refuses none.
     assert!(
-        refused_rate > acked_rate,
-        "the flood was meant to offer more than the daemon takes: {refused_rate:.0}/s refused, {acked_rate:.0}/s taken"
+        tally.refused_503.load(Ordering::Relaxed) > 0,
+        "no add was refused with 503 under overload ({acked_rate:.0}/s taken)"
     );
-    // 10,000 connections with their buffers and a queue of 2,048 small entries: far
+    // Refusing must not starve integrating: with the log's tasks on the runtime the
+    // connections share, their wake-ups queued behind thousands of refusals and the log
+    // took ~100 adds/s while refusing 33,000/s; on a thread of their own it takes about
+    // as many as it refuses. A ratio, not a speed: the same on any machine.
+    assert!(
+        acked_rate * 20.0 >= refused_rate,
+        "the log starved under overload: {acked_rate:.0}/s taken, {refused_rate:.0}/s refused"
+    );
+    // 10,000 connections with their buffers and a queue of 128 small entries: far
     // below this; an unbounded queue or per-connection growth would not be.
     assert!(
         peak < 1024 * 1024,

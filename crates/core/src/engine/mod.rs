@@ -116,6 +116,11 @@ pub struct LogConfig {
     /// How long a batch whose commit did not persist (storage down, connection lost)
     /// is retried before its adds fail. Zero: fail at once.
     pub commit_retry: Duration,
+    /// Where the integrator, publisher and indexer run. `None`: the runtime that opens
+    /// the log. A runtime of their own keeps them off the run queue that thousands of
+    /// connection tasks share under overload, where each of their wake-ups would wait
+    /// behind the requests they are meant to serve.
+    pub background: Option<tokio::runtime::Handle>,
 }
 
 impl LogConfig {
@@ -135,6 +140,7 @@ impl LogConfig {
             dedup_max_lag: 200_000,
             retry_after: Duration::from_secs(1),
             commit_retry: Duration::from_secs(10),
+            background: None,
         }
     }
 }
@@ -484,7 +490,10 @@ impl<S: LogStorage> Log<S> {
         name: &'static str,
         task: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> JoinHandle<()> {
-        let task = tokio::spawn(task);
+        let task = match &self.inner.config.background {
+            Some(runtime) => runtime.spawn(task),
+            None => tokio::spawn(task),
+        };
         let log = self.clone();
         tokio::spawn(async move {
             if let Err(e) = task.await
