@@ -24,6 +24,9 @@ const FLOOD: Duration = Duration::from_secs(8);
 /// A read or a health check slower than this counts as the daemon not answering.
 const ANSWER_WITHIN: Duration = Duration::from_secs(10);
 
+/// Acknowledged adds: index and entry.
+type Acked = Arc<Mutex<Vec<(u64, Vec<u8>)>>>;
+
 #[derive(Default)]
 struct Tally {
     acked: AtomicU64,
@@ -98,7 +101,7 @@ async fn flood(
     addr: String,
     stop: Arc<AtomicBool>,
     tally: Arc<Tally>,
-    acked: Arc<Mutex<Vec<(u64, Vec<u8>)>>>,
+    acked: Acked,
 ) {
     // A connection that fails before its first answer was never admitted (10,000
     // connecting at once overflow the kernel's accept queue, which drops handshakes
