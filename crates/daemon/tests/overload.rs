@@ -96,13 +96,7 @@ async fn read_answer(
 }
 
 /// One flooding connection: adds back to back until `stop`, each entry unique.
-async fn flood(
-    id: usize,
-    addr: String,
-    stop: Arc<AtomicBool>,
-    tally: Arc<Tally>,
-    acked: Acked,
-) {
+async fn flood(id: usize, addr: String, stop: Arc<AtomicBool>, tally: Arc<Tally>, acked: Acked) {
     // A connection that fails before its first answer was never admitted (10,000
     // connecting at once overflow the kernel's accept queue, which drops handshakes
     // and resets them): connect again, as any client would. Once answered, a

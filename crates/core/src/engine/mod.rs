@@ -56,8 +56,9 @@
 //!
 //! How each backend keeps them: [`objects::ObjectLog`] (S3, GCS, memory; any number of
 //! frontends) stages the batch under a unique key, compares-and-swaps the state record
-//! naming it, then uploads the public tiles, whose bytes the committed tree now fixes
-//! (any frontend finishes a committed-but-unapplied batch first); the SQL backends
+//! naming it (the adds are acknowledged here), then uploads the public tiles, whose
+//! bytes the committed tree now fixes, while the next batch stages; checkpoints wait
+//! for the uploads, and any frontend finishes a committed-but-unapplied batch first; the SQL backends
 //! write tiles and state in one transaction; the POSIX backend (one writer) stages
 //! full tiles privately and renames them into place after its state commits.
 

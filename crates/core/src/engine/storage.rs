@@ -130,6 +130,11 @@ impl StorageError {
 /// * **Publishing is separate.** [`publish_checkpoint`](Self::publish_checkpoint) stores
 ///   the signed checkpoint readers see; it only ever names a committed state, so it may
 ///   lag the tree but never lead it.
+/// * **Public may follow durable.** A backend may make a committed batch's tiles
+///   readable at their public paths after `commit` returns (an object store uploads
+///   them from the staged copy in the background). Then `publish_checkpoint` waits until
+///   every tile of the size it publishes is readable (invariant 4), and `read_tile` of
+///   a tile this process committed waits for its upload rather than answer `None`.
 pub trait LogStorage: Send + Sync + 'static {
     /// A short name for metrics and logs ("posix", "mysql", "memory").
     fn backend_name(&self) -> &'static str;

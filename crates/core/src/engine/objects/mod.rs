@@ -25,7 +25,10 @@
 //!    4 below, idempotent).
 //! 2. **Stage.** Upload the batch (all its tiles, one object) under a key unique to its
 //!    resulting state. Nothing public changes; a crash leaves an orphan that nothing
-//!    names.
+//!    names. Meanwhile step 4 of this process's previous batch may still run; it must
+//!    finish before step 3, because the state names only its last batch, so a
+//!    frontend recovering from a crash applies only that one: every batch before it
+//!    must be public already.
 //! 3. **Compare-and-swap the state** from the version holding `prev` to a record of
 //!    `next` naming the staged key. This is the commit point: the entries are durable
 //!    (staged) and a state containing them is durable. A lost race returns
@@ -35,8 +38,12 @@
 //! 4. **Apply.** Upload every tile of the batch to its public key, concurrently, retried
 //!    and hedged. Their bytes are fixed by the committed tree, so any frontend writing
 //!    them (now, or after a crash in step 1) writes identical bytes: a public key is
-//!    never rewritten with different bytes. Only now does `commit` return, so the
-//!    engine acknowledges and publishes only sizes whose tiles are all readable.
+//!    never rewritten with different bytes. This runs in the background: `commit`
+//!    returns after step 3, when the entries are durable (invariant 2), so the engine
+//!    acknowledges them while the next batch stages, and a commit costs two round trips
+//!    in series instead of three. A checkpoint waits until every tile of its size is
+//!    public ([`LogStorage::publish_checkpoint`]; invariant 4), and a failed upload
+//!    fails the next commit, which the engine resolves by reloading (step 1).
 //! 5. **Clean up**, in the background and best effort: delete the staged object the
 //!    previous state named (its tiles were applied before this commit), and the
 //!    partial tiles of every tile this batch completed (tlog-tiles "Partial Tiles":
@@ -60,7 +67,8 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
-use tokio::task::JoinSet;
+use tokio::sync::watch;
+use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
 use super::storage::{CommitBatch, LogStorage, StorageError, TreeState};
@@ -234,7 +242,12 @@ pub struct ObjectLog<B: ObjectBackend> {
     options: ObjectLogOptions,
     known: Mutex<Known>,
     /// The staged key whose tiles this process has applied (or knows applied).
-    applied: Mutex<Option<String>>,
+    applied: Arc<Mutex<Option<String>>>,
+    /// The largest tree size whose tiles are all at their public keys, as far as this
+    /// process knows: a checkpoint waits for it (invariant 4).
+    applied_size: Arc<watch::Sender<u64>>,
+    /// Step 4 of the last batch this process committed, while it runs.
+    applying: Mutex<Option<JoinHandle<Result<(), StorageError>>>>,
 }
 
 /// Why [`ObjectLog::open`] refused the store.
@@ -327,7 +340,9 @@ impl<B: ObjectBackend> ObjectLog<B> {
                 record: None,
                 version: None,
             }),
-            applied: Mutex::new(None),
+            applied: Arc::new(Mutex::new(None)),
+            applied_size: Arc::new(watch::Sender::new(0)),
+            applying: Mutex::new(None),
         };
         match log.read_record().await {
             Ok(_) => Ok(log),
@@ -352,7 +367,52 @@ impl<B: ObjectBackend> ObjectLog<B> {
     }
 
     fn applied(&self) -> MutexGuard<'_, Option<String>> {
-        self.applied.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.applied)
+    }
+
+    /// Wait until the tiles of every batch this process committed are public (step 4
+    /// runs in the background). True if there was anything to wait for.
+    async fn wait_for_uploads(&self) -> bool {
+        let committed = self.known().record.as_ref().map_or(0, |r| r.state.size);
+        let mut applied = self.applied_size.subscribe();
+        if *applied.borrow() >= committed {
+            return false;
+        }
+        let wait = self.options.write_retry + Duration::from_secs(1);
+        let _ = tokio::time::timeout(wait, applied.wait_for(|&a| a >= committed)).await;
+        true
+    }
+
+    /// Read several objects concurrently: one round trip's latency for all (the
+    /// edge is four or five tiles).
+    async fn get_all(&self, ids: &[TileId]) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
+        let reads = ids.iter().map(|id| {
+            let backend = self.backend.clone();
+            let key = id.path();
+            tokio::spawn(async move { backend.get(&key).await })
+        });
+        let handles: Vec<_> = reads.collect();
+        let mut out = Vec::with_capacity(ids.len());
+        for h in handles {
+            let got = h
+                .await
+                .map_err(|e| StorageError::Backend(format!("read task: {e}")))??;
+            out.push(got.map(|b| b.to_vec()));
+        }
+        Ok(out)
+    }
+
+    /// Wait for step 4 of the batch this process committed last: the next commit point
+    /// may only name a batch on top of a tree whose tiles are all public, because a
+    /// frontend recovering after a crash applies only the batch the state names.
+    async fn finish_applying(&self) -> Result<(), StorageError> {
+        let Some(handle) = lock(&self.applying).take() else {
+            return Ok(());
+        };
+        match handle.await {
+            Ok(r) => r,
+            Err(e) => Err(StorageError::Backend(format!("tile upload task: {e}"))),
+        }
     }
 
     /// Read the state record, remember it with its version, and apply the staged batch
@@ -386,7 +446,7 @@ impl<B: ObjectBackend> ObjectLog<B> {
                                 "staged batch {key} does not end at the committed state"
                             )));
                         }
-                        self.apply(&batch.tiles).await?;
+                        apply_tiles(&self.backend, &self.options, &batch.tiles).await?;
                         *self.applied() = Some(key);
                     }
                     None => {
@@ -400,6 +460,10 @@ impl<B: ObjectBackend> ObjectLog<B> {
                     }
                 }
             }
+            // Every tile of this state is public now: applied above, by us earlier, or
+            // by whoever committed it.
+            let size = record.as_ref().map_or(0, |r| r.state.size);
+            self.applied_size.send_modify(|a| *a = (*a).max(size));
             let mut known = self.known();
             known.record = record.clone();
             known.version = version;
@@ -408,32 +472,6 @@ impl<B: ObjectBackend> ObjectLog<B> {
         Err(StorageError::Backend(
             "the state record kept changing while it was read".into(),
         ))
-    }
-
-    /// Upload tiles to their public keys: concurrently, each retried and hedged.
-    async fn apply(&self, tiles: &[(TileId, Bytes)]) -> Result<(), StorageError> {
-        let mut set = JoinSet::new();
-        let mut first_error = None;
-        for (id, bytes) in tiles {
-            if set.len() >= self.options.write_concurrency.max(1)
-                && let Some(r) = set.join_next().await
-            {
-                note_error(&mut first_error, r);
-            }
-            let backend = self.backend.clone();
-            let options = self.options.clone();
-            let (key, bytes) = (id.path(), bytes.clone());
-            set.spawn(async move {
-                put_reliably(&*backend, &options, &key, bytes, ObjectClass::Tile).await
-            });
-        }
-        while let Some(r) = set.join_next().await {
-            note_error(&mut first_error, r);
-        }
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
     }
 
     /// Protocol step 3: compare-and-swap the state record from `prev` to `next`.
@@ -514,38 +552,71 @@ impl<B: ObjectBackend> ObjectLog<B> {
             Some(b) => StateRecord::decode(&b).map(Some),
         }
     }
-
-    /// Protocol step 5, in the background.
-    fn clean_up(&self, superseded: Option<String>, completed: Vec<TileId>) {
-        let backend = self.backend.clone();
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        rt.spawn(async move {
-            if let Some(key) = superseded
-                && let Err(e) = backend.delete(&key).await
-            {
-                tracing::debug!(error = %e, %key, "deleting a superseded staged batch");
-            }
-            for id in completed {
-                let full = id.path();
-                let prefix = format!("{full}.p/");
-                match backend.list(&prefix).await {
-                    Ok(keys) => {
-                        for key in keys {
-                            if let Err(e) = backend.delete(&key).await {
-                                tracing::debug!(error = %e, %key, "deleting a partial tile");
-                            }
-                        }
-                    }
-                    Err(e) => tracing::debug!(error = %e, %prefix, "listing partial tiles"),
-                }
-            }
-        });
-    }
 }
 
 const ORIGIN_MISMATCH: &str = "origin mismatch: ";
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Upload tiles to their public keys: concurrently, each retried and hedged.
+async fn apply_tiles<B: ObjectBackend>(
+    backend: &Arc<B>,
+    options: &ObjectLogOptions,
+    tiles: &[(TileId, Bytes)],
+) -> Result<(), StorageError> {
+    let mut set = JoinSet::new();
+    let mut first_error = None;
+    for (id, bytes) in tiles {
+        if set.len() >= options.write_concurrency.max(1)
+            && let Some(r) = set.join_next().await
+        {
+            note_error(&mut first_error, r);
+        }
+        let backend = backend.clone();
+        let options = options.clone();
+        let (key, bytes) = (id.path(), bytes.clone());
+        set.spawn(async move {
+            put_reliably(&*backend, &options, &key, bytes, ObjectClass::Tile).await
+        });
+    }
+    while let Some(r) = set.join_next().await {
+        note_error(&mut first_error, r);
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// Protocol step 5, in the background.
+fn clean_up<B: ObjectBackend>(backend: Arc<B>, superseded: Option<String>, completed: Vec<TileId>) {
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    rt.spawn(async move {
+        if let Some(key) = superseded
+            && let Err(e) = backend.delete(&key).await
+        {
+            tracing::debug!(error = %e, %key, "deleting a superseded staged batch");
+        }
+        for id in completed {
+            let full = id.path();
+            let prefix = format!("{full}.p/");
+            match backend.list(&prefix).await {
+                Ok(keys) => {
+                    for key in keys {
+                        if let Err(e) = backend.delete(&key).await {
+                            tracing::debug!(error = %e, %key, "deleting a partial tile");
+                        }
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, %prefix, "listing partial tiles"),
+            }
+        }
+    });
+}
 
 fn note_error(
     first: &mut Option<StorageError>,
@@ -647,46 +718,58 @@ impl<B: ObjectBackend> LogStorage for ObjectLog<B> {
             ObjectClass::Private,
         )
         .await?;
+        // The previous batch's step 4 ran while this one staged; it must be done
+        // before this commit point (see `finish_applying`). Its failure fails this
+        // commit: the engine resolves it by reloading the state, which applies that
+        // batch (step 1) and finds this one uncommitted.
+        self.finish_applying().await?;
         // Step 3: the commit point.
         if let Err(e) = self.swap_state(prev, next, &key).await {
             if matches!(e, StorageError::Conflict { .. }) {
                 // Lost for sure: nothing will ever name this staged batch.
-                self.clean_up(Some(key), Vec::new());
+                clean_up(self.backend.clone(), Some(key), Vec::new());
             }
             return Err(e);
         }
-        // Step 4: apply. A failure leaves a committed but unapplied batch; the engine
-        // resolves the error by reloading the state, which applies it (step 1).
-        self.apply(&tiles).await?;
-        *self.applied() = Some(key);
-        // Step 5.
+        // Step 4, in the background: the entries are durable (staged, and named by the
+        // committed state), so the engine acknowledges them now, and the next batch
+        // stages while these tiles upload. A checkpoint for this size waits for them
+        // (`publish_checkpoint`), and so does the next commit point.
         let completed = tiles
             .iter()
             .filter(|(id, _)| id.is_full())
             .map(|(id, _)| *id)
             .collect();
-        self.clean_up(superseded, completed);
+        let (backend, options) = (self.backend.clone(), self.options.clone());
+        let (applied, applied_size) = (self.applied.clone(), self.applied_size.clone());
+        let applying = tokio::spawn(async move {
+            apply_tiles(&backend, &options, &tiles).await?;
+            *lock(&applied) = Some(key);
+            applied_size.send_modify(|a| *a = (*a).max(next.size));
+            // Step 5.
+            clean_up(backend, superseded, completed);
+            Ok(())
+        });
+        *lock(&self.applying) = Some(applying);
         Ok(())
     }
 
     async fn read_tile(&self, id: &TileId) -> Result<Option<Vec<u8>>, StorageError> {
-        Ok(self.backend.get(&id.path()).await?.map(|b| b.to_vec()))
+        let key = id.path();
+        if let Some(b) = self.backend.get(&key).await? {
+            return Ok(Some(b.to_vec()));
+        }
+        // A tile of a batch committed here may still be uploading (step 4).
+        if self.wait_for_uploads().await {
+            return Ok(self.backend.get(&key).await?.map(|b| b.to_vec()));
+        }
+        Ok(None)
     }
 
     async fn read_tiles(&self, ids: &[TileId]) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
-        // One round trip's latency for all: the edge is four or five tiles.
-        let reads = ids.iter().map(|id| {
-            let backend = self.backend.clone();
-            let key = id.path();
-            tokio::spawn(async move { backend.get(&key).await })
-        });
-        let handles: Vec<_> = reads.collect();
-        let mut out = Vec::with_capacity(ids.len());
-        for h in handles {
-            let got = h
-                .await
-                .map_err(|e| StorageError::Backend(format!("read task: {e}")))??;
-            out.push(got.map(|b| b.to_vec()));
+        let mut out = self.get_all(ids).await?;
+        if out.iter().any(Option::is_none) && self.wait_for_uploads().await {
+            out = self.get_all(ids).await?;
         }
         Ok(out)
     }
@@ -694,6 +777,21 @@ impl<B: ObjectBackend> LogStorage for ObjectLog<B> {
     async fn publish_checkpoint(&self, signed: &[u8]) -> Result<(), StorageError> {
         let size = checkpoint::signed_size(signed)
             .ok_or_else(|| StorageError::Corrupt("checkpoint without a size line".into()))?;
+        // Invariant 4: only a size whose tiles are all public. The engine publishes
+        // sizes it committed or loaded; of those, only its own latest batches can still
+        // be uploading.
+        let committed = self.known().record.as_ref().map_or(0, |r| r.state.size);
+        let target = size.min(committed);
+        let mut applied = self.applied_size.subscribe();
+        let wait = self.options.write_retry + Duration::from_secs(1);
+        match tokio::time::timeout(wait, applied.wait_for(|&a| a >= target)).await {
+            Ok(Ok(_)) => {}
+            _ => {
+                return Err(StorageError::Backend(format!(
+                    "the tiles of tree size {size} are not all uploaded yet"
+                )));
+            }
+        }
         let bytes = Bytes::copy_from_slice(signed);
         // Compare-and-swap, so that a frontend publishing a smaller tree never
         // replaces a larger one.

@@ -192,7 +192,8 @@ async fn a_committed_but_unapplied_batch_is_finished_by_the_next_opener() {
     log.shutdown();
     tasks.join().await;
     // The next commit reaches its commit point, then every tile upload fails for
-    // longer than the write retry ("the process died").
+    // longer than the write retry ("the process died"). The entry is durable at the
+    // commit point, so it is acknowledged; the upload runs after.
     let mut cfg = config();
     cfg.commit_retry = Duration::ZERO;
     let (log, tasks) = Log::open(open(&store).await, None, cfg).await.unwrap();
@@ -202,8 +203,19 @@ async fn a_committed_but_unapplied_batch_is_finished_by_the_next_opener() {
         ObjectFault::FailBeforePersist,
         usize::MAX,
     );
-    let r = log.add(entry(0, 300)).await;
-    assert_eq!(r, Err(AddError::Uncertain));
+    assert_eq!(log.add(entry(0, 300)).await.map(|o| o.index), Ok(300));
+    // The commit after it waits for that upload, which fails: nothing more is
+    // committed on top of a tree whose tiles are not all public, and the checkpoint
+    // never covers 301.
+    assert!(log.add(entry(0, 301)).await.is_err());
+    assert!(
+        store
+            .peek(CHECKPOINT_KEY)
+            .and_then(|c| checkpoint::signed_size(&c))
+            .unwrap_or(0)
+            <= 300,
+        "a checkpoint covers tiles that are not public"
+    );
     log.shutdown();
     tasks.join().await;
     store.clear_faults();
@@ -215,7 +227,7 @@ async fn a_committed_but_unapplied_batch_is_finished_by_the_next_opener() {
         Some(301)
     );
     assert!(store.peek(&TileId::entries(1, 45).path()).is_some());
-    let acked = (0..300).map(|i| (i, entry(0, i))).collect();
+    let acked = (0..301).map(|i| (i, entry(0, i))).collect();
     assert_eq!(check_all(&store, &acked).await, 301);
     check_public_writes(&store);
 }
