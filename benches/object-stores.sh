@@ -16,6 +16,7 @@ writers="${2:-256}"
 proto="${3:-http1}"
 h2c=(); [ "$proto" = h2c ] && h2c=(--h2c --h2c-connections "${H2C_CONNECTIONS:-1}")
 bin="$CARGO_TARGET_DIR/release"
+tlogd_bin="${TLOGD_BIN:-$bin/tlogd}"
 tools="${TLOGD_TOOLS_DIR:-$HOME/.cache/tlogd-tools/bin}"
 work=$(mktemp -d /tmp/tlogd-objbench-XXXX)
 pids=()
@@ -48,7 +49,7 @@ run() { # endpoint-port label
   local port=$1 label=$2 bucket="b$RANDOM"
   curl -sf "${sign[@]}" -X PUT "http://127.0.0.1:$s3port/$bucket" >/dev/null
   local lport; lport=$(free_port)
-  "$bin/tlogd" serve --backend s3 --bucket "$bucket" --region us-east-1 --endpoint "http://127.0.0.1:$port" \
+  "$tlogd_bin" serve --backend s3 --bucket "$bucket" --region us-east-1 --endpoint "http://127.0.0.1:$port" \
     --allow-http --origin bench.example/log --private-key-file "$work/key" --listen "127.0.0.1:$lport" \
     --metrics-listen "" --no-dedup 2>"$work/tlogd.log" &
   local tl=$!; pids+=($tl)

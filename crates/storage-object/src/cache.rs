@@ -197,6 +197,10 @@ impl<S: LogStorage> LogStorage for CachedTiles<S> {
         self.inner.release_sequencer().await
     }
 
+    fn check_state_before_commit(&self) -> bool {
+        self.inner.check_state_before_commit()
+    }
+
     fn reads_are_committed(&self) -> bool {
         self.inner.reads_are_committed()
     }

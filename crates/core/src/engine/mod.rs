@@ -834,7 +834,7 @@ impl<S: LogStorage> Log<S> {
         // Under the sequencing lock the stored state is current: if another frontend
         // advanced it, our edge is stale. (Without this read the compare-and-swap
         // would still catch it, after uploading the batch for nothing.)
-        let stored = match check_stored {
+        let stored = match check_stored && inner.storage.check_state_before_commit() {
             true => Some(
                 inner
                     .storage

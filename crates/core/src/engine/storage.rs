@@ -198,6 +198,16 @@ pub trait LogStorage: Send + Sync + 'static {
         async {}
     }
 
+    /// Whether the engine reads the stored state before committing a batch when it
+    /// has just taken the sequencer ([`acquire_sequencer`](Self::acquire_sequencer)),
+    /// to learn early that another frontend moved the tree. `false` where that read
+    /// costs as much as the conflict it would spare (an object store: one round trip
+    /// per batch against one staged object written for nothing); the compare-and-swap
+    /// in [`commit`](Self::commit) catches a stale tree either way.
+    fn check_state_before_commit(&self) -> bool {
+        true
+    }
+
     /// Whether [`read_tile`](Self::read_tile) only ever returns tiles of a committed
     /// tree. POSIX files of a batch are visible before its state commits, so the
     /// daemon must fence reads at its own committed size (the default, `false`). A

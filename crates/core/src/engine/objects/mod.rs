@@ -246,8 +246,9 @@ pub struct ObjectLog<B: ObjectBackend> {
     /// The largest tree size whose tiles are all at their public keys, as far as this
     /// process knows: a checkpoint waits for it (invariant 4).
     applied_size: Arc<watch::Sender<u64>>,
-    /// Step 4 of the last batch this process committed, while it runs.
-    applying: Mutex<Option<JoinHandle<Result<(), StorageError>>>>,
+    /// Step 4 of the last batch this process committed, while it runs: its staged key
+    /// and the upload task.
+    applying: Mutex<Option<(String, JoinHandle<Result<(), StorageError>>)>>,
 }
 
 /// Why [`ObjectLog::open`] refused the store.
@@ -406,7 +407,7 @@ impl<B: ObjectBackend> ObjectLog<B> {
     /// may only name a batch on top of a tree whose tiles are all public, because a
     /// frontend recovering after a crash applies only the batch the state names.
     async fn finish_applying(&self) -> Result<(), StorageError> {
-        let Some(handle) = lock(&self.applying).take() else {
+        let Some((_, handle)) = lock(&self.applying).take() else {
             return Ok(());
         };
         match handle.await {
@@ -434,6 +435,13 @@ impl<B: ObjectBackend> ObjectLog<B> {
                 )));
             }
             let staged = record.as_ref().and_then(|r| r.staged.clone());
+            if let Some(key) = &staged
+                && lock(&self.applying).as_ref().is_some_and(|(k, _)| k == key)
+            {
+                // Our own upload of it is under way: wait for it rather than upload
+                // it twice. If it failed, it is applied below.
+                let _ = self.finish_applying().await;
+            }
             if let Some(key) = staged
                 && self.applied().as_deref() != Some(key.as_str())
             {
@@ -742,6 +750,7 @@ impl<B: ObjectBackend> LogStorage for ObjectLog<B> {
             .collect();
         let (backend, options) = (self.backend.clone(), self.options.clone());
         let (applied, applied_size) = (self.applied.clone(), self.applied_size.clone());
+        let applying_key = key.clone();
         let applying = tokio::spawn(async move {
             apply_tiles(&backend, &options, &tiles).await?;
             *lock(&applied) = Some(key);
@@ -750,7 +759,7 @@ impl<B: ObjectBackend> LogStorage for ObjectLog<B> {
             clean_up(backend, superseded, completed);
             Ok(())
         });
-        *lock(&self.applying) = Some(applying);
+        *lock(&self.applying) = Some((applying_key, applying));
         Ok(())
     }
 
@@ -832,6 +841,12 @@ impl<B: ObjectBackend> LogStorage for ObjectLog<B> {
         // Reading the commit point proves the store answers; a write probe per
         // readiness check would cost a PUT per frontend per probe.
         self.backend.get_versioned(STATE_KEY).await.map(|_| ())
+    }
+
+    fn check_state_before_commit(&self) -> bool {
+        // A GET of the state on every batch the sequencer is re-taken (no-op here) costs
+        // the round trip a conflict costs; the compare-and-swap catches a stale tree.
+        false
     }
 
     fn reads_are_committed(&self) -> bool {
