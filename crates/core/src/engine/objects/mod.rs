@@ -234,6 +234,9 @@ struct Known {
     version: Option<ObjectVersion>,
 }
 
+/// Step 4 of one batch, running in the background.
+type Upload = JoinHandle<Result<(), StorageError>>;
+
 /// A tlog-tiles log in an object store. See the [module documentation](self) for the
 /// protocol.
 pub struct ObjectLog<B: ObjectBackend> {
@@ -248,7 +251,7 @@ pub struct ObjectLog<B: ObjectBackend> {
     applied_size: Arc<watch::Sender<u64>>,
     /// Step 4 of the last batch this process committed, while it runs: its staged key
     /// and the upload task.
-    applying: Mutex<Option<(String, JoinHandle<Result<(), StorageError>>)>>,
+    applying: Mutex<Option<(String, Upload)>>,
 }
 
 /// Why [`ObjectLog::open`] refused the store.
