@@ -9,31 +9,10 @@ mod common;
 use std::path::Path;
 
 use bytes::Bytes;
-use clap::Parser;
+use common::frontends::{tlogd_verify, two_frontends_under_load};
 use common::objects::{Store, daemon, gcs_store, minio_store};
 use common::*;
-use tlog_loadgen::{Args, run};
 use tlogd_storage_object::testsupport::minio::TestMinio;
-
-const VKEY: &str = "example.com/log/testdata+33d7b496+AeHTu4Q3hEIMHNqc6fASMsq3rKNx280NI+oO5xCFkkSx";
-
-async fn tlogd_verify(url: String) {
-    let o = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_tlogd"))
-            .args(["verify", &url, "--log-public-key", VKEY])
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    assert!(String::from_utf8_lossy(&o.stdout).starts_with("OK "));
-}
 
 async fn two_daemons_share_one_bucket(store: Store, dir: &Path) -> (Daemon, Daemon) {
     let http = Http::new();
@@ -41,54 +20,7 @@ async fn two_daemons_share_one_bucket(store: Store, dir: &Path) -> (Daemon, Daem
     let mut b = daemon(&dir.join("b"), &store);
     a.wait_ready(&http).await;
     b.wait_ready(&http).await;
-    let report_path = dir.join("report.json");
-    let args = Args::parse_from([
-        "tlog-loadgen",
-        "--log-url",
-        &b.url,
-        "--write-log-url",
-        &a.url,
-        "--write-log-url",
-        &b.url,
-        "--log-public-key",
-        VKEY,
-        "--writers",
-        "32",
-        "--leaf-write-goal",
-        "4000",
-        "--dup-chance",
-        "0.05",
-        "--readers-full",
-        "1",
-        "--readers-random",
-        "1",
-        "--read-rate",
-        "100",
-        "--max-runtime",
-        "120",
-        "--quiet",
-        "--report-json",
-        report_path.to_str().unwrap(),
-    ]);
-    let r = run(args).await.unwrap();
-    assert!(r.ok, "{:?}", r.failure_reasons);
-    assert!(r.verification_failures.is_empty());
-    assert_eq!(r.write_errors, 0, "{:?}", r.error_samples);
-    assert!(r.writes_new + r.writes_duplicate >= 4000);
-    // Every new index was handed out once: the tree grew by exactly the new entries.
-    assert_eq!(r.tree_growth, r.writes_new);
-    // Both frontends serve the same, consistent tree.
-    let ca = http.wait_checkpoint(&a.url, r.tree_size_end).await;
-    let cb = http.wait_checkpoint(&b.url, r.tree_size_end).await;
-    let (old, new) = if ca.size <= cb.size {
-        (ca, cb)
-    } else {
-        (cb, ca)
-    };
-    http.verify_consistency(&a.url, &old, &new).await;
-    for url in [a.url.clone(), b.url.clone()] {
-        tlogd_verify(url).await;
-    }
+    two_frontends_under_load(&http, &a, &b, dir).await;
     (a, b)
 }
 

@@ -1,6 +1,7 @@
 //! Spawning the real `tlogd` binary and talking HTTP to it.
 #![allow(dead_code)]
 
+pub mod frontends;
 pub mod objects;
 
 use std::collections::HashMap;

@@ -12,9 +12,10 @@
 //! * `.tlogd/state`: the state record, the commit point: origin, tree size, root, and
 //!   the key of the staged batch that produced it. Only ever replaced by a
 //!   compare-and-swap on its version.
-//! * `.tlogd/staged/<size>-<root>`: a staged batch: every tile it creates or changes,
-//!   with the states before and after it, checksummed. Deleted once a later state is
-//!   committed.
+//! * `.tlogd/staged/<size>-<root>-<nonce>`: a staged batch: every tile it creates or
+//!   changes, with the states before and after it, checksummed. Deleted once a later
+//!   state is committed. The nonce makes the key unique to one commit attempt, so a
+//!   frontend that lost a race deletes only its own object.
 //!
 //! # Commit protocol (one batch, [`LogStorage::commit`])
 //!
@@ -23,8 +24,8 @@
 //!    (another frontend committed it and may have crashed before uploading its tiles),
 //!    [`LogStorage::load_state`] applied it before the engine integrated on top (step
 //!    4 below, idempotent).
-//! 2. **Stage.** Upload the batch (all its tiles, one object) under a key unique to its
-//!    resulting state. Nothing public changes; a crash leaves an orphan that nothing
+//! 2. **Stage.** Upload the batch (all its tiles, one object) under a key unique to
+//!    this attempt. Nothing public changes; a crash leaves an orphan that nothing
 //!    names. Meanwhile step 4 of this process's previous batch may still run; it must
 //!    finish before step 3, because the state names only its last batch, so a
 //!    frontend recovering from a crash applies only that one: every batch before it
@@ -161,12 +162,22 @@ struct Staged {
 }
 
 impl Staged {
-    fn key(next: &TreeState) -> String {
+    /// A key unique to one commit attempt: two frontends that stage the same batch on
+    /// the same tree (the same entries sent to both) produce identical bytes, and with
+    /// a shared key the loser's clean-up would delete the object the winner's state
+    /// names.
+    fn key(next: &TreeState) -> Result<String, StorageError> {
         let mut root = String::with_capacity(64);
         for b in next.root {
             root.push_str(&format!("{b:02x}"));
         }
-        format!("{STAGED_PREFIX}{:020}-{root}", next.size)
+        let mut nonce = [0u8; 8];
+        getrandom::fill(&mut nonce).map_err(|e| StorageError::Backend(e.to_string()))?;
+        Ok(format!(
+            "{STAGED_PREFIX}{:020}-{root}-{:016x}",
+            next.size,
+            u64::from_be_bytes(nonce)
+        ))
     }
 
     fn encode(prev: &TreeState, next: &TreeState, tiles: &[(TileId, Bytes)]) -> Bytes {
@@ -719,26 +730,37 @@ impl<B: ObjectBackend> LogStorage for ObjectLog<B> {
             .collect();
         let superseded = self.known().record.as_ref().and_then(|r| r.staged.clone());
         // Step 2: stage.
-        let key = Staged::key(&next);
+        let key = Staged::key(&next)?;
         let staged = Staged::encode(&prev, &next, &tiles);
-        put_reliably(
+        // No compare-and-swap names this attempt's key until step 3 is sent, so until
+        // then a failure may delete what it staged (after a swap whose answer was lost,
+        // it may not: the request could still land).
+        let unnamed = |key: String| clean_up(self.backend.clone(), Some(key), Vec::new());
+        if let Err(e) = put_reliably(
             &*self.backend,
             &self.options,
             &key,
             staged,
             ObjectClass::Private,
         )
-        .await?;
+        .await
+        {
+            unnamed(key);
+            return Err(e);
+        }
         // The previous batch's step 4 ran while this one staged; it must be done
         // before this commit point (see `finish_applying`). Its failure fails this
         // commit: the engine resolves it by reloading the state, which applies that
         // batch (step 1) and finds this one uncommitted.
-        self.finish_applying().await?;
+        if let Err(e) = self.finish_applying().await {
+            unnamed(key);
+            return Err(e);
+        }
         // Step 3: the commit point.
         if let Err(e) = self.swap_state(prev, next, &key).await {
             if matches!(e, StorageError::Conflict { .. }) {
                 // Lost for sure: nothing will ever name this staged batch.
-                clean_up(self.backend.clone(), Some(key), Vec::new());
+                unnamed(key);
             }
             return Err(e);
         }

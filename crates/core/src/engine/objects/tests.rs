@@ -232,6 +232,39 @@ async fn a_committed_but_unapplied_batch_is_finished_by_the_next_opener() {
     check_public_writes(&store);
 }
 
+/// Two frontends stage the same batch on the same tree (the same entry sent to both):
+/// identical bytes. The loser's clean-up must not delete the staged object the winner's
+/// state names, or no frontend could read the state again. The loser's read of the
+/// staged object is delayed so that its clean-up runs first.
+#[tokio::test]
+async fn a_lost_race_with_an_identical_batch_deletes_nothing_the_state_names() {
+    let store = MemoryObjects::new();
+    let (a, a_tasks) = Log::open(open(&store).await, None, config()).await.unwrap();
+    let (b, b_tasks) = Log::open(open(&store).await, None, config()).await.unwrap();
+    let same = Bytes::from_static(b"the same entry");
+    assert_eq!(a.add(same.clone()).await.map(|o| o.index), Ok(0));
+    store.inject(
+        ObjectOp::Get,
+        STAGED_PREFIX,
+        ObjectFault::Delay(Duration::from_millis(300)),
+        1,
+    );
+    // B's tree is still empty: it stages the identical batch, loses the swap, reloads
+    // (finishing A's batch from A's staged object) and logs the entry again at 1.
+    assert_eq!(b.add(same.clone()).await.map(|o| o.index), Ok(1));
+    for (log, tasks) in [(a, a_tasks), (b, b_tasks)] {
+        log.shutdown();
+        tasks.join().await;
+    }
+    let fresh = open(&store).await;
+    assert_eq!(fresh.load_state().await.unwrap().map(|s| s.size), Some(2));
+    let verifier = config().signer.verifier();
+    let report = check_log(&*fresh, ORIGIN, &verifier, None)
+        .await
+        .expect("the log checks out");
+    assert_eq!(report.state.size, 2);
+}
+
 /// A compare-and-swap that persisted but whose answer was lost, and whose read-back
 /// fails for a while: the batch is acknowledged once, never appended twice.
 #[tokio::test]
