@@ -167,6 +167,10 @@ async fn require_token(
     }
 }
 
+/// Oversized add bodies up to this many bytes are read and dropped before the 413
+/// (see [`read_entry`]).
+const DRAIN_LIMIT: u64 = 1 << 20;
+
 /// Read an add's body: at most [`MAX_ENTRY_SIZE`] bytes (one more is enough to know it
 /// is too large), within `timeout`.
 async fn read_entry(headers: &HeaderMap, body: Body, timeout: Duration) -> Result<Bytes, Response> {
@@ -180,9 +184,23 @@ async fn read_entry(headers: &HeaderMap, body: Body, timeout: Duration) -> Resul
             format!("entry exceeds {MAX_ENTRY_SIZE} bytes"),
         )
     };
-    if declared.is_some_and(|n| n > MAX_ENTRY_SIZE as u64) {
-        // Refused before reading: hyper closes the connection rather than drain it.
-        return Err(too_large());
+    if let Some(n) = declared.filter(|&n| n > MAX_ENTRY_SIZE as u64) {
+        // A body left unread makes hyper close the connection, and the kernel then
+        // resets it while the client is still sending, which can destroy the 413
+        // before the client reads it. A modest body is read and dropped, frame by
+        // frame (never held), so the answer arrives and the connection stays usable;
+        // a larger one is refused unread, and the connection closed.
+        if n <= DRAIN_LIMIT {
+            let mut body = body;
+            let drain = async { while let Some(Ok(_)) = body.frame().await {} };
+            if tokio::time::timeout(timeout, drain).await.is_ok() {
+                return Err(too_large());
+            }
+        }
+        let mut resp = too_large();
+        resp.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        return Err(resp);
     }
     let limited = Limited::new(body, MAX_ENTRY_SIZE + 1);
     match tokio::time::timeout(timeout, limited.collect()).await {
