@@ -385,17 +385,24 @@ impl<B: ObjectBackend> ObjectLog<B> {
         lock(&self.applied)
     }
 
-    /// Wait until the tiles of every batch this process committed are public (step 4
-    /// runs in the background). True if there was anything to wait for.
-    async fn wait_for_uploads(&self) -> bool {
+    /// Wait until every tile of tree size `size` is public, as far as batches this
+    /// process committed go (step 4 runs in the background; sizes others committed
+    /// were applied when their state was read). `Ok(true)` if there was an upload to
+    /// wait for.
+    async fn wait_uploaded(&self, size: u64) -> Result<bool, StorageError> {
         let committed = self.known().record.as_ref().map_or(0, |r| r.state.size);
+        let target = size.min(committed);
         let mut applied = self.applied_size.subscribe();
-        if *applied.borrow() >= committed {
-            return false;
+        if *applied.borrow() >= target {
+            return Ok(false);
         }
         let wait = self.options.write_retry + Duration::from_secs(1);
-        let _ = tokio::time::timeout(wait, applied.wait_for(|&a| a >= committed)).await;
-        true
+        match tokio::time::timeout(wait, applied.wait_for(|&a| a >= target)).await {
+            Ok(Ok(_)) => Ok(true),
+            _ => Err(StorageError::Backend(format!(
+                "the tiles of tree size {size} are not all uploaded yet"
+            ))),
+        }
     }
 
     /// Read several objects concurrently: one round trip's latency for all (the
@@ -794,7 +801,7 @@ impl<B: ObjectBackend> LogStorage for ObjectLog<B> {
             return Ok(Some(b.to_vec()));
         }
         // A tile of a batch committed here may still be uploading (step 4).
-        if self.wait_for_uploads().await {
+        if !matches!(self.wait_uploaded(u64::MAX).await, Ok(false)) {
             return Ok(self.backend.get(&key).await?.map(|b| b.to_vec()));
         }
         Ok(None)
@@ -802,7 +809,9 @@ impl<B: ObjectBackend> LogStorage for ObjectLog<B> {
 
     async fn read_tiles(&self, ids: &[TileId]) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
         let mut out = self.get_all(ids).await?;
-        if out.iter().any(Option::is_none) && self.wait_for_uploads().await {
+        if out.iter().any(Option::is_none)
+            && !matches!(self.wait_uploaded(u64::MAX).await, Ok(false))
+        {
             out = self.get_all(ids).await?;
         }
         Ok(out)
@@ -811,21 +820,8 @@ impl<B: ObjectBackend> LogStorage for ObjectLog<B> {
     async fn publish_checkpoint(&self, signed: &[u8]) -> Result<(), StorageError> {
         let size = checkpoint::signed_size(signed)
             .ok_or_else(|| StorageError::Corrupt("checkpoint without a size line".into()))?;
-        // Invariant 4: only a size whose tiles are all public. The engine publishes
-        // sizes it committed or loaded; of those, only its own latest batches can still
-        // be uploading.
-        let committed = self.known().record.as_ref().map_or(0, |r| r.state.size);
-        let target = size.min(committed);
-        let mut applied = self.applied_size.subscribe();
-        let wait = self.options.write_retry + Duration::from_secs(1);
-        match tokio::time::timeout(wait, applied.wait_for(|&a| a >= target)).await {
-            Ok(Ok(_)) => {}
-            _ => {
-                return Err(StorageError::Backend(format!(
-                    "the tiles of tree size {size} are not all uploaded yet"
-                )));
-            }
-        }
+        // Invariant 4: only a size whose tiles are all public.
+        self.wait_uploaded(size).await?;
         let bytes = Bytes::copy_from_slice(signed);
         // Compare-and-swap, so that a frontend publishing a smaller tree never
         // replaces a larger one.
