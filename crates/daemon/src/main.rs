@@ -23,6 +23,12 @@ use tlogd::http::HttpOptions;
 use tlogd::observe;
 use tlogd::server::ServeOptions;
 
+// glibc's malloc and free were ~10 % of the daemon's CPU under load (hyper, axum and
+// the add path allocate per request); mimalloc's thread-local free lists cost a
+// fraction of that (benches/README.md, "CPU per append").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// A C2SP tlog-tiles transparency log daemon.
 ///
 /// Quick start:

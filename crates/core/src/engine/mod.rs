@@ -254,6 +254,10 @@ struct Inner<S> {
     committed_size: AtomicU64,
     /// Persistent dedup index marker.
     indexed_size: AtomicU64,
+    /// Counters of the add path, registered once (a `metrics::counter!` per add hashes
+    /// its key and looks it up in the recorder's registry).
+    dedup_lookups: metrics::Counter,
+    dedup_hits: metrics::Counter,
     /// 1 + the size named by the latest published checkpoint; 0 when none is.
     published: AtomicU64,
     ready: AtomicBool,
@@ -339,6 +343,8 @@ impl<S: LogStorage> Log<S> {
             dedup,
             committed_size: AtomicU64::new(state.size),
             indexed_size: AtomicU64::new(indexed),
+            dedup_lookups: metrics::counter!("tlogd_dedup_lookups_total"),
+            dedup_hits: metrics::counter!("tlogd_dedup_hits_total"),
             published: AtomicU64::new(published),
             ready: AtomicBool::new(true),
             failed: watch::Sender::new(None),
@@ -425,7 +431,7 @@ impl<S: LogStorage> Log<S> {
             return Err(AddError::DedupLag);
         }
         let h = entry_hash(&entry);
-        metrics::counter!("tlogd_dedup_lookups_total").increment(1);
+        inner.dedup_lookups.increment(1);
         loop {
             // The indexer writes the index, then advances this marker, then forgets the
             // entry's in-flight record. If the marker moved between our lookup and the
@@ -435,7 +441,7 @@ impl<S: LogStorage> Log<S> {
             match dedup.get(&h) {
                 // Never answer with an index the committed tree does not contain.
                 Ok(Some(index)) if index < self.committed_size() => {
-                    metrics::counter!("tlogd_dedup_hits_total").increment(1);
+                    inner.dedup_hits.increment(1);
                     return Ok(AddOutcome {
                         index,
                         duplicate: true,
@@ -468,7 +474,7 @@ impl<S: LogStorage> Log<S> {
                 })
             }
             Pushed::DuplicatePending(slot, pos) => {
-                metrics::counter!("tlogd_dedup_hits_total").increment(1);
+                inner.dedup_hits.increment(1);
                 let first = slot.wait().await?;
                 Ok(AddOutcome {
                     index: first + pos as u64,
@@ -476,7 +482,7 @@ impl<S: LogStorage> Log<S> {
                 })
             }
             Pushed::DuplicateCommitted(index) => {
-                metrics::counter!("tlogd_dedup_hits_total").increment(1);
+                inner.dedup_hits.increment(1);
                 Ok(AddOutcome {
                     index,
                     duplicate: true,

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Two or more tlogd variants on POSIX under the loadgen (256 writers, HTTP/1.1
+# keep-alive unless the loadgen flags say otherwise), runs alternated so that this
+# machine's drift hits every variant alike; fresh log per run, every entry verified.
+# Prints one markdown row per run and the mean of each variant: appends/s, tlogd CPU per
+# append (utime+stime from /proc/PID/stat, sampled by the loadgen's --log-pid), the
+# loadgen's own CPU per add, add latency, time to integrate. Results go to
+# benches/README.md by hand.
+#
+#   benches/ab.sh SECONDS ROUNDS VARIANT VARIANT... [-- extra loadgen flags]
+#
+# A variant is `label=binary[,NAME=VALUE...]`: the tlogd binary to run (an old build
+# copied aside, say) and environment for it. `label` alone runs this tree's release
+# build. TLOGD_FLAGS adds flags to every `tlogd serve` (dedup is on unless it says
+# `--no-dedup`). Examples:
+#
+#   benches/ab.sh 20 4 old=/tmp/tlogd-old new                # two builds
+#   benches/ab.sh 15 3 shared=,TLOGD_ENGINE_SHARED=1 own      # the engine's own thread
+#   TLOGD_FLAGS=--no-dedup benches/ab.sh 20 4 a b -- --h2c
+#
+# Needs the release binaries (cargo build --release --workspace --all-targets).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+secs="${1:?seconds per run}"
+rounds="${2:?rounds}"
+shift 2
+variants=()
+while [ $# -gt 0 ] && [ "$1" != -- ]; do variants+=("$1"); shift; done
+[ "${1:-}" = -- ] && shift
+[ ${#variants[@]} -ge 1 ] || { echo "no variants" >&2; exit 2; }
+bin="$CARGO_TARGET_DIR/release"
+work=$(mktemp -d /tmp/tlogd-ab-XXXX)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+read -r -a serve_flags <<< "${TLOGD_FLAGS:-}"
+
+"$bin/tlogd" keygen --origin bench.example/log --out "$work/key" > "$work/vkey" 2>/dev/null
+
+run() { # variant, loadgen flags...
+  local spec=$1; shift
+  local label=${spec%%=*} rest="" tlogd="$bin/tlogd" env=()
+  [[ $spec == *=* ]] && rest=${spec#*=}
+  IFS=, read -r -a parts <<< "$rest"
+  [ -n "${parts[0]:-}" ] && tlogd=${parts[0]}
+  env=("${parts[@]:1}")
+  local port dir="$work/log-$RANDOM"
+  port=$(free_port)
+  env "${env[@]}" "$tlogd" serve --storage-dir "$dir" --origin bench.example/log --private-key-file "$work/key" \
+    --listen "127.0.0.1:$port" --metrics-listen "" "${serve_flags[@]}" 2>"$work/tlogd.log" &
+  local tl=$!
+  pids+=("$tl")
+  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/checkpoint" >/dev/null && break; sleep 0.1; done
+  "$bin/tlog-loadgen" --log-url "http://127.0.0.1:$port" --log-public-key "$(cat "$work/vkey")" \
+    --writers 256 --duration "${secs}s" --log-pid "$tl" --probe-dir "$dir" --quiet \
+    --report-json "$work/r.json" "$@" >/dev/null || true
+  kill "$tl"; wait "$tl" 2>/dev/null || true
+  rm -rf "$dir"
+  python3 - "$work/r.json" "$label" "$work/rows" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1])); label = sys.argv[2]
+ops = {o["operation"]: o for o in r["operations"]}
+add, tti = ops["add (time in queue)"], ops["time to integrate"]
+verdict = "ok" if r["ok"] else "FAILED: " + "; ".join(r["failure_reasons"])[:300]
+row = [label, r["tree_growth_per_s"], r["log_cpu_us_per_add"], r["loadgen_cpu_us_per_add"]]
+open(sys.argv[3], "a").write(json.dumps(row) + "\n")
+print(f"| {label} | {r['tree_growth_per_s']:,.0f} | {r['log_cpu_us_per_add']:.1f} µs | {r['loadgen_cpu_us_per_add']:.1f} µs | "
+      f"{add['p50_ms']:.1f} / {add['p99_ms']:.1f} ms | {tti['p50_ms']:.0f} / {tti['p99_ms']:.0f} ms | {verdict} |", flush=True)
+EOF
+}
+
+echo "| variant | appends/s | tlogd CPU/append | loadgen CPU/add | add p50 / p99 | time to integrate p50 / p99 | |"
+echo "|---|---|---|---|---|---|---|"
+for i in $(seq "$rounds"); do
+  # Rotate the order, so no variant always runs first (or on the warmer machine).
+  n=${#variants[@]}
+  for j in $(seq 0 $((n - 1))); do run "${variants[$(((i - 1 + j) % n))]}" "$@"; done
+done
+python3 - "$work/rows" <<'EOF'
+import json, sys, collections
+by = collections.OrderedDict()
+for line in open(sys.argv[1]):
+    label, rate, cpu, lg = json.loads(line)
+    by.setdefault(label, []).append((rate, cpu, lg))
+for label, rows in by.items():
+    n = len(rows)
+    print(f"| **mean {label}** ({n}) | **{sum(r[0] for r in rows) / n:,.0f}** | **{sum(r[1] for r in rows) / n:.1f} µs** | "
+          f"{sum(r[2] for r in rows) / n:.1f} µs | | | |")
+EOF
