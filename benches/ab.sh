@@ -9,14 +9,16 @@
 #
 #   benches/ab.sh SECONDS ROUNDS VARIANT VARIANT... [-- extra loadgen flags]
 #
-# A variant is `label=binary[,NAME=VALUE...]`: the tlogd binary to run (an old build
-# copied aside, say) and environment for it. `label` alone runs this tree's release
+# A variant is `label=binary[,NAME=VALUE...][,--serve-flag...]`: the tlogd binary to
+# run (an old build copied aside, say; empty for this tree's release build), environment
+# for it, and flags of its own for `tlogd serve`. `label` alone runs this tree's release
 # build. TLOGD_FLAGS adds flags to every `tlogd serve` (dedup is on unless it says
 # `--no-dedup`). Examples:
 #
 #   benches/ab.sh 20 4 old=/tmp/tlogd-old new                # two builds
 #   benches/ab.sh 15 3 shared=,TLOGD_ENGINE_SHARED=1 own      # the engine's own thread
 #   TLOGD_FLAGS=--no-dedup benches/ab.sh 20 4 a b -- --h2c
+#   benches/ab.sh 15 3 dedup no-dedup=,--no-dedup             # what the index costs
 #
 # Needs the release binaries (cargo build --release --workspace --all-targets).
 set -euo pipefail
@@ -45,11 +47,14 @@ run() { # variant, loadgen flags...
   [[ $spec == *=* ]] && rest=${spec#*=}
   IFS=, read -r -a parts <<< "$rest"
   [ -n "${parts[0]:-}" ] && tlogd=${parts[0]}
-  env=("${parts[@]:1}")
+  local flags=()
+  for p in "${parts[@]:1}"; do
+    if [[ $p == --* ]]; then flags+=("$p"); else env+=("$p"); fi
+  done
   local port dir="$work/log-$RANDOM"
   port=$(free_port)
   env "${env[@]}" "$tlogd" serve --storage-dir "$dir" --origin bench.example/log --private-key-file "$work/key" \
-    --listen "127.0.0.1:$port" --metrics-listen "" "${serve_flags[@]}" 2>"$work/tlogd.log" &
+    --listen "127.0.0.1:$port" --metrics-listen "" "${serve_flags[@]}" "${flags[@]}" 2>"$work/tlogd.log" &
   local tl=$!
   pids+=("$tl")
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/checkpoint" >/dev/null && break; sleep 0.1; done

@@ -207,6 +207,11 @@ struct Inner {
     /// Partial-tile directories of tiles that became full in the previous commit.
     /// Deleted one commit later, when the engine is sure to serve the full tiles.
     gc: Mutex<Vec<PathBuf>>,
+    /// Held by the publisher while it writes a checkpoint's partial tiles; the
+    /// collection of partial directories waits for a commit when it is free. (Without
+    /// it a commit could delete the directory of a partial the publisher was about to
+    /// write: the publish failed, and that checkpoint came a whole interval late.)
+    publishing: Mutex<()>,
     tmp_seq: AtomicU64,
     /// Set after a failed sync: the page cache may then hold data the disk does not,
     /// so nothing more is committed until the daemon restarts and re-reads the disk.
@@ -230,6 +235,17 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> OpenError + '_ {
 }
 
 impl PosixStorage {
+    /// Act as a publisher in the middle of writing a checkpoint's partial tiles until
+    /// the guard is dropped: commits go on, but collect no partial directory. For
+    /// tests of that interleaving, which is otherwise a matter of timing.
+    #[doc(hidden)]
+    pub fn hold_publishing(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.inner
+            .publishing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Open (or create) the log `origin` at `root`, taking its lock.
     pub fn open(root: impl Into<PathBuf>, origin: &str) -> Result<Self, OpenError> {
         let root: PathBuf = root.into();
@@ -299,6 +315,7 @@ impl PosixStorage {
                 commit_lock: Mutex::new(()),
                 dirs: Mutex::new(HashSet::new()),
                 gc: Mutex::new(Vec::new()),
+                publishing: Mutex::new(()),
                 tmp_seq: AtomicU64::new(0),
                 poisoned: AtomicBool::new(false),
                 sync_lock: Mutex::new(()),
@@ -753,7 +770,9 @@ impl Inner {
             let _ = fs::remove_file(&tmp);
             return Err(e);
         }
-        fs::rename(&tmp, path)
+        fs::rename(&tmp, path).inspect_err(|_| {
+            let _ = fs::remove_file(&tmp);
+        })
     }
 
     /// Temp file, fsync, rename, fsync the directory. A failed sync poisons the store.
@@ -920,12 +939,24 @@ impl Inner {
                 PathBuf::from(p)
             })
             .collect();
-        let previous = std::mem::replace(
-            &mut *self.gc.lock().unwrap_or_else(|e| e.into_inner()),
-            full_now,
-        );
+        //    Not while the publisher writes partials (it may be writing into one of
+        //    these directories): they wait for the next commit then.
+        let mut pending = self.gc.lock().unwrap_or_else(|e| e.into_inner());
+        let publishing = match self.publishing.try_lock() {
+            Ok(guard) => Some(guard),
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        };
+        if publishing.is_none() {
+            pending.extend(full_now);
+            return Ok(());
+        }
+        let previous = std::mem::replace(&mut *pending, full_now);
+        drop(pending);
+        let mut dirs = self.dirs.lock().unwrap_or_else(|e| e.into_inner());
         for dir in previous {
-            let _ = fs::remove_dir_all(dir);
+            let _ = fs::remove_dir_all(&dir);
+            dirs.remove(&dir);
         }
         Ok(())
     }
@@ -940,6 +971,9 @@ impl Inner {
         {
             return Ok(());
         }
+        // Until the partials are durable, no commit deletes a partial directory. The
+        // edge is read under it: a tile still partial in it keeps its directory.
+        let publishing = self.publishing.lock().unwrap_or_else(|e| e.into_inner());
         let edge = self
             .state
             .lock()
@@ -961,6 +995,7 @@ impl Inner {
         if wrote {
             self.sync_all_files()?;
         }
+        drop(publishing);
         self.put_durable(&path, signed)
     }
 }

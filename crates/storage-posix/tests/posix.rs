@@ -973,3 +973,64 @@ async fn a_directory_refusing_writes_mid_run_pushes_back_then_recovers() {
     tasks.join().await;
     check_acked(&storage, &acked).await;
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn partial_directories_are_kept_while_a_checkpoint_is_being_written() {
+    // A commit deletes the partial directories of tiles completed one commit earlier.
+    // If the publisher is writing the partials of an older size at that moment, the
+    // directory it writes into must stay: under load a publish failed that way now and
+    // then ("writing tile/entries/947.p/255: No such file or directory"), and that
+    // checkpoint came a whole interval late.
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Arc::new(PosixStorage::open(dir.path(), ORIGIN).unwrap());
+    let mut cfg = config(8);
+    cfg.checkpoint_interval = Duration::from_secs(3600);
+    let (log, tasks) = Log::open(storage.clone(), None, cfg).await.unwrap();
+    let batch = |from: u64, n: u64| -> Vec<Bytes> {
+        (from..from + n)
+            .map(|i| Bytes::from(format!("g{i}")))
+            .collect()
+    };
+    add_in_order(&log, batch(0, 248), 0).await;
+    // A checkpoint at 248 writes tile/0/000.p/248 and tile/entries/000.p/248.
+    let signer = NoteSigner::from_skey(SKEY).unwrap();
+    let cp = |size| {
+        tlogd_core::checkpoint::Checkpoint {
+            origin: ORIGIN.to_string(),
+            size,
+            // The storage reads only the size; the engine's final checkpoint
+            // replaces this one.
+            root: [0; 32],
+            extensions: Vec::new(),
+        }
+        .sign(&signer)
+        .unwrap()
+    };
+    storage.publish_checkpoint(&cp(248)).await.unwrap();
+    let partial = dir.path().join("tile/entries/000.p");
+    assert!(partial.join("248").exists());
+    {
+        let _publishing = storage.hold_publishing();
+        // Commit k completes tile 0 (248..256); commit k+1 (256..264) would collect
+        // its partial directories.
+        add_in_order(&log, batch(248, 16), 248).await;
+        assert!(
+            partial.exists(),
+            "a partial directory was deleted while the publisher was writing"
+        );
+    }
+    // The next commit collects them.
+    add_in_order(&log, batch(264, 8), 264).await;
+    assert!(!partial.exists());
+    assert!(!dir.path().join("tile/0/000.p").exists());
+    log.shutdown();
+    tasks.join().await;
+    let verifier = signer.verifier();
+    assert_eq!(
+        check_log(&*storage, ORIGIN, &verifier, None)
+            .await
+            .unwrap()
+            .checkpoint_size,
+        272
+    );
+}

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# One long run of tlogd on POSIX with the dedup index on, under the loadgen (256 writers,
+# HTTP/1.1, every entry verified) until GOAL entries or MINUTES: every 60 s one CSV row of
+# tree size, appends/s over the last minute, tlogd's RSS, and the disk taken by the log and
+# by the dedup index, to see whether the rate holds as the index grows.
+#
+#   benches/at-scale.sh [GOAL entries, default 50000000] [MINUTES, default 45] [DIR, default a temp dir]
+#
+# The log needs ~175 bytes of disk per entry (entries of 64 bytes, tiles, the index).
+# Needs the release binaries (cargo build --release --workspace --all-targets).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+goal="${1:-50000000}"
+minutes="${2:-45}"
+bin="$CARGO_TARGET_DIR/release"
+tlogd="${TLOGD_BIN:-$bin/tlogd}"
+keep="${3:-}"
+work="${keep:-$(mktemp -d /tmp/tlogd-scale-XXXX)}"
+mkdir -p "$work"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; [ -z "$keep" ] && rm -rf "$work"; return 0; }
+trap cleanup EXIT
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+"$bin/tlogd" keygen --origin bench.example/log --out "$work/key" > "$work/vkey" 2>/dev/null
+"$tlogd" serve --storage-dir "$work/log" --origin bench.example/log --private-key-file "$work/key" \
+  --listen "127.0.0.1:$port" --metrics-listen "" 2>"$work/tlogd.log" &
+tl=$!
+pids+=("$tl")
+for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/checkpoint" >/dev/null && break; sleep 0.1; done
+"$bin/tlog-loadgen" --log-url "http://127.0.0.1:$port" --log-public-key "$(cat "$work/vkey")" \
+  --writers 256 --leaf-write-goal "$goal" --max-runtime "${minutes}m" --log-pid "$tl" --quiet \
+  --report-json "$work/r.json" > "$work/loadgen.out" 2>&1 &
+lg=$!
+pids+=("$lg")
+size() { curl -sf "http://127.0.0.1:$port/checkpoint" | sed -n 2p; }
+echo "minute,tree_size,appends_per_s,tlogd_rss_mib,log_disk_mib,dedup_disk_mib"
+last=$(size); m=0
+while kill -0 "$lg" 2>/dev/null; do
+  for _ in $(seq 60); do kill -0 "$lg" 2>/dev/null || break; sleep 1; done
+  kill -0 "$lg" 2>/dev/null || break
+  m=$((m + 1)); now=$(size)
+  rss=$(awk '/VmRSS/ {print int($2 / 1024)}' "/proc/$tl/status")
+  dedup=$(du -sm "$work/log/.tlogd/dedup" | cut -f1)
+  logmb=$(du -sm "$work/log" | cut -f1)
+  echo "$m,$now,$(( (now - last) / 60 )),$rss,$logmb,$dedup"
+  last=$now
+done
+wait "$lg" || true
+python3 - "$work/r.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(f"# loadgen: {r['writes_new']:,} new adds, tree growth {r['tree_growth_per_s']:,.0f}/s over {r['write_seconds']:.0f} s, "
+      f"tlogd {r['log_cpu_us_per_add']:.1f} µs CPU/add, ok={r['ok']} {'; '.join(r['failure_reasons'])[:300]}")
+PY
