@@ -33,16 +33,18 @@ for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/checkpoint" >/dev/null 
   --report-json "$work/r.json" > "$work/loadgen.out" 2>&1 &
 lg=$!
 pids+=("$lg")
-size() { curl -sf "http://127.0.0.1:$port/checkpoint" | sed -n 2p; }
+size() { curl -sf --max-time 10 "http://127.0.0.1:$port/checkpoint" | sed -n 2p || true; }
 echo "minute,tree_size,appends_per_s,tlogd_rss_mib,log_disk_mib,dedup_disk_mib"
 last=$(size); m=0
 while kill -0 "$lg" 2>/dev/null; do
   for _ in $(seq 60); do kill -0 "$lg" 2>/dev/null || break; sleep 1; done
   kill -0 "$lg" 2>/dev/null || break
-  m=$((m + 1)); now=$(size)
+  m=$((m + 1)); now=$(size); now=${now:-$last}
   rss=$(awk '/VmRSS/ {print int($2 / 1024)}' "/proc/$tl/status")
-  dedup=$(du -sm "$work/log/.tlogd/dedup" | cut -f1)
-  logmb=$(du -sm "$work/log" | cut -f1)
+  # Files come and go under du (partials collected, compactions): it then complains
+  # and fails, but still counts the rest.
+  dedup=$(du -sm "$work/log/.tlogd/dedup" 2>/dev/null | cut -f1 || true)
+  logmb=$(du -sm "$work/log" 2>/dev/null | cut -f1 || true)
   echo "$m,$now,$(( (now - last) / 60 )),$rss,$logmb,$dedup"
   last=$now
 done

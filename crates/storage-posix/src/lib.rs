@@ -57,7 +57,8 @@
 //!    uncommitted batch) is deleted.
 //! 5. Garbage-collect the partials of tiles that became full in the previous commit
 //!    (tlog-tiles "Partial Tiles": readers fall back to the full tile, which is served
-//!    by then). Best effort.
+//!    by then). Best effort, and not while the publisher is writing partials (it may be
+//!    writing into one of those directories): then a later commit collects them.
 //!
 //! # Sync failures stop commits
 //!

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Where tlogd's CPU goes per append, by stage: tlogd on POSIX under the loadgen (256
+# writers, HTTP/1.1 unless the loadgen flags say otherwise, every entry verified),
+# `perf record -F 999` of the tlogd process for 12 s in the middle of a 30 s run, every
+# sample sorted into a stage by its thread and symbol, and each stage's share turned
+# into µs per append (samples / 999 Hz / entries appended during the recording).
+# Prints a markdown table; results go to benches/README.md by hand.
+#
+#   benches/profile.sh [label, default tlogd] [extra tlogd serve flags...]
+#   TLOGD_BIN=/tmp/tlogd-old LGFLAGS=--h2c benches/profile.sh old --no-dedup
+#
+# Needs perf (linux-perf) and the release binaries (cargo build --release --workspace
+# --all-targets). The stages are heuristics over symbol names: good for before/after on
+# one machine, not an exact accounting.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+label="${1:-tlogd}"
+shift $(($# > 0 ? 1 : 0))
+bin="$CARGO_TARGET_DIR/release"
+tlogd="${TLOGD_BIN:-$bin/tlogd}"
+work=$(mktemp -d /tmp/tlogd-profile-XXXX)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+trap cleanup EXIT
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+"$bin/tlogd" keygen --origin bench.example/log --out "$work/key" > "$work/vkey" 2>/dev/null
+"$tlogd" serve --storage-dir "$work/log" --origin bench.example/log --private-key-file "$work/key" \
+  --listen "127.0.0.1:$port" --metrics-listen "" "$@" 2>"$work/tlogd.log" &
+tl=$!
+pids+=("$tl")
+for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/checkpoint" >/dev/null && break; sleep 0.1; done
+read -r -a lgflags <<< "${LGFLAGS:-}"
+"$bin/tlog-loadgen" --log-url "http://127.0.0.1:$port" --log-public-key "$(cat "$work/vkey")" \
+  --writers 256 --duration 30s --log-pid "$tl" --quiet --report-json "$work/r.json" "${lgflags[@]}" >/dev/null &
+lg=$!
+pids+=("$lg")
+size() { curl -sf "http://127.0.0.1:$port/checkpoint" | sed -n 2p; }
+sleep 10
+s0=$(size)
+perf record -F 999 -p "$tl" -o "$work/perf.data" -- sleep 12 >/dev/null 2>&1
+s1=$(size)
+wait "$lg" || true
+perf report -i "$work/perf.data" --no-children --sort comm,dso,sym 2>/dev/null | grep '%' > "$work/report.txt"
+samples=$(perf script -i "$work/perf.data" -F comm 2>/dev/null | wc -l)
+python3 - "$work/report.txt" "$samples" $((s1 - s0)) "$label" "$work/r.json" <<'PY'
+import collections, json, re, sys
+report, samples, entries, label = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+r = json.load(open(sys.argv[5]))
+total = samples / 999 * 1e6 / max(entries, 1)
+NET = r'tcp|inet|skb|ip_|sock|softirq|net_|__dev|loopback|_copy_to_iter|_copy_from_iter|sendmsg|recvmsg|writev|readv|recvfrom|bbr|process_backlog|sk_|fdget|do_syscall|irqentry|kmem|slab'
+SCHED = r'task_switch|schedule|futex|spin_unlock|wake|enqueue|dequeue|pick_next|update_curr|switch'
+DISK = r'ext4|jbd2|fsync|sync|blk|virtio|iowrite|bio|page|folio|filemap|d_lookup|fscrypt|inode|dentry|find_get_block'
+def stage(comm, dso, kernel, sym):
+    if comm.startswith('rocksdb'): return 'dedup index: RocksDB flush and compaction threads'
+    if 'rocksdb' in sym or dso.startswith('libstdc'): return 'dedup index: RocksDB lookups and inserts'
+    if re.search(r'malloc|_int_free|cfree|unlink_chunk|consolidate|realloc|^_?mi_', sym): return 'allocator'
+    if 'sha2' in sym: return 'hashing (SHA-256)'
+    if re.search(r'hyper|h2::|http::|httparse|http_body|axum|tower', sym): return 'HTTP parse/route/respond (hyper, axum)'
+    if 'metrics' in sym: return 'metrics'
+    if 'tokio' in sym: return 'tokio: task scheduling, timers, I/O readiness'
+    if kernel:
+        if re.search(NET, sym): return 'kernel: sockets and syscalls'
+        if re.search(SCHED, sym): return 'kernel: scheduling, futex wake-ups'
+        if re.search(DISK, sym): return 'kernel: commit I/O (files, fsync)'
+        return 'kernel: other'
+    if comm == 'tlogd-engine': return 'engine thread: queue, integrate, commit (user)'
+    if re.search(r'memmove|memcpy|memcmp|memset', sym): return 'memcpy/memcmp'
+    return 'other user space'
+shares = collections.Counter()
+for line in open(report):
+    m = re.match(r'\s*([\d.]+)%\s+(\S+)\s+(\S+)\s+\[(.)\]\s+(.*)', line)
+    if m:
+        shares[stage(m[2], m[3], m[4] == 'k', m[5])] += float(m[1])
+print(f"{label}: {r['tree_growth_per_s']:,.0f} appends/s over the run, tlogd {r['log_cpu_us_per_add']:.1f} µs CPU/append "
+      f"(/proc), loadgen {r['loadgen_cpu_us_per_add']:.1f} µs/add; profile: {samples} samples over {entries:,} appends = {total:.1f} µs/append")
+print("| stage | share | µs/append |")
+print("|---|---|---|")
+for k, v in shares.most_common():
+    print(f"| {k} | {v:.1f} % | {v * total / 100:.2f} |")
+PY
