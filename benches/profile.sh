@@ -23,7 +23,8 @@ work=$(mktemp -d /tmp/tlogd-profile-XXXX)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$work"; }
 trap cleanup EXIT
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+source benches/lib.sh
+port=$(free_port)
 "$bin/tlogd" keygen --origin bench.example/log --out "$work/key" > "$work/vkey" 2>/dev/null
 "$tlogd" serve --storage-dir "$work/log" --origin bench.example/log --private-key-file "$work/key" \
   --listen "127.0.0.1:$port" --metrics-listen "" "$@" 2>"$work/tlogd.log" &

@@ -18,9 +18,7 @@ chmod 755 "$work"
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$work"; }
 trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-# utime+stime (clock ticks) of every process whose command name is $1.
-ticks_of() { awk -v n="($1)" '$2 == n { s += $14 + $15 } END { print s + 0 }' /proc/[0-9]*/stat 2>/dev/null; }
+source benches/lib.sh
 ticks_pid() { awk '{print $14+$15}' "/proc/$1/stat"; }
 
 "$bin/tlogd" keygen --origin bench.example/log --out "$work/key" > "$work/vkey" 2>/dev/null
@@ -32,15 +30,9 @@ install -d -o postgres -m 700 "$work/pg"
 su postgres -c "$pgbin/initdb -D $work/pg -U postgres --auth=trust --no-instructions --no-sync" >/dev/null
 su postgres -c "$pgbin/postgres -D $work/pg -p $pgport -c listen_addresses=127.0.0.1 -c unix_socket_directories= -c shared_buffers=1GB -c max_connections=300" >"$work/pg.log" 2>&1 &
 pids+=($!)
-# MariaDB, as the MySQL rows of benches/README.md.
-myport=$(free_port)
-mariadb-install-db --no-defaults --user=root --datadir="$work/my" --auth-root-authentication-method=normal --skip-test-db >/dev/null 2>&1
-mariadbd --no-defaults --user=root --datadir="$work/my" --port="$myport" --bind-address=127.0.0.1 --socket="$work/my/s.sock" \
-  --skip-log-bin --innodb-buffer-pool-size=1G --innodb-log-file-size=512M --innodb-flush-log-at-trx-commit=1 \
-  --max-connections=500 --max-allowed-packet=64M >"$work/my.log" 2>&1 &
-pids+=($!)
+start_mariadb "$work/my"
 for _ in $(seq 100); do
-  psql -h 127.0.0.1 -p "$pgport" -U postgres -c 'select 1' >/dev/null 2>&1 && mariadb -h 127.0.0.1 -P "$myport" -u root -e 'select 1' >/dev/null 2>&1 && break
+  psql -h 127.0.0.1 -p "$pgport" -U postgres -c 'select 1' >/dev/null 2>&1 && break
   sleep 0.2
 done
 

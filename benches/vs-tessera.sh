@@ -38,21 +38,14 @@ work=$(mktemp -d /tmp/tlogd-vs-tessera-XXXX)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$work"; }
 trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-ticks_of() { awk -v n="($1)" '$2 == n { s += $14 + $15 } END { print s + 0 }' /proc/[0-9]*/stat 2>/dev/null; }
+source benches/lib.sh
 
 "$tlogd" keygen --origin bench.example/log --out "$work/key" > "$work/vkey" 2>/dev/null
 
 if [ "$mode" = mysql ]; then
-  schema=$(GOFLAGS=-mod=mod go env GOMODCACHE)/github.com/transparency-dev/tessera@$tessera_version/storage/mysql/schema.sql
+  schema=$(go env GOMODCACHE)/github.com/transparency-dev/tessera@$tessera_version/storage/mysql/schema.sql
   [ -f "$schema" ] || { echo "no $schema (go install should have fetched it)" >&2; exit 1; }
-  myport=$(free_port)
-  mariadb-install-db --no-defaults --user=root --datadir="$work/my" --auth-root-authentication-method=normal --skip-test-db >/dev/null 2>&1
-  mariadbd --no-defaults --user=root --datadir="$work/my" --port="$myport" --bind-address=127.0.0.1 --socket="$work/my/s.sock" \
-    --skip-log-bin --innodb-buffer-pool-size=1G --innodb-log-file-size=512M --innodb-flush-log-at-trx-commit=1 \
-    --max-connections=500 --max-allowed-packet=64M >"$work/my.log" 2>&1 &
-  pids+=($!)
-  for _ in $(seq 100); do mariadb -h 127.0.0.1 -P "$myport" -u root -e 'select 1' >/dev/null 2>&1 && break; sleep 0.2; done
+  start_mariadb "$work/my"
 fi
 
 run() { # which (go|go-antispam|tlogd), loadgen flags...

@@ -1,0 +1,23 @@
+# Shared by the bench scripts (sourced, not run).
+
+# A free TCP port on 127.0.0.1 (this machine already has a listener on 2024).
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# utime+stime (clock ticks) of every process whose command name is $1.
+ticks_of() { awk -v n="($1)" '$2 == n { s += $14 + $15 } END { print s + 0 }' /proc/[0-9]*/stat 2>/dev/null; }
+
+# A private MariaDB with durable commits (the MySQL rows of benches/README.md) in
+# directory $1 on a free port: sets `myport`, adds the server to `pids`, returns once it
+# answers.
+start_mariadb() {
+  local dir=$1
+  myport=$(free_port)
+  mariadb-install-db --no-defaults --user=root --datadir="$dir" --auth-root-authentication-method=normal --skip-test-db >/dev/null 2>&1
+  mariadbd --no-defaults --user=root --datadir="$dir" --port="$myport" --bind-address=127.0.0.1 --socket="$dir/s.sock" \
+    --skip-log-bin --innodb-buffer-pool-size=1G --innodb-log-file-size=512M --innodb-flush-log-at-trx-commit=1 \
+    --max-connections=500 --max-allowed-packet=64M >"$dir.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 100); do mariadb -h 127.0.0.1 -P "$myport" -u root -e 'select 1' >/dev/null 2>&1 && return 0; sleep 0.2; done
+  echo "MariaDB did not start (see $dir.log)" >&2
+  return 1
+}
