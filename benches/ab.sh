@@ -9,16 +9,18 @@
 #
 #   benches/ab.sh SECONDS ROUNDS VARIANT VARIANT... [-- extra loadgen flags]
 #
-# A variant is `label=binary[,NAME=VALUE...][,--serve-flag...]`: the tlogd binary to
-# run (an old build copied aside, say; empty for this tree's release build), environment
-# for it, and flags of its own for `tlogd serve`. `label` alone runs this tree's release
-# build. TLOGD_FLAGS adds flags to every `tlogd serve` (dedup is on unless it says
+# A variant is `label=binary[,NAME=VALUE...][,--serve-flag...][,loadgen=BINARY]`: the
+# tlogd binary to run (an old build copied aside, say; empty for this tree's release
+# build), environment for it, flags of its own for `tlogd serve`, and the loadgen
+# binary driving it (this tree's by default). `label` alone runs this tree's release
+# builds. TLOGD_FLAGS adds flags to every `tlogd serve` (dedup is on unless it says
 # `--no-dedup`). Examples:
 #
 #   benches/ab.sh 20 4 old=/tmp/tlogd-old new                # two builds
 #   benches/ab.sh 15 3 shared=,TLOGD_ENGINE_SHARED=1 own      # the engine's own thread
 #   TLOGD_FLAGS=--no-dedup benches/ab.sh 20 4 a b -- --h2c
 #   benches/ab.sh 15 3 dedup no-dedup=,--no-dedup             # what the index costs
+#   benches/ab.sh 20 4 lg-old=,loadgen=/tmp/loadgen-old lg-new  # two loadgen builds
 #
 # Needs the release binaries (cargo build --release --workspace --all-targets).
 set -euo pipefail
@@ -43,13 +45,15 @@ read -r -a serve_flags <<< "${TLOGD_FLAGS:-}"
 
 run() { # variant, loadgen flags...
   local spec=$1; shift
-  local label=${spec%%=*} rest="" tlogd="$bin/tlogd" env=()
+  local label=${spec%%=*} rest="" tlogd="$bin/tlogd" loadgen="$bin/tlog-loadgen" env=()
   [[ $spec == *=* ]] && rest=${spec#*=}
   IFS=, read -r -a parts <<< "$rest"
   [ -n "${parts[0]:-}" ] && tlogd=${parts[0]}
   local flags=()
   for p in "${parts[@]:1}"; do
-    if [[ $p == --* ]]; then flags+=("$p"); else env+=("$p"); fi
+    if [[ $p == --* ]]; then flags+=("$p")
+    elif [[ $p == loadgen=* ]]; then loadgen=${p#loadgen=}
+    else env+=("$p"); fi
   done
   local port dir="$work/log-$RANDOM"
   port=$(free_port)
@@ -58,7 +62,7 @@ run() { # variant, loadgen flags...
   local tl=$!
   pids+=("$tl")
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/checkpoint" >/dev/null && break; sleep 0.1; done
-  "$bin/tlog-loadgen" --log-url "http://127.0.0.1:$port" --log-public-key "$(cat "$work/vkey")" \
+  "$loadgen" --log-url "http://127.0.0.1:$port" --log-public-key "$(cat "$work/vkey")" \
     --writers 256 --duration "${secs}s" --log-pid "$tl" --probe-dir "$dir" --quiet \
     --report-json "$work/r.json" "$@" >/dev/null || true
   kill "$tl"; wait "$tl" 2>/dev/null || true

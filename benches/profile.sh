@@ -42,7 +42,7 @@ s0=$(size)
 perf record -F 999 -p "$tl" -o "$work/perf.data" -- sleep 12 >/dev/null 2>&1
 s1=$(size)
 wait "$lg" || true
-perf report -i "$work/perf.data" --no-children --sort comm,dso,sym 2>/dev/null | grep '%' > "$work/report.txt"
+perf report -i "$work/perf.data" --no-children --sort comm,dso,sym 2>/dev/null | tee "${KEEP_REPORT:-/dev/null}" | grep '%' > "$work/report.txt"
 samples=$(perf script -i "$work/perf.data" -F comm 2>/dev/null | wc -l)
 python3 - "$work/report.txt" "$samples" $((s1 - s0)) "$label" "$work/r.json" <<'PY'
 import collections, json, re, sys

@@ -192,7 +192,8 @@ pub struct DedupConfig {
     pub max_lag: u64,
     /// RocksDB block cache (MiB).
     pub block_cache_mib: usize,
-    /// RocksDB memtable size (MiB); two are kept.
+    /// Memory for the newest indexed entries (MiB, ~64 bytes each): when full, they
+    /// are written as one RocksDB table; twice this while it is being written.
     pub write_buffer_mib: usize,
 }
 
@@ -476,9 +477,16 @@ mod tests {
     #[test]
     fn example_configs_parse_and_validate() {
         // Read at run time: the binary may come from a build in another clone.
-        let dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        let manifest: std::path::PathBuf = std::env::var_os("CARGO_MANIFEST_DIR")
             .map(std::path::PathBuf::from)
             .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
+        // This module is also compiled into the fuzz crate, one level up from the
+        // repository root instead of two: find the examples from either.
+        let root = manifest
+            .ancestors()
+            .find(|d| d.join("config/posix.toml").is_file())
+            .expect("config/ above the crate");
+        let dir = root.join("crates/daemon");
         let c = Config::load(&dir.join("../../config/posix.toml")).unwrap();
         c.validate().unwrap();
         assert_eq!(

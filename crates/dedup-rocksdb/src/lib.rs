@@ -3,35 +3,46 @@
 //! Kept out of `tlogd-core` because RocksDB is a heavy C++ build.
 //!
 //! * Keys: the full 32-byte SHA-256 of the entry; values: the index, 8 bytes big-endian.
-//! * "First index wins" is a merge operator that keeps the existing value, so a batch is
-//!   one blind `WriteBatch` with no read-before-write.
-//! * The "indexed up to" marker is written in the same `WriteBatch` as the entries it
-//!   covers, so the two never disagree. The WAL is on but not synced: a crash may lose
-//!   the newest index writes together with their marker, and the engine's follower then
-//!   re-indexes them from the log.
-//! * Memory is the block cache and the write buffers (see [`DedupOptions`]) plus the
-//!   tables' Bloom filters and indexes, ~1.3 bytes per entry.
+//! * **Newest entries in memory, then one table at a time.** Indexed entries go to an
+//!   in-memory map; every [`DedupOptions::recent_entries`] they are sorted, written as
+//!   one table file and ingested into RocksDB, and only then does the persisted "indexed
+//!   up to" marker move past them. Through RocksDB's write path each entry cost a
+//!   write-ahead-log record, a skip-list insert (the largest piece of the daemon's
+//!   index CPU, profiled at ~4 % of the daemon) and a flush; a table written from a
+//!   sorted map costs a hash-map insert and a share of one sort.
+//! * A crash loses the in-memory part; the persisted marker still says what the tables
+//!   hold, and the engine's follower re-indexes the rest from the log at start-up (as it
+//!   always did for an index that is behind). [`DedupIndex::flush`] at shutdown and
+//!   `Drop` write it out.
+//! * "First index wins": a hash already present keeps its older index. Tables hold
+//!   merge operands resolved by a merge operator that keeps the existing value, so a
+//!   table is written blind, with no read-before-write; a lookup that finds a hash in
+//!   memory also asks the tables (only duplicates get that far) and answers the older.
+//! * Memory: the in-memory map (~48 bytes per entry, reserved up front, twice while a
+//!   table is being written), the block cache (see [`DedupOptions`]), and the tables'
+//!   Bloom filters and indexes, ~1.3 bytes per entry.
 //! * Disk is ~49 bytes per entry in the tables plus a bounded overhead: RocksDB's
 //!   defaults preallocate a 4 MiB MANIFEST and a write-ahead log block of 1.1 times
-//!   the write buffer (17.6 MiB) per log file, twice, so a fresh index took 36 MiB
-//!   after 10 entries (a 48 MiB filesystem was full after 2). The MANIFEST's
-//!   preallocation and size, the info LOG files and the total write-ahead log (which
-//!   also caps its preallocation, and makes RocksDB flush the memtables holding the
-//!   oldest log, the tiny `meta` one included, once it is exceeded) are bounded here:
-//!   ~2 MiB after 10 entries, ~5.4 MiB after 100k, ~49 MiB after 1M (measured with
-//!   `examples/footprint.rs`).
+//!   the write buffer per log file, so a fresh index took 36 MiB after 10 entries (a
+//!   48 MiB filesystem was full after 2). The MANIFEST's preallocation and size, the
+//!   info LOG files, the write buffers (only the marker goes through them now) and the
+//!   total write-ahead log are bounded here (measured with `examples/footprint.rs`).
 
-use std::path::Path;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
 
 use rocksdb::{
-    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DB, MergeOperands, Options, WriteBatch,
-    WriteOptions,
+    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DB, IngestExternalFileOptions,
+    MergeOperands, Options, SstFileWriter, WriteOptions,
 };
 use tlogd_core::engine::{DedupError, DedupIndex, EntryHash};
 
 const CF_ENTRIES: &str = "entries";
 const CF_META: &str = "meta";
 const MARKER: &[u8] = b"indexed_up_to";
+/// Tables being written, below the index directory (RocksDB ignores subdirectories).
+const INGEST_DIR: &str = "ingest";
 
 /// Memory bounds of the index. Beyond these, the Bloom filters and indexes of the
 /// open tables take ~1.3 bytes per indexed entry.
@@ -39,35 +50,62 @@ const MARKER: &[u8] = b"indexed_up_to";
 pub struct DedupOptions {
     /// LRU block cache, including index and Bloom filter blocks.
     pub block_cache_bytes: usize,
-    /// Size of one memtable.
-    pub write_buffer_bytes: usize,
-    /// Memtables kept before writes stall.
-    pub max_write_buffers: i32,
-    /// Write-ahead log kept on disk, all files together: beyond it the memtables
-    /// holding the oldest log are flushed. Also caps the space RocksDB preallocates for
-    /// each new log file (1.1 write buffers otherwise).
+    /// Entries kept in memory before they are written as one table (~48 bytes each,
+    /// reserved up front; twice that while a table is being written).
+    pub recent_entries: usize,
+    /// Write-ahead log kept on disk, all files together (only the marker is logged).
     pub max_wal_bytes: u64,
 }
 
+/// Bytes of memory per in-memory entry, to turn a memory budget into
+/// [`DedupOptions::recent_entries`]: a 32-byte key, an 8-byte index and the hash
+/// table's control byte, at the table's load factor, rounded up.
+pub const RECENT_ENTRY_BYTES: usize = 64;
+
 impl Default for DedupOptions {
-    /// 32 MiB cache + 2 x 16 MiB memtables: ~64 MiB resident at most, plus RocksDB's
-    /// small fixed overhead. 2 MiB of write-ahead log: a flush every ~45k entries,
-    /// which RocksDB's compactions absorb (measured: no loss of write or lookup rate at
-    /// 1M entries against the 32 MiB log the memtables would allow).
+    /// 32 MiB cache + 2 x 16 MiB for the newest entries: ~64 MiB resident at most,
+    /// plus RocksDB's small fixed overhead.
     fn default() -> Self {
         DedupOptions {
             block_cache_bytes: 32 << 20,
-            write_buffer_bytes: 16 << 20,
-            max_write_buffers: 2,
+            recent_entries: (16 << 20) / RECENT_ENTRY_BYTES,
             max_wal_bytes: 2 << 20,
         }
     }
+}
+
+/// Entry hash -> index of its first occurrence.
+type EntryMap = HashMap<EntryHash, u64>;
+
+/// The newest part of the index, not yet in a table.
+struct Recent {
+    /// Indexed since the last table was started.
+    map: EntryMap,
+    /// Being written as a table: answered from here until the table is ingested.
+    writing: Option<Arc<EntryMap>>,
 }
 
 /// The RocksDB index.
 pub struct RocksDedup {
     db: DB,
     write_opts: WriteOptions,
+    /// The entries column family's options, for the table writer (same table format,
+    /// Bloom filters and comparator as the tables RocksDB writes itself).
+    table_opts: Options,
+    ingest_dir: PathBuf,
+    recent: RwLock<Recent>,
+    recent_entries: usize,
+    /// One table written at a time.
+    writer: Mutex<Marks>,
+}
+
+/// Where the index stands.
+#[derive(Default)]
+struct Marks {
+    /// What the tables cover (the marker in RocksDB).
+    persisted: u64,
+    /// What the tables and the in-memory entries cover.
+    latest: u64,
 }
 
 fn keep_first(_key: &[u8], existing: Option<&[u8]>, operands: &MergeOperands) -> Option<Vec<u8>> {
@@ -81,33 +119,39 @@ fn err(e: impl std::fmt::Display) -> DedupError {
     DedupError(e.to_string())
 }
 
+/// Keep the older of two indexes for one hash (first index wins).
+fn insert_first(map: &mut EntryMap, hash: EntryHash, index: u64) {
+    map.entry(hash)
+        .and_modify(|i| *i = (*i).min(index))
+        .or_insert(index);
+}
+
+fn entries_options(block_cache_bytes: usize) -> Options {
+    let cache = Cache::new_lru_cache(block_cache_bytes);
+    let mut table = BlockBasedOptions::default();
+    table.set_block_cache(&cache);
+    table.set_bloom_filter(10.0, false);
+    // Nearly every lookup is a miss answered by a Bloom filter. Keeping filters and
+    // indexes in the block cache let data blocks evict them, and every lookup then
+    // re-read and re-checksummed a whole filter block (measured: throughput fell to
+    // ~7k/s at 1.4M entries). Held by the open table readers instead, they cost ~1.3
+    // bytes per entry (about 13 MiB per 10M entries) and are read once.
+    table.set_cache_index_and_filter_blocks(false);
+    let mut entries = Options::default();
+    entries.set_block_based_table_factory(&table);
+    // SHA-256 keys do not compress.
+    entries.set_compression_type(rocksdb::DBCompressionType::None);
+    // Entries arrive as ingested tables, never through the memtable.
+    entries.set_write_buffer_size(1 << 20);
+    // Partial merges combine operands only; the oldest wins there too.
+    entries.set_merge_operator("keep_first", keep_first, keep_first);
+    entries
+}
+
 impl RocksDedup {
     /// Open or create the index at `path`.
     pub fn open(path: &Path, opts: &DedupOptions) -> Result<Self, DedupError> {
-        let cache = Cache::new_lru_cache(opts.block_cache_bytes);
-        let mut table = BlockBasedOptions::default();
-        table.set_block_cache(&cache);
-        table.set_bloom_filter(10.0, false);
-        // Nearly every lookup is a miss answered by a Bloom filter. Keeping filters and
-        // indexes in the block cache let data blocks evict them, and every lookup then
-        // re-read and re-checksummed a whole filter block (measured: throughput fell to
-        // ~7k/s at 1.4M entries). Held by the open table readers instead, they cost
-        // ~1.3 bytes per entry (about 13 MiB per 10M entries) and are read once.
-        table.set_cache_index_and_filter_blocks(false);
-
-        let mut entries = Options::default();
-        entries.set_block_based_table_factory(&table);
-        // SHA-256 keys do not compress.
-        entries.set_compression_type(rocksdb::DBCompressionType::None);
-        entries.set_write_buffer_size(opts.write_buffer_bytes);
-        entries.set_max_write_buffer_number(opts.max_write_buffers.max(2));
-        // Partial merges combine operands only; the oldest wins there too.
-        entries.set_merge_operator("keep_first", keep_first, keep_first);
-        // Most lookups are misses: a Bloom filter on the memtable answers them without
-        // walking the skip list (profiled at ~11 % of the daemon's CPU before).
-        entries.set_memtable_whole_key_filtering(true);
-        entries.set_memtable_prefix_bloom_ratio(0.1);
-
+        let entries = entries_options(opts.block_cache_bytes);
         let mut meta = Options::default();
         meta.set_write_buffer_size(1 << 20);
 
@@ -125,27 +169,60 @@ impl RocksDedup {
         // The info LOG: at most 3 files of 1 MiB (unbounded by default, one per open).
         db_opts.set_max_log_file_size(1 << 20);
         db_opts.set_keep_log_file_num(3);
-        // Bound the total memtable memory across both column families.
-        db_opts.set_db_write_buffer_size(
-            opts.write_buffer_bytes * opts.max_write_buffers.max(2) as usize,
-        );
+        db_opts.set_db_write_buffer_size(4 << 20);
         let db = DB::open_cf_descriptors(
             &db_opts,
             path,
             vec![
-                ColumnFamilyDescriptor::new(CF_ENTRIES, entries),
+                ColumnFamilyDescriptor::new(CF_ENTRIES, entries_options(opts.block_cache_bytes)),
                 ColumnFamilyDescriptor::new(CF_META, meta),
             ],
         )
         .map_err(|e| DedupError(format!("opening {}: {e}", path.display())))?;
+        // A table left half-written by a crash: its entries are re-indexed from the log
+        // (the marker never covered them).
+        let ingest_dir = path.join(INGEST_DIR);
+        let _ = std::fs::remove_dir_all(&ingest_dir);
+        std::fs::create_dir_all(&ingest_dir)
+            .map_err(|e| DedupError(format!("creating {}: {e}", ingest_dir.display())))?;
         let mut write_opts = WriteOptions::default();
         write_opts.set_sync(false);
-        Ok(RocksDedup { db, write_opts })
+        let recent_entries = opts.recent_entries.max(1);
+        let idx = RocksDedup {
+            db,
+            write_opts,
+            table_opts: entries,
+            ingest_dir,
+            recent: RwLock::new(Recent {
+                map: EntryMap::with_capacity(recent_entries),
+                writing: None,
+            }),
+            recent_entries,
+            writer: Mutex::new(Marks::default()),
+        };
+        let marker = idx.stored_marker()?;
+        *idx.writer.lock().unwrap_or_else(|e| e.into_inner()) = Marks {
+            persisted: marker,
+            latest: marker,
+        };
+        Ok(idx)
     }
-}
 
-impl DedupIndex for RocksDedup {
-    fn get(&self, hash: &EntryHash) -> Result<Option<u64>, DedupError> {
+    fn stored_marker(&self) -> Result<u64, DedupError> {
+        let meta = self
+            .db
+            .cf_handle(CF_META)
+            .ok_or_else(|| err("missing column family"))?;
+        match self.db.get_pinned_cf(&meta, MARKER).map_err(err)? {
+            None => Ok(0),
+            Some(v) => {
+                let b: [u8; 8] = v.as_ref().try_into().map_err(|_| err("corrupt marker"))?;
+                Ok(u64::from_be_bytes(b))
+            }
+        }
+    }
+
+    fn stored_get(&self, hash: &EntryHash) -> Result<Option<u64>, DedupError> {
         let cf = self
             .db
             .cf_handle(CF_ENTRIES)
@@ -162,39 +239,133 @@ impl DedupIndex for RocksDedup {
         }
     }
 
+    /// Write the in-memory entries as one table, ingest it, then persist `marker`. The
+    /// entries stay answerable from memory until the table is in; on failure they go
+    /// back to the in-memory map (and the next write tries again).
+    fn write_recent(&self, marks: &mut Marks) -> Result<(), DedupError> {
+        let marker = marks.latest;
+        let frozen = {
+            let mut r = self.recent.write().unwrap_or_else(|e| e.into_inner());
+            if r.map.is_empty() {
+                None
+            } else {
+                let full = std::mem::replace(&mut r.map, EntryMap::with_capacity(self.recent_entries));
+                let full = Arc::new(full);
+                r.writing = Some(full.clone());
+                Some(full)
+            }
+        };
+        let written = match &frozen {
+            Some(entries) => self.ingest(entries, marker),
+            None => Ok(()),
+        };
+        let result = written.and_then(|()| {
+            let meta = self
+                .db
+                .cf_handle(CF_META)
+                .ok_or_else(|| err("missing column family"))?;
+            self.db
+                .put_cf_opt(&meta, MARKER, marker.to_be_bytes(), &self.write_opts)
+                .map_err(err)
+        });
+        let mut r = self.recent.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(entries) = r.writing.take()
+            && result.is_err()
+        {
+            for (h, i) in entries.iter() {
+                insert_first(&mut r.map, *h, *i);
+            }
+        }
+        if result.is_ok() {
+            marks.persisted = marker;
+        }
+        result
+    }
+
+    /// Sort `entries` into a table file and ingest it into the entries column family.
+    fn ingest(&self, entries: &EntryMap, marker: u64) -> Result<(), DedupError> {
+        let cf = self
+            .db
+            .cf_handle(CF_ENTRIES)
+            .ok_or_else(|| err("missing column family"))?;
+        let mut sorted: Vec<(&EntryHash, &u64)> = entries.iter().collect();
+        sorted.sort_unstable_by_key(|(h, _)| *h);
+        let path = self.ingest_dir.join(format!("{marker}.sst"));
+        let ingested = (|| {
+            let mut w = SstFileWriter::create(&self.table_opts);
+            w.open(&path)?;
+            for (h, i) in sorted {
+                w.merge(h, i.to_be_bytes())?;
+            }
+            w.finish()?;
+            let mut io = IngestExternalFileOptions::default();
+            // Renamed into the index (same filesystem), not copied.
+            io.set_move_files(true);
+            self.db.ingest_external_file_cf_opts(&cf, &io, vec![&path])
+        })();
+        if ingested.is_err() {
+            let _ = std::fs::remove_file(&path);
+        }
+        ingested.map_err(|e| DedupError(format!("writing {}: {e}", path.display())))
+    }
+}
+
+/// A clean close writes the in-memory entries out (a crash leaves them to the
+/// engine's catch-up from the log).
+impl Drop for RocksDedup {
+    fn drop(&mut self) {
+        if let Err(e) = self.flush() {
+            tracing::warn!(error = %e, "dedup index: writing the newest entries at close failed; they are re-indexed from the log at the next start");
+        }
+    }
+}
+
+impl DedupIndex for RocksDedup {
+    fn get(&self, hash: &EntryHash) -> Result<Option<u64>, DedupError> {
+        let recent = {
+            let r = self.recent.read().unwrap_or_else(|e| e.into_inner());
+            r.map
+                .get(hash)
+                .or_else(|| r.writing.as_ref().and_then(|w| w.get(hash)))
+                .copied()
+        };
+        let stored = self.stored_get(hash)?;
+        Ok(match (recent, stored) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        })
+    }
+
     fn put_batch(
         &self,
         entries: &[(EntryHash, u64)],
         indexed_up_to: u64,
     ) -> Result<(), DedupError> {
-        let cf = self
-            .db
-            .cf_handle(CF_ENTRIES)
-            .ok_or_else(|| err("missing column family"))?;
-        let meta = self
-            .db
-            .cf_handle(CF_META)
-            .ok_or_else(|| err("missing column family"))?;
-        let mut batch = WriteBatch::default();
-        for (h, i) in entries {
-            batch.merge_cf(&cf, h, i.to_be_bytes());
+        let mut marks = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let full = {
+            let mut r = self.recent.write().unwrap_or_else(|e| e.into_inner());
+            for (h, i) in entries {
+                insert_first(&mut r.map, *h, *i);
+            }
+            r.map.len() >= self.recent_entries
+        };
+        marks.latest = marks.latest.max(indexed_up_to);
+        if full {
+            self.write_recent(&mut marks)?;
         }
-        batch.put_cf(&meta, MARKER, indexed_up_to.to_be_bytes());
-        self.db.write_opt(batch, &self.write_opts).map_err(err)
+        Ok(())
+    }
+
+    fn flush(&self) -> Result<(), DedupError> {
+        let mut marks = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        if marks.latest > marks.persisted {
+            self.write_recent(&mut marks)?;
+        }
+        Ok(())
     }
 
     fn indexed_up_to(&self) -> Result<u64, DedupError> {
-        let meta = self
-            .db
-            .cf_handle(CF_META)
-            .ok_or_else(|| err("missing column family"))?;
-        match self.db.get_pinned_cf(&meta, MARKER).map_err(err)? {
-            None => Ok(0),
-            Some(v) => {
-                let b: [u8; 8] = v.as_ref().try_into().map_err(|_| err("corrupt marker"))?;
-                Ok(u64::from_be_bytes(b))
-            }
-        }
+        self.stored_marker()
     }
 }
 
@@ -248,6 +419,57 @@ mod tests {
         let used = allocated_bytes(&path).unwrap();
         assert!(used < 16 << 20, "{used} bytes after 50k entries");
         assert_eq!(idx.get(&[3u8; 32]).unwrap(), Some(3));
+    }
+
+    fn hash(n: u64) -> EntryHash {
+        let mut h = [0u8; 32];
+        h[..8].copy_from_slice(&n.wrapping_mul(0x9e37_79b9_7f4a_7c15).to_be_bytes());
+        h[8..16].copy_from_slice(&n.to_be_bytes());
+        h
+    }
+
+    #[test]
+    fn entries_move_from_memory_to_tables_and_the_marker_follows_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dedup");
+        let opts = DedupOptions {
+            recent_entries: 4,
+            ..DedupOptions::default()
+        };
+        {
+            let idx = RocksDedup::open(&path, &opts).unwrap();
+            idx.put_batch(&[(hash(0), 0), (hash(1), 1)], 2).unwrap();
+            // Found in memory; the persisted marker has not moved (a crash now loses
+            // these two, and the engine re-indexes them from the log).
+            assert_eq!(idx.get(&hash(1)).unwrap(), Some(1));
+            assert_eq!(idx.indexed_up_to().unwrap(), 0);
+            idx.put_batch(&[(hash(2), 2), (hash(3), 3)], 4).unwrap();
+            // Four entries: written as a table, and the marker with them.
+            assert_eq!(idx.indexed_up_to().unwrap(), 4);
+            assert!(idx.recent.read().unwrap().map.is_empty());
+            assert_eq!(idx.get(&hash(0)).unwrap(), Some(0));
+            assert_eq!(idx.get(&hash(3)).unwrap(), Some(3));
+            assert_eq!(idx.get(&hash(9)).unwrap(), None);
+            // The same bytes logged again (two frontends racing): the first index
+            // answers, from memory against a table and from two tables.
+            idx.put_batch(&[(hash(0), 4), (hash(5), 5)], 6).unwrap();
+            assert_eq!(idx.get(&hash(0)).unwrap(), Some(0));
+            idx.put_batch(&[(hash(6), 6), (hash(7), 7)], 8).unwrap();
+            assert_eq!(idx.indexed_up_to().unwrap(), 8);
+            assert_eq!(idx.get(&hash(0)).unwrap(), Some(0));
+            idx.put_batch(&[(hash(8), 8)], 9).unwrap();
+            assert_eq!(idx.indexed_up_to().unwrap(), 8);
+            // Closed cleanly: the last entry is written out.
+        }
+        let idx = RocksDedup::open(&path, &opts).unwrap();
+        assert_eq!(idx.indexed_up_to().unwrap(), 9);
+        // (Index 4 holds the second copy of entry 0.)
+        for n in [1, 2, 3, 5, 6, 7, 8] {
+            assert_eq!(idx.get(&hash(n)).unwrap(), Some(n));
+        }
+        assert_eq!(idx.get(&hash(0)).unwrap(), Some(0));
+        // Nothing is left behind in the directory tables are written in.
+        assert_eq!(std::fs::read_dir(path.join(INGEST_DIR)).unwrap().count(), 0);
     }
 
     #[test]

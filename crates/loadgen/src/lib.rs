@@ -22,6 +22,7 @@ pub mod stats;
 pub use tlog_verify::{client, reader};
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -725,17 +726,22 @@ async fn writer(ctx: Arc<Ctx>, w: usize, seed: u64) {
         let leaf = if !recent.is_empty() && rng.chance(args.dup_chance) {
             recent[(rng.next() % recent.len() as u64) as usize].clone()
         } else {
-            let mut s = format!("tlog-loadgen seed {seed:x} writer {w} leaf {i} ");
-            while s.len() < args.leaf_min_size {
-                s.push('.');
-            }
+            // One allocation per leaf, sized up front.
+            let mut s = String::with_capacity(args.leaf_min_size.max(64));
+            let _ = write!(s, "tlog-loadgen seed {seed:x} writer {w} leaf {i} ");
+            let pad = args.leaf_min_size.saturating_sub(s.len());
+            s.extend(std::iter::repeat_n('.', pad));
             i += 1;
             let b = Bytes::from(s);
-            if recent.len() < 64 {
-                recent.push(b.clone());
-            } else {
-                let k = (rng.next() % 64) as usize;
-                recent[k] = b.clone();
+            // Kept only to be sent again: a kept leaf is one more reference to count
+            // and drop per add.
+            if args.dup_chance > 0.0 {
+                if recent.len() < 64 {
+                    recent.push(b.clone());
+                } else {
+                    let k = (rng.next() % 64) as usize;
+                    recent[k] = b.clone();
+                }
             }
             b
         };

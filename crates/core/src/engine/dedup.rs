@@ -27,12 +27,22 @@ pub trait DedupIndex: Send + Sync + 'static {
     /// The index of the first entry whose bytes hash to `hash`, if indexed.
     fn get(&self, hash: &EntryHash) -> Result<Option<u64>, DedupError>;
 
-    /// Record `entries` (in index order) and advance the "indexed up to" marker to
-    /// `indexed_up_to` (every entry with a smaller index is now indexed), atomically.
+    /// Record `entries` (in index order): every entry with an index below
+    /// `indexed_up_to` is now indexed, and [`DedupIndex::get`] finds it. The persisted
+    /// marker ([`DedupIndex::indexed_up_to`]) moves to `indexed_up_to` together with the
+    /// entries it covers, never ahead of them, possibly later (entries held in memory).
     /// First index wins: a hash already present keeps its older index.
     fn put_batch(&self, entries: &[(EntryHash, u64)], indexed_up_to: u64)
     -> Result<(), DedupError>;
 
-    /// The persisted marker: all entries with an index below it are indexed.
+    /// The persisted marker: all entries with an index below it are indexed, and stay
+    /// so across a crash. An index may answer [`DedupIndex::get`] from entries it holds
+    /// in memory beyond it (lost in a crash, and re-indexed from the log at start-up).
     fn indexed_up_to(&self) -> Result<u64, DedupError>;
+
+    /// Persist what is held in memory (at shutdown), so the next start has nothing to
+    /// re-index.
+    fn flush(&self) -> Result<(), DedupError> {
+        Ok(())
+    }
 }

@@ -1165,6 +1165,13 @@ impl<S: LogStorage> Log<S> {
             }
             metrics::gauge!("tlogd_dedup_lag").set(self.dedup_lag() as f64);
         }
+        // Shutting down: persist what the index holds in memory, so the next start has
+        // nothing to re-index.
+        match tokio::task::spawn_blocking(move || index.flush()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "dedup index flush at shutdown failed; the next start re-indexes from the log"),
+            Err(e) => tracing::error!(error = %e, "dedup index flush at shutdown failed"),
+        }
     }
 
     /// Entry hashes of `[from, to)` read back from the stored bundles.
