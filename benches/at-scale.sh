@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One long run of tlogd on POSIX with the dedup index on, under the loadgen (256 writers,
 # HTTP/1.1, every entry verified) until GOAL entries or MINUTES: every 60 s one CSV row of
-# tree size, appends/s over the last minute, tlogd's RSS, and the disk taken by the log and
-# by the dedup index, to see whether the rate holds as the index grows.
+# tree size, appends/s over the last minute, tlogd's RSS, the disk taken by the log and
+# by the dedup index, the index's lag and the adds refused so far, to see whether the rate
+# holds as the index grows.
 #
 #   benches/at-scale.sh [GOAL entries, default 50000000] [MINUTES, default 45] [DIR, default a temp dir]
 #
@@ -23,9 +24,10 @@ cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; [ 
 trap cleanup EXIT
 source benches/lib.sh
 port=$(free_port)
+mport=$(free_port)
 "$bin/tlogd" keygen --origin bench.example/log --out "$work/key" > "$work/vkey" 2>/dev/null
 "$tlogd" serve --storage-dir "$work/log" --origin bench.example/log --private-key-file "$work/key" \
-  --listen "127.0.0.1:$port" --metrics-listen "" 2>"$work/tlogd.log" &
+  --listen "127.0.0.1:$port" --metrics-listen "127.0.0.1:$mport" 2>"$work/tlogd.log" &
 tl=$!
 pids+=("$tl")
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/checkpoint" >/dev/null && break; sleep 0.1; done
@@ -35,7 +37,11 @@ for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/checkpoint" >/dev/null 
 lg=$!
 pids+=("$lg")
 size() { curl -sf --max-time 10 "http://127.0.0.1:$port/checkpoint" | sed -n 2p || true; }
-echo "minute,tree_size,appends_per_s,tlogd_rss_mib,log_disk_mib,dedup_disk_mib"
+# The dedup index's lag behind the tree (entries) and the adds answered with anything
+# but an index so far (503 pushback when the index lags by more than dedup.max_lag),
+# from one scrape of tlogd's metrics.
+scrape() { curl -sf --max-time 10 "http://127.0.0.1:$mport/metrics" || true; }
+echo "minute,tree_size,appends_per_s,tlogd_rss_mib,log_disk_mib,dedup_disk_mib,dedup_lag,adds_refused"
 last=$(size); m=0
 while kill -0 "$lg" 2>/dev/null; do
   for _ in $(seq 60); do kill -0 "$lg" 2>/dev/null || break; sleep 1; done
@@ -46,7 +52,11 @@ while kill -0 "$lg" 2>/dev/null; do
   # and fails, but still counts the rest.
   dedup=$(du -sm "$work/log/.tlogd/dedup" 2>/dev/null | cut -f1 || true)
   logmb=$(du -sm "$work/log" 2>/dev/null | cut -f1 || true)
-  echo "$m,$now,$(( (now - last) / 60 )),$rss,$logmb,$dedup"
+  metrics=$(scrape)
+  lag=$(awk '$1 == "tlogd_dedup_lag" {printf "%d", $2}' <<< "$metrics")
+  refused=$(awk 'index($1, "tlogd_add_requests_total{") == 1 && $1 !~ /outcome="(ok|duplicate)"/ {s += $NF}
+    END {printf "%d", s}' <<< "$metrics")
+  echo "$m,$now,$(( (now - last) / 60 )),$rss,$logmb,$dedup,$lag,$refused"
   last=$now
 done
 wait "$lg" || true

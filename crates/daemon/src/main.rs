@@ -10,7 +10,7 @@ use clap::{Parser, Subcommand};
 use tlogd_core::engine::objects::{ObjectLog, ObjectLogOptions};
 use tlogd_core::engine::{DedupIndex, Log, LogConfig, LogStorage};
 use tlogd_core::note::{NoteSigner, generate_key};
-use tlogd_dedup_rocksdb::{DedupOptions, RECENT_ENTRY_BYTES, RocksDedup};
+use tlogd_dedup_rocksdb::{DedupOptions, RocksDedup};
 use tlogd_storage_mysql::{MysqlOptions, MysqlStorage};
 use tlogd_storage_object::gcs::GcsOptions;
 use tlogd_storage_object::s3::S3Options;
@@ -376,7 +376,7 @@ async fn open_dedup(
     let opts = DedupOptions {
         block_cache_bytes: c.dedup.block_cache_mib << 20,
         // Two maps of this size at most (one being written as a table).
-        recent_entries: (c.dedup.write_buffer_mib << 20) / RECENT_ENTRY_BYTES,
+        recent_entries: DedupOptions::recent_entries_within(c.dedup.write_buffer_mib << 20),
         ..DedupOptions::default()
     };
     let index = tokio::task::spawn_blocking(move || RocksDedup::open(&path, &opts))

@@ -18,7 +18,7 @@
 //!   merge operands resolved by a merge operator that keeps the existing value, so a
 //!   table is written blind, with no read-before-write; a lookup that finds a hash in
 //!   memory also asks the tables (only duplicates get that far) and answers the older.
-//! * Memory: the in-memory map (~48 bytes per entry, reserved up front, twice while a
+//! * Memory: the in-memory map (~47 bytes per entry, reserved up front, two maps while a
 //!   table is being written), the block cache (see [`DedupOptions`]), and the tables'
 //!   Bloom filters and indexes, ~1.3 bytes per entry.
 //! * Disk is ~49 bytes per entry in the tables plus a bounded overhead: RocksDB's
@@ -33,8 +33,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
 use rocksdb::{
-    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DB, IngestExternalFileOptions,
-    MergeOperands, Options, SstFileWriter, WriteOptions,
+    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DB, IngestExternalFileOptions, MergeOperands,
+    Options, SstFileWriter, WriteOptions,
 };
 use tlogd_core::engine::{DedupError, DedupIndex, EntryHash};
 
@@ -50,25 +50,39 @@ const INGEST_DIR: &str = "ingest";
 pub struct DedupOptions {
     /// LRU block cache, including index and Bloom filter blocks.
     pub block_cache_bytes: usize,
-    /// Entries kept in memory before they are written as one table (~48 bytes each,
-    /// reserved up front; twice that while a table is being written).
+    /// Entries kept in memory before they are written as one table (reserved up front,
+    /// see [`DedupOptions::recent_entries_within`]; two such maps while a table is
+    /// being written).
     pub recent_entries: usize,
     /// Write-ahead log kept on disk, all files together (only the marker is logged).
     pub max_wal_bytes: u64,
 }
 
-/// Bytes of memory per in-memory entry, to turn a memory budget into
-/// [`DedupOptions::recent_entries`]: a 32-byte key, an 8-byte index and the hash
-/// table's control byte, at the table's load factor, rounded up.
-pub const RECENT_ENTRY_BYTES: usize = 64;
+/// Bytes per slot of the in-memory map: a 32-byte key, an 8-byte index and the hash
+/// table's control byte.
+const SLOT_BYTES: usize = 41;
+
+impl DedupOptions {
+    /// The most entries the in-memory map holds within `bytes`: its table has a power
+    /// of two slots, at most 7/8 of them used (~47 bytes per entry when full).
+    pub fn recent_entries_within(bytes: usize) -> usize {
+        let slots = (bytes / SLOT_BYTES).max(16);
+        let slots = if slots.is_power_of_two() {
+            slots
+        } else {
+            slots.next_power_of_two() / 2
+        };
+        slots / 8 * 7
+    }
+}
 
 impl Default for DedupOptions {
-    /// 32 MiB cache + 2 x 16 MiB for the newest entries: ~64 MiB resident at most,
-    /// plus RocksDB's small fixed overhead.
+    /// 32 MiB cache + 2 x 16 MiB at most for the newest entries (229,376 of them, in
+    /// 10.75 MiB): under 64 MiB resident, plus RocksDB's small fixed overhead.
     fn default() -> Self {
         DedupOptions {
             block_cache_bytes: 32 << 20,
-            recent_entries: (16 << 20) / RECENT_ENTRY_BYTES,
+            recent_entries: DedupOptions::recent_entries_within(16 << 20),
             max_wal_bytes: 2 << 20,
         }
     }
@@ -145,8 +159,17 @@ fn entries_options(block_cache_bytes: usize) -> Options {
     entries.set_write_buffer_size(1 << 20);
     // Partial merges combine operands only; the oldest wins there too.
     entries.set_merge_operator("keep_first", keep_first, keep_first);
+    // The table writer's own files are written back as they grow too (see below).
+    entries.set_bytes_per_sync(WRITEBACK_BYTES);
     entries
 }
+
+/// Tables (written by compactions and by the table writer) are handed to the kernel's
+/// writeback every this many bytes instead of piling up as dirty pages. The POSIX
+/// backend's commits `syncfs` the filesystem the index usually shares with the log:
+/// with compactions leaving hundreds of MiB dirty, a commit waited for them (at 25-45M
+/// entries, throughput fell to a third, the engine's threads in disk wait).
+const WRITEBACK_BYTES: u64 = 1 << 20;
 
 impl RocksDedup {
     /// Open or create the index at `path`.
@@ -170,11 +193,13 @@ impl RocksDedup {
         db_opts.set_max_log_file_size(1 << 20);
         db_opts.set_keep_log_file_num(3);
         db_opts.set_db_write_buffer_size(4 << 20);
+        db_opts.set_bytes_per_sync(WRITEBACK_BYTES);
+        db_opts.set_wal_bytes_per_sync(WRITEBACK_BYTES);
         let db = DB::open_cf_descriptors(
             &db_opts,
             path,
             vec![
-                ColumnFamilyDescriptor::new(CF_ENTRIES, entries_options(opts.block_cache_bytes)),
+                ColumnFamilyDescriptor::new(CF_ENTRIES, entries.clone()),
                 ColumnFamilyDescriptor::new(CF_META, meta),
             ],
         )
@@ -249,16 +274,27 @@ impl RocksDedup {
             if r.map.is_empty() {
                 None
             } else {
-                let full = std::mem::replace(&mut r.map, EntryMap::with_capacity(self.recent_entries));
+                let full =
+                    std::mem::replace(&mut r.map, EntryMap::with_capacity(self.recent_entries));
                 let full = Arc::new(full);
                 r.writing = Some(full.clone());
                 Some(full)
             }
         };
+        let started = std::time::Instant::now();
         let written = match &frozen {
             Some(entries) => self.ingest(entries, marker),
             None => Ok(()),
         };
+        let took = started.elapsed();
+        if took > std::time::Duration::from_secs(1) {
+            // The indexer waits meanwhile; beyond `dedup.max_lag`, adds get 503.
+            tracing::warn!(
+                entries = frozen.as_ref().map_or(0, |f| f.len()),
+                seconds = took.as_secs_f64(),
+                "dedup index: writing a table was slow (disk busy?)"
+            );
+        }
         let result = written.and_then(|()| {
             let meta = self
                 .db
@@ -470,6 +506,17 @@ mod tests {
         assert_eq!(idx.get(&hash(0)).unwrap(), Some(0));
         // Nothing is left behind in the directory tables are written in.
         assert_eq!(std::fs::read_dir(path.join(INGEST_DIR)).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn the_in_memory_map_fits_its_budget() {
+        let n = DedupOptions::recent_entries_within(16 << 20);
+        assert_eq!(n, 229_376);
+        let map = EntryMap::with_capacity(n);
+        // Reserving this many entries does not double the table.
+        assert!(map.capacity() < n + n / 7 + 1, "{}", map.capacity());
+        assert!(n * 8 / 7 * SLOT_BYTES <= 16 << 20);
+        assert_eq!(DedupOptions::recent_entries_within(0), 14);
     }
 
     #[test]

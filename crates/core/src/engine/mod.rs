@@ -1169,7 +1169,9 @@ impl<S: LogStorage> Log<S> {
         // nothing to re-index.
         match tokio::task::spawn_blocking(move || index.flush()).await {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::error!(error = %e, "dedup index flush at shutdown failed; the next start re-indexes from the log"),
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "dedup index flush at shutdown failed; the next start re-indexes from the log")
+            }
             Err(e) => tracing::error!(error = %e, "dedup index flush at shutdown failed"),
         }
     }
