@@ -233,35 +233,30 @@ impl RocksDedup {
         Ok(idx)
     }
 
-    fn stored_marker(&self) -> Result<u64, DedupError> {
-        let meta = self
+    /// The 8-byte big-endian number at `key` in column family `cf`.
+    fn read_u64(&self, cf: &str, key: &[u8], what: &str) -> Result<Option<u64>, DedupError> {
+        let handle = self
             .db
-            .cf_handle(CF_META)
+            .cf_handle(cf)
             .ok_or_else(|| err("missing column family"))?;
-        match self.db.get_pinned_cf(&meta, MARKER).map_err(err)? {
-            None => Ok(0),
-            Some(v) => {
-                let b: [u8; 8] = v.as_ref().try_into().map_err(|_| err("corrupt marker"))?;
-                Ok(u64::from_be_bytes(b))
-            }
-        }
-    }
-
-    fn stored_get(&self, hash: &EntryHash) -> Result<Option<u64>, DedupError> {
-        let cf = self
-            .db
-            .cf_handle(CF_ENTRIES)
-            .ok_or_else(|| err("missing column family"))?;
-        match self.db.get_pinned_cf(&cf, hash).map_err(err)? {
+        match self.db.get_pinned_cf(&handle, key).map_err(err)? {
             None => Ok(None),
             Some(v) => {
                 let b: [u8; 8] = v
                     .as_ref()
                     .try_into()
-                    .map_err(|_| err("corrupt value in dedup index"))?;
+                    .map_err(|_| err(format!("corrupt {what} in dedup index")))?;
                 Ok(Some(u64::from_be_bytes(b)))
             }
         }
+    }
+
+    fn stored_marker(&self) -> Result<u64, DedupError> {
+        Ok(self.read_u64(CF_META, MARKER, "marker")?.unwrap_or(0))
+    }
+
+    fn stored_get(&self, hash: &EntryHash) -> Result<Option<u64>, DedupError> {
+        self.read_u64(CF_ENTRIES, hash, "value")
     }
 
     /// Write the in-memory entries as one table, ingest it, then persist `marker`. The
