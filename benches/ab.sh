@@ -34,11 +34,8 @@ while [ $# -gt 0 ] && [ "$1" != -- ]; do variants+=("$1"); shift; done
 [ "${1:-}" = -- ] && shift
 [ ${#variants[@]} -ge 1 ] || { echo "no variants" >&2; exit 2; }
 bin="$CARGO_TARGET_DIR/release"
-work=$(mktemp -d /tmp/tlogd-ab-XXXX)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$work"; }
-trap cleanup EXIT
 source benches/lib.sh
+bench_work tlogd-ab
 read -r -a serve_flags <<< "${TLOGD_FLAGS:-}"
 
 "$bin/tlogd" keygen --origin bench.example/log --out "$work/key" > "$work/vkey" 2>/dev/null

@@ -16,13 +16,8 @@ goal="${1:-50000000}"
 minutes="${2:-45}"
 bin="$CARGO_TARGET_DIR/release"
 tlogd="${TLOGD_BIN:-$bin/tlogd}"
-keep="${3:-}"
-work="${keep:-$(mktemp -d /tmp/tlogd-scale-XXXX)}"
-mkdir -p "$work"
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; [ -z "$keep" ] && rm -rf "$work"; return 0; }
-trap cleanup EXIT
 source benches/lib.sh
+bench_work tlogd-scale "${3:-}"
 port=$(free_port)
 mport=$(free_port)
 "$bin/tlogd" keygen --origin bench.example/log --out "$work/key" > "$work/vkey" 2>/dev/null

@@ -17,11 +17,8 @@ secs="${1:-20}"
 pairs="${2:-4}"
 shift $(($# > 2 ? 2 : $#))
 bin="$CARGO_TARGET_DIR/release"
-work=$(mktemp -d /tmp/tlogd-httpbench-XXXX)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$work"; }
-trap cleanup EXIT
 source benches/lib.sh
+bench_work tlogd-httpbench
 
 "$bin/tlogd" keygen --origin bench.example/log --out "$work/key" > "$work/vkey" 2>/dev/null
 

@@ -1,7 +1,25 @@
 # Shared by the bench scripts (sourced, not run).
 
+# The run's work directory and the processes to stop when the script exits, however it
+# exits: sets `work` (a fresh directory /tmp/$1-XXXX, removed at exit; or $2 if given,
+# created if need be and kept) and `pids` (append each process started).
+bench_work() {
+  pids=()
+  bench_keep=${2:-}
+  if [ -n "$bench_keep" ]; then work=$bench_keep; mkdir -p "$work"; else work=$(mktemp -d "/tmp/$1-XXXX"); fi
+  trap bench_cleanup EXIT
+}
+bench_cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  [ -n "$bench_keep" ] || rm -rf "$work"
+  return 0
+}
+
 # A free TCP port on 127.0.0.1 (this machine already has a listener on 2024).
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# utime+stime (clock ticks) of process $1.
+ticks_pid() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 # utime+stime (clock ticks) of every process whose command name is $1.
 ticks_of() { awk -v n="($1)" '$2 == n { s += $14 + $15 } END { print s + 0 }' /proc/[0-9]*/stat 2>/dev/null; }

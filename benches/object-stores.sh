@@ -18,12 +18,8 @@ h2c=(); [ "$proto" = h2c ] && h2c=(--h2c --h2c-connections "${H2C_CONNECTIONS:-1
 bin="$CARGO_TARGET_DIR/release"
 tlogd_bin="${TLOGD_BIN:-$bin/tlogd}"
 tools="${TLOGD_TOOLS_DIR:-$HOME/.cache/tlogd-tools/bin}"
-work=$(mktemp -d /tmp/tlogd-objbench-XXXX)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$work"; }
-trap cleanup EXIT
 source benches/lib.sh
-ticks_pid() { awk '{print $14+$15}' "/proc/$1/stat"; }
+bench_work tlogd-objbench
 export AWS_ACCESS_KEY_ID=tlogd-bench AWS_SECRET_ACCESS_KEY=tlogd-bench-secret AWS_EC2_METADATA_DISABLED=true
 
 "$bin/tlogd" keygen --origin bench.example/log --out "$work/key" > "$work/vkey" 2>/dev/null

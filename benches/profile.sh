@@ -19,11 +19,8 @@ label="${1:-tlogd}"
 shift $(($# > 0 ? 1 : 0))
 bin="$CARGO_TARGET_DIR/release"
 tlogd="${TLOGD_BIN:-$bin/tlogd}"
-work=$(mktemp -d /tmp/tlogd-profile-XXXX)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$work"; }
-trap cleanup EXIT
 source benches/lib.sh
+bench_work tlogd-profile
 port=$(free_port)
 "$bin/tlogd" keygen --origin bench.example/log --out "$work/key" > "$work/vkey" 2>/dev/null
 "$tlogd" serve --storage-dir "$work/log" --origin bench.example/log --private-key-file "$work/key" \

@@ -13,13 +13,9 @@ cd "$(dirname "$0")/.."
 source scripts/env.sh
 secs="${1:-20}"
 bin="$CARGO_TARGET_DIR/release"
-work=$(mktemp -d /tmp/tlogd-sqlbench-XXXX)
-chmod 755 "$work"
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$work"; }
-trap cleanup EXIT
 source benches/lib.sh
-ticks_pid() { awk '{print $14+$15}' "/proc/$1/stat"; }
+bench_work tlogd-sqlbench
+chmod 755 "$work"
 
 "$bin/tlogd" keygen --origin bench.example/log --out "$work/key" > "$work/vkey" 2>/dev/null
 

@@ -34,11 +34,8 @@ if [ ! -x "$gobin/$mode" ]; then
   mkdir -p "$gobin"
   GOBIN="$gobin" go install "github.com/transparency-dev/tessera/cmd/conformance/$mode@$tessera_version"
 fi
-work=$(mktemp -d /tmp/tlogd-vs-tessera-XXXX)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$work"; }
-trap cleanup EXIT
 source benches/lib.sh
+bench_work tlogd-vs-tessera
 
 "$tlogd" keygen --origin bench.example/log --out "$work/key" > "$work/vkey" 2>/dev/null
 
