@@ -2,8 +2,9 @@
 # One long run of tlogd on POSIX with the dedup index on, under the loadgen (256 writers,
 # HTTP/1.1, every entry verified) until GOAL entries or MINUTES: every 60 s one CSV row of
 # tree size, appends/s over the last minute, tlogd's RSS, the disk taken by the log and
-# by the dedup index, the index's lag and the adds refused so far, to see whether the rate
-# holds as the index grows.
+# by the dedup index, the index's lag and the adds refused so far, tlogd's CPU per append
+# over the minute and the kernel's page cache, to see whether the rate holds as the index
+# grows (and whether the data still fits in memory when it does not).
 #
 #   benches/at-scale.sh [GOAL entries, default 50000000] [MINUTES, default 45] [DIR, default a temp dir]
 #
@@ -36,8 +37,8 @@ size() { curl -sf --max-time 10 "http://127.0.0.1:$port/checkpoint" | sed -n 2p 
 # but an index so far (503 pushback when the index lags by more than dedup.max_lag),
 # from one scrape of tlogd's metrics.
 scrape() { curl -sf --max-time 10 "http://127.0.0.1:$mport/metrics" || true; }
-echo "minute,tree_size,appends_per_s,tlogd_rss_mib,log_disk_mib,dedup_disk_mib,dedup_lag,adds_refused"
-last=$(size); m=0
+echo "minute,tree_size,appends_per_s,tlogd_rss_mib,log_disk_mib,dedup_disk_mib,dedup_lag,adds_refused,tlogd_us_per_append,page_cache_mib"
+last=$(size); m=0; last_ticks=$(ticks_pid "$tl"); hz=$(getconf CLK_TCK)
 while kill -0 "$lg" 2>/dev/null; do
   for _ in $(seq 60); do kill -0 "$lg" 2>/dev/null || break; sleep 1; done
   kill -0 "$lg" 2>/dev/null || break
@@ -51,8 +52,11 @@ while kill -0 "$lg" 2>/dev/null; do
   lag=$(awk '$1 == "tlogd_dedup_lag" {printf "%d", $2}' <<< "$metrics")
   refused=$(awk 'index($1, "tlogd_add_requests_total{") == 1 && $1 !~ /outcome="(ok|duplicate)"/ {s += $NF}
     END {printf "%d", s}' <<< "$metrics")
-  echo "$m,$now,$(( (now - last) / 60 )),$rss,$logmb,$dedup,$lag,$refused"
-  last=$now
+  ticks=$(ticks_pid "$tl")
+  cpu=$(awk -v t=$((ticks - last_ticks)) -v n=$((now - last)) -v hz="$hz" 'BEGIN {if (n > 0) printf "%.1f", t / hz * 1e6 / n}')
+  cache=$(awk '/^Cached:/ {print int($2 / 1024)}' /proc/meminfo)
+  echo "$m,$now,$(( (now - last) / 60 )),$rss,$logmb,$dedup,$lag,$refused,$cpu,$cache"
+  last=$now; last_ticks=$ticks
 done
 wait "$lg" || true
 python3 - "$work/r.json" <<'PY'

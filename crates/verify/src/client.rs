@@ -1,10 +1,12 @@
-//! A lean keep-alive HTTP client. Over HTTP/1.1 each [`Client`] owns one hyper
-//! connection, reconnected on error; over h2c (HTTP/2 without TLS, prior knowledge)
+//! A lean keep-alive HTTP client. Over HTTP/1.1 each [`Client`] owns one connection,
+//! reconnected on error: over plain TCP driven by the requesting task itself (`h1`),
+//! over TLS a hyper connection; over h2c (HTTP/2 without TLS, prior knowledge)
 //! many clients share the few connections of an [`H2cPool`] and their requests are
 //! multiplexed. No pooling layer, no per-request allocation beyond the body (the URI of
 //! the last path is kept). `https://` URLs use TLS (rustls) with the system's root
 //! certificates, or those of the PEM file named by `SSL_CERT_FILE`.
 
+use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -16,6 +18,8 @@ use hyper::header::{AUTHORIZATION, HOST, HeaderValue};
 use hyper::{Method, Request, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
+
+use crate::h1::PlainH1;
 
 /// A failed request.
 #[derive(Debug, thiserror::Error)]
@@ -261,7 +265,14 @@ fn h2_retryable(e: &h2::Error, reused: bool) -> bool {
 
 /// How a client reaches the server.
 enum Conn {
-    /// Its own HTTP/1.1 connection (plain or TLS).
+    /// Its own HTTP/1.1 connection over plain TCP, and the head of the last request
+    /// (method, path, and the head's bytes up to its `Content-Length`).
+    Plain {
+        conn: Option<PlainH1>,
+        head: Option<(Method, String, Vec<u8>)>,
+        request: Vec<u8>,
+    },
+    /// Its own HTTP/1.1 connection over TLS.
     H1(Option<http1::SendRequest<Full<Bytes>>>),
     /// Streams on a shared h2c connection; `conn` is this client's handle on it.
     H2 {
@@ -310,6 +321,29 @@ impl Response {
     }
 }
 
+/// A plain HTTP/1.1 request's head for `method` and `uri`, up to where its
+/// `Content-Length` goes.
+fn request_head(
+    method: &Method,
+    uri: &Uri,
+    host: &HeaderValue,
+    auth: Option<&HeaderValue>,
+) -> Vec<u8> {
+    let mut h = Vec::with_capacity(128);
+    h.extend_from_slice(method.as_str().as_bytes());
+    h.push(b' ');
+    h.extend_from_slice(uri.path_and_query().map_or("/", |p| p.as_str()).as_bytes());
+    h.extend_from_slice(b" HTTP/1.1\r\nhost: ");
+    h.extend_from_slice(host.as_bytes());
+    h.extend_from_slice(b"\r\n");
+    if let Some(a) = auth {
+        h.extend_from_slice(b"authorization: ");
+        h.extend_from_slice(a.as_bytes());
+        h.extend_from_slice(b"\r\n");
+    }
+    h
+}
+
 /// How one try of a request failed.
 enum Attempt {
     /// Before the server can have acted on it (or a GET): worth one more try on a
@@ -341,7 +375,16 @@ impl Client {
         bearer: Option<&str>,
         timeout: Duration,
     ) -> Result<Self, ClientError> {
-        Self::with_conn(base, bearer, timeout, Conn::H1(None))
+        let conn = if base.tls_name.is_some() {
+            Conn::H1(None)
+        } else {
+            Conn::Plain {
+                conn: None,
+                head: None,
+                request: Vec::new(),
+            }
+        };
+        Self::with_conn(base, bearer, timeout, conn)
     }
 
     /// A client sending its requests over the shared h2c connections of `pool`
@@ -401,7 +444,7 @@ impl Client {
         }
         let rel = format!("{}/{}", self.base.prefix, path.trim_start_matches('/'));
         let full = match self.conn {
-            Conn::H1(_) => rel,
+            Conn::H1(_) | Conn::Plain { .. } => rel,
             Conn::H2 { .. } => format!("http://{}{rel}", self.base.authority),
         };
         let uri: Uri = full.parse().map_err(|e| err(format!("{path}: {e}")))?;
@@ -435,14 +478,55 @@ impl Client {
 
     /// Send one request on this client's connection (opening one if needed) and read
     /// the whole answer.
+    /// `uri` is `None` only when a plain HTTP/1.1 client has the head for `method` and
+    /// `path` already.
     async fn send_once(
         &mut self,
         method: &Method,
-        uri: &Uri,
+        uri: Option<&Uri>,
         body: Bytes,
         path: &str,
     ) -> Result<Response, Attempt> {
         let fail = |e: &dyn std::fmt::Display| err(format!("{path}: {e}"));
+        if let Conn::Plain {
+            conn,
+            head,
+            request,
+        } = &mut self.conn
+        {
+            let reused = conn.as_mut().is_some_and(PlainH1::is_open);
+            if !reused {
+                *conn = Some(
+                    PlainH1::connect(&self.base.authority)
+                        .await
+                        .map_err(|e| Attempt::Fail(err(e)))?,
+                );
+            }
+            let c = conn
+                .as_mut()
+                .ok_or_else(|| Attempt::Fail(err("not connected")))?;
+            if let Some(uri) = uri {
+                let h = request_head(method, uri, &self.host, self.auth.as_ref());
+                *head = Some((method.clone(), path.to_string(), h));
+            }
+            let prefix = head.as_ref().map_or(&[][..], |(_, _, h)| &h[..]);
+            request.clear();
+            request.extend_from_slice(prefix);
+            if !body.is_empty() || *method != Method::GET {
+                let _ = write!(request, "content-length: {}\r\n", body.len());
+            }
+            request.extend_from_slice(b"\r\n");
+            request.extend_from_slice(&body);
+            return c.exchange(request).await.map_err(|f| {
+                let e = fail(&f.msg);
+                if reused && (f.unsent || (f.before_answer && *method == Method::GET)) {
+                    Attempt::Retry(e)
+                } else {
+                    Attempt::Fail(e)
+                }
+            });
+        }
+        let uri = uri.ok_or_else(|| Attempt::Fail(err(format!("{path}: no URI"))))?;
         if let Conn::H2 { pool, slot, conn } = &mut self.conn {
             let reused = conn.as_ref().is_some_and(H2Conn::is_open);
             if !reused {
@@ -491,6 +575,7 @@ impl Client {
 
     fn drop_connection(&mut self) {
         match &mut self.conn {
+            Conn::Plain { conn, .. } => *conn = None,
             Conn::H1(s) => *s = None,
             Conn::H2 { conn, .. } => *conn = None,
         }
@@ -503,14 +588,24 @@ impl Client {
         path: &str,
         body: Bytes,
     ) -> Result<Response, ClientError> {
-        let uri = self.uri(path)?;
+        // A plain HTTP/1.1 client sending the same request as last time has its head.
+        let same_head = matches!(&self.conn, Conn::Plain { head: Some((m, p, _)), .. }
+            if *m == method && p == path);
+        let uri = if same_head {
+            None
+        } else {
+            Some(self.uri(path)?)
+        };
         let timeout = self.timeout;
         let result = tokio::time::timeout(timeout, async {
-            match self.send_once(&method, &uri, body.clone(), path).await {
+            match self
+                .send_once(&method, uri.as_ref(), body.clone(), path)
+                .await
+            {
                 Ok(r) => Ok(r),
                 Err(Attempt::Retry(_stale)) => {
                     self.drop_connection();
-                    self.send_once(&method, &uri, body, path)
+                    self.send_once(&method, uri.as_ref(), body, path)
                         .await
                         .map_err(Attempt::into_error)
                 }

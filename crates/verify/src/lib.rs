@@ -16,6 +16,7 @@
 pub mod client;
 pub mod fetch;
 pub mod fsck;
+mod h1;
 pub mod reader;
 pub mod rebuild;
 
