@@ -418,6 +418,26 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_idle_connection_is_checked_for_a_close_before_reuse() {
+        const EMPTY: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
+        // This server closes after one answer; the other waits for a second request.
+        let closing = serve(vec![EMPTY]).await;
+        let waiting = serve(vec![EMPTY, EMPTY]).await;
+        let mut closed = PlainH1::connect(&closing).await.expect("connect");
+        let mut open = PlainH1::connect(&waiting).await.expect("connect");
+        closed
+            .exchange(GET)
+            .await
+            .map_err(|f| f.msg)
+            .expect("answer");
+        open.exchange(GET).await.map_err(|f| f.msg).expect("answer");
+        tokio::time::sleep(IDLE_CHECK + Duration::from_millis(200)).await;
+        assert!(!closed.is_open(), "the server closed it while it was idle");
+        assert!(open.is_open());
+        open.exchange(GET).await.map_err(|f| f.msg).expect("reused");
+    }
+
+    #[tokio::test]
     async fn refuses_bad_framing_and_reports_a_silent_close() {
         for bad in [
             &b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\nab"[..],
