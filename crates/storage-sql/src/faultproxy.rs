@@ -17,9 +17,12 @@ struct Controls {
     latency_ms: AtomicU64,
     down: AtomicBool,
     lose_commit_reply: AtomicBool,
+    /// Milliseconds to hold the next `COMMIT` after cutting its client (0: off).
+    commit_late_ms: AtomicU64,
     /// Bumped to cut every open connection.
     cut: Notify,
     commits_lost: AtomicU64,
+    commits_late: AtomicU64,
 }
 
 /// A proxy on a free loopback port forwarding to `upstream`, on a thread of its own.
@@ -105,6 +108,21 @@ impl FaultProxy {
             .store(true, Ordering::Release);
     }
 
+    /// The next `COMMIT` sent to the server is held: its client connection is closed
+    /// at once, and the `COMMIT` reaches the server `late` afterwards, as one still in
+    /// flight in the network would. A client reading the state back in between sees
+    /// the transaction uncommitted; it commits anyway.
+    pub fn deliver_next_commit_late(&self, late: Duration) {
+        self.controls
+            .commit_late_ms
+            .store(late.as_millis().max(1) as u64, Ordering::Release);
+    }
+
+    /// How many `COMMIT`s were delivered late so far.
+    pub fn commits_late(&self) -> u64 {
+        self.controls.commits_late.load(Ordering::Acquire)
+    }
+
     /// How many `COMMIT` replies were lost so far.
     pub fn commits_lost(&self) -> u64 {
         self.controls.commits_lost.load(Ordering::Acquire)
@@ -171,6 +189,22 @@ async fn serve(client: TcpStream, upstream: SocketAddr, c: Arc<Controls>) {
                     let _ = sw.write_all(chunk).await;
                     // Let the server commit, then drop both sides.
                     tokio::time::sleep(Duration::from_millis(300)).await;
+                    return;
+                }
+                let late = match is_commit {
+                    true => c.commit_late_ms.swap(0, Ordering::AcqRel),
+                    false => 0,
+                };
+                if late > 0 {
+                    c.commits_late.fetch_add(1, Ordering::AcqRel);
+                    let chunk = chunk.to_vec();
+                    // The server side outlives this connection's client side, which
+                    // closes as this task returns.
+                    tokio::spawn(async move {
+                        tokio::time::sleep(Duration::from_millis(late)).await;
+                        let _ = sw.write_all(&chunk).await;
+                        tokio::time::sleep(Duration::from_millis(300)).await;
+                    });
                     return;
                 }
                 if sw.write_all(chunk).await.is_err() {

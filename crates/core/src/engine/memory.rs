@@ -15,6 +15,10 @@ pub enum Fault {
     FailButPersist,
     /// Persist the tiles but not the state, then return an error.
     FailAfterTiles,
+    /// Return an error without persisting, and persist the whole batch just before
+    /// the next commit is attempted: a `COMMIT` still on its way to the database (or a
+    /// conditional write still in flight) when the engine read the state back.
+    PersistLate,
 }
 
 #[derive(Default)]
@@ -23,6 +27,8 @@ struct State {
     tiles: HashMap<(TileKind, u64, u16), Vec<u8>>,
     checkpoint: Option<Vec<u8>>,
     next_commit_fault: Option<Fault>,
+    /// A batch failed with [`Fault::PersistLate`], landing at the next commit.
+    late: Option<CommitBatch>,
     unwritable: bool,
 }
 
@@ -80,6 +86,14 @@ impl LogStorage for MemoryStorage {
 
     async fn commit(&self, batch: CommitBatch) -> Result<(), StorageError> {
         let mut s = self.lock();
+        if let Some(late) = s.late.take()
+            && s.tree.unwrap_or_else(TreeState::empty) == late.prev
+        {
+            for (id, bytes) in late.tiles {
+                s.tiles.insert((id.kind, id.index, id.width), bytes);
+            }
+            s.tree = Some(late.next);
+        }
         if s.unwritable {
             return Err(err("unwritable"));
         }
@@ -93,6 +107,10 @@ impl LogStorage for MemoryStorage {
         let fault = s.next_commit_fault.take();
         if fault == Some(Fault::FailAndDontPersist) {
             return Err(err("commit not persisted"));
+        }
+        if fault == Some(Fault::PersistLate) {
+            s.late = Some(batch);
+            return Err(err("commit still in flight"));
         }
         // Tiles written before the state advanced may be rewritten (see the trait's
         // contract): only tiles under a committed state are immutable.

@@ -32,7 +32,12 @@
 //! batch is retried from step 1 with backoff for up to [`LogConfig::commit_retry`],
 //! then its adds fail with HTTP 500, nothing logged), or larger (another frontend
 //! committed on top: the batch persisted iff the stored tree at `next.size` has
-//! `next.root`). If storage cannot be read for the whole retry time, the adds are
+//! `next.root`). "Not persisted" is only what the read saw: a commit still in flight
+//! (a `COMMIT` on a cut connection reaching the database after the read, a
+//! conditional write landing late) can persist afterwards, so every later attempt of
+//! the batch that finds the tree grown first checks, the same way, whether the growth
+//! is one of its own earlier attempts, and acknowledges that one instead of
+//! appending the batch again. If storage cannot be read for the whole retry time, the adds are
 //! answered [`AddError::Uncertain`] (HTTP 503: resubmit) and **no other batch is
 //! committed until the outcome is known**: a batch is never appended twice. On
 //! [`StorageError::Conflict`] (another frontend advanced the tree) the batch is
@@ -68,7 +73,7 @@ mod queue;
 mod storage;
 
 pub use cosign::{BoxFuture, CheckpointCosigner, ConsistencyProver, StorageProver, read_hashes};
-pub use dedup::{DedupError, DedupIndex, EntryHash, entry_hash};
+pub use dedup::{DedupError, DedupIndex, EntryHash, MemoryLookup, entry_hash};
 pub use storage::{CommitBatch, LogStorage, StorageError, TreeState};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -258,6 +263,8 @@ struct Inner<S> {
     /// its key and looks it up in the recorder's registry).
     dedup_lookups: metrics::Counter,
     dedup_hits: metrics::Counter,
+    /// Lookups that needed the disk (run on a blocking thread).
+    dedup_disk_lookups: metrics::Counter,
     /// 1 + the size named by the latest published checkpoint; 0 when none is.
     published: AtomicU64,
     ready: AtomicBool,
@@ -345,6 +352,7 @@ impl<S: LogStorage> Log<S> {
             indexed_size: AtomicU64::new(indexed),
             dedup_lookups: metrics::counter!("tlogd_dedup_lookups_total"),
             dedup_hits: metrics::counter!("tlogd_dedup_hits_total"),
+            dedup_disk_lookups: metrics::counter!("tlogd_dedup_disk_lookups_total"),
             published: AtomicU64::new(published),
             ready: AtomicBool::new(true),
             failed: watch::Sender::new(None),
@@ -438,7 +446,18 @@ impl<S: LogStorage> Log<S> {
             // queue lock, the entry may have left the in-flight map after our lookup
             // missed it: look again rather than log it twice.
             let marker = inner.indexed_size.load(Ordering::Acquire);
-            match dedup.get(&h) {
+            let found = match dedup.get_without_io(&h) {
+                Ok(MemoryLookup::Answered(found)) => Ok(found),
+                Ok(MemoryLookup::NeedsIo) => {
+                    inner.dedup_disk_lookups.increment(1);
+                    let dedup = dedup.clone();
+                    tokio::task::spawn_blocking(move || dedup.get(&h))
+                        .await
+                        .unwrap_or_else(|e| Err(DedupError(format!("lookup task: {e}"))))
+                }
+                Err(e) => Err(e),
+            };
+            match found {
                 // Never answer with an index the committed tree does not contain.
                 Ok(Some(index)) if index < self.committed_size() => {
                     inner.dedup_hits.increment(1);
@@ -783,16 +802,23 @@ impl<S: LogStorage> Log<S> {
         let deadline = Instant::now() + self.inner.config.commit_retry;
         let mut backoff = Duration::from_millis(20);
         let mut attempt = 0u32;
+        // Attempts of this batch (prev, next) that failed and read back as not
+        // persisted, but may still land: see `try_commit`.
+        let mut maybe_late = Vec::new();
         loop {
             attempt += 1;
             // Held since our last commit, the lock kept every other frontend out: the
             // edge is current. Freshly taken, the stored state must be checked.
             let result = match sequencer {
-                Some(_) => self.try_commit(edge, batch, committed_tx, false).await,
+                Some(_) => {
+                    self.try_commit(edge, batch, committed_tx, false, &mut maybe_late)
+                        .await
+                }
                 None => match storage.acquire_sequencer().await {
                     Ok(()) => {
                         *sequencer = Some(Instant::now());
-                        self.try_commit(edge, batch, committed_tx, true).await
+                        self.try_commit(edge, batch, committed_tx, true, &mut maybe_late)
+                            .await
                     }
                     Err(e) => Err(Retry::Transient(e.to_string())),
                 },
@@ -828,12 +854,21 @@ impl<S: LogStorage> Log<S> {
     /// One attempt: reload the edge if it is stale (`check_stored`: compare it with
     /// the stored state first) or unknown, integrate, commit. `Err` only when the batch
     /// is known not to have persisted.
+    ///
+    /// `maybe_late` holds this batch's earlier attempts that failed and read back as
+    /// not persisted. Reading back cannot rule out a commit still in flight: a
+    /// `COMMIT` whose connection was cut may reach the database after the read (the
+    /// retry's row lock then waits for it and finds the tree moved), a conditional
+    /// write may land late. So before integrating the batch again on a tree that has
+    /// grown, the engine checks whether the growth is one of those attempts, and if
+    /// so acknowledges it: invariant 3 (no batch logged twice).
     async fn try_commit(
         &self,
         edge: &mut Option<Edge>,
         batch: &PendingBatch,
         committed_tx: &watch::Sender<TreeState>,
         check_stored: bool,
+        maybe_late: &mut Vec<(TreeState, TreeState)>,
     ) -> Result<u64, Retry> {
         let inner = &self.inner;
         let backend = inner.storage.backend_name();
@@ -866,6 +901,39 @@ impl<S: LogStorage> Log<S> {
             },
         };
         let prev = current.state();
+        for &(was, would) in maybe_late.iter() {
+            if prev.size < would.size {
+                continue;
+            }
+            let landed = match prev == would {
+                true => Ok(true),
+                false => root_at(&*inner.storage, would.size)
+                    .await
+                    .map(|root| root == would.root),
+            };
+            match landed {
+                Ok(true) => {
+                    tracing::warn!(
+                        first = was.size,
+                        size = would.size,
+                        "a commit read back as not persisted landed late; its entries are logged"
+                    );
+                    *edge = Some(current);
+                    self.advance(prev, committed_tx);
+                    return Ok(was.size);
+                }
+                Ok(false) => {}
+                Err(_) => {
+                    // Cannot tell: the outcome is unknown, resolved before any other
+                    // batch commits.
+                    *edge = Some(current);
+                    return Err(Retry::Unknown {
+                        prev: was,
+                        next: would,
+                    });
+                }
+            }
+        }
         let mut next_edge = current.clone();
         let tiles = next_edge
             .append(&batch.entries, &batch.leaves)
@@ -917,6 +985,7 @@ impl<S: LogStorage> Log<S> {
                     }
                     Resolved::NotPersisted(reloaded) => {
                         *edge = Some(reloaded);
+                        maybe_late.push((prev, next));
                         Err(Retry::Transient(format!(
                             "batch {}..{} was not committed: {e}",
                             prev.size, next.size

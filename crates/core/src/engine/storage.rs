@@ -125,8 +125,10 @@ impl StorageError {
 /// * **Idempotent writes.** Re-writing identical bytes to an existing full tile or bundle
 ///   succeeds (a batch may be retried after an error that did in fact persist).
 /// * **Errors are uncertain.** A [`StorageError::Backend`] from `commit` may have
-///   persisted ("fail but persist") or not ("fail and don't persist"): the engine
-///   re-reads the state with [`load_state`](Self::load_state) to learn which.
+///   persisted ("fail but persist") or not ("fail and don't persist"), and may still
+///   persist after it returned (a request in flight): the engine re-reads the state
+///   with [`load_state`](Self::load_state) to learn which, and checks again whenever
+///   it later finds the tree grown.
 /// * **Publishing is separate.** [`publish_checkpoint`](Self::publish_checkpoint) stores
 ///   the signed checkpoint readers see; it only ever names a committed state, so it may
 ///   lag the tree but never lead it.

@@ -169,6 +169,31 @@ async fn failed_commit_that_did_persist_is_acknowledged() {
     assert_eq!(check(&storage, &cfg).await.state.size, 2);
 }
 
+/// A commit that fails, reads back as not persisted, then lands anyway (a `COMMIT`
+/// still on its way to the server when the engine read the state): the retry conflicts
+/// with it, and the engine must find its own batch in the tree instead of appending it
+/// again on top.
+#[tokio::test]
+async fn a_commit_that_lands_after_the_read_back_is_logged_once() {
+    let storage = Arc::new(MemoryStorage::new());
+    let cfg = config();
+    let (log, tasks) = Log::open(storage.clone(), None, cfg.clone()).await.unwrap();
+    assert_eq!(log.add(entry(0)).await.unwrap().index, 0);
+    storage.fail_next_commit(Fault::PersistLate);
+    assert_eq!(log.add(entry(1)).await.unwrap().index, 1);
+    assert_eq!(log.add(entry(2)).await.unwrap().index, 2);
+    log.shutdown();
+    tasks.join().await;
+    let mut seen = Vec::new();
+    let mut visit = |_: u64, e: &[u8]| seen.push(e.to_vec());
+    let report = check_log(&*storage, ORIGIN, &cfg.signer.verifier(), Some(&mut visit))
+        .await
+        .expect("log checks out");
+    assert_eq!(report.state.size, 3);
+    let want: Vec<Vec<u8>> = (0..3).map(|i| entry(i).to_vec()).collect();
+    assert_eq!(seen, want, "each entry once, at its index");
+}
+
 #[tokio::test]
 async fn reopen_continues_the_same_tree() {
     let storage = Arc::new(MemoryStorage::new());
@@ -318,6 +343,66 @@ async fn dedup_index_catches_up_from_the_log() {
     log.shutdown();
     tasks.join().await;
     assert_eq!(index.indexed_up_to().unwrap(), 600);
+}
+
+#[tokio::test]
+async fn a_lookup_that_needs_the_disk_runs_off_the_runtime() {
+    let (storage, cfg) = prefilled(100).await;
+    // An index whose every lookup needs the disk, and which notes where `get` ran: on
+    // this current-thread runtime, the runtime's own thread is the test's.
+    struct OnDisk {
+        inner: MapIndex,
+        runtime_thread: std::thread::ThreadId,
+        gets_on_runtime: std::sync::atomic::AtomicUsize,
+        gets_elsewhere: std::sync::atomic::AtomicUsize,
+    }
+    impl DedupIndex for OnDisk {
+        fn get(&self, h: &EntryHash) -> Result<Option<u64>, DedupError> {
+            let count = if std::thread::current().id() == self.runtime_thread {
+                &self.gets_on_runtime
+            } else {
+                &self.gets_elsewhere
+            };
+            count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.inner.get(h)
+        }
+        fn get_without_io(&self, _: &EntryHash) -> Result<MemoryLookup, DedupError> {
+            Ok(MemoryLookup::NeedsIo)
+        }
+        fn put_batch(&self, e: &[(EntryHash, u64)], upto: u64) -> Result<(), DedupError> {
+            self.inner.put_batch(e, upto)
+        }
+        fn indexed_up_to(&self) -> Result<u64, DedupError> {
+            self.inner.indexed_up_to()
+        }
+    }
+    let index = Arc::new(OnDisk {
+        inner: MapIndex::default(),
+        runtime_thread: std::thread::current().id(),
+        gets_on_runtime: Default::default(),
+        gets_elsewhere: Default::default(),
+    });
+    let (log, tasks) = Log::open(storage.clone(), Some(index.clone()), cfg.clone())
+        .await
+        .unwrap();
+    for _ in 0..400 {
+        if log.dedup_lag() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(log.dedup_lag(), 0, "the index caught up from the log");
+    // Entry 42 is known only to the index: found through the disk lookup.
+    let dup = log.add(entry(42)).await.unwrap();
+    assert_eq!((dup.index, dup.duplicate), (42, true));
+    let new = log.add(entry(1000)).await.unwrap();
+    assert_eq!((new.index, new.duplicate), (100, false));
+    let relaxed = std::sync::atomic::Ordering::Relaxed;
+    assert_eq!(index.gets_on_runtime.load(relaxed), 0);
+    assert!(index.gets_elsewhere.load(relaxed) >= 2);
+    log.shutdown();
+    tasks.join().await;
+    check(&storage, &cfg).await;
 }
 
 #[tokio::test]

@@ -96,6 +96,7 @@ macro_rules! sql_conformance_tests {
             read_tiles_answers_like_read_tile_in_one_query);
         $crate::sql_conformance_tests!(@ $b, multi_thread:
             a_commit_whose_reply_is_lost_is_logged_once,
+            a_commit_still_in_flight_when_read_back_is_logged_once,
             cut_and_slow_connections_under_load_lose_nothing,
             no_acknowledged_add_is_lost_when_the_server_is_killed,
             tls_connections_verify_the_server_certificate);
@@ -594,6 +595,40 @@ pub async fn a_commit_whose_reply_is_lost_is_logged_once<B: SqlBackend>() {
         Some(match i {
             0..10 => format!("before {i}").into_bytes(),
             10 => b"the lost reply".to_vec(),
+            _ => b"after".to_vec(),
+        })
+    };
+    assert_eq!(check_entries(&storage, want).await, 12);
+}
+
+/// A `COMMIT` still in flight when its connection drops: the engine reads the state
+/// back before it reaches the server (the batch looks unlogged), then it commits. The
+/// retry must find the batch in the tree, acknowledge it once, and not append it again
+/// (a plain read cannot see a transaction that has not committed yet).
+pub async fn a_commit_still_in_flight_when_read_back_is_logged_once<B: SqlBackend>() {
+    let (storage, proxy) = behind_proxy::<B>("latecommit").await;
+    let (log, tasks) = Log::open(storage.clone(), None, config(16)).await.unwrap();
+    for i in 0..10u64 {
+        assert_eq!(
+            log.add(Bytes::from(format!("before {i}")))
+                .await
+                .unwrap()
+                .index,
+            i
+        );
+    }
+    proxy.deliver_next_commit_late(Duration::from_millis(500));
+    let out = log.add(Bytes::from("the late one")).await.unwrap();
+    assert_eq!(proxy.commits_late(), 1, "the fault did not fire");
+    assert_eq!(out.index, 10, "the late commit was logged again");
+    let next = log.add(Bytes::from("after")).await.unwrap();
+    assert_eq!(next.index, 11);
+    log.shutdown();
+    tasks.join().await;
+    let want = |i: u64| {
+        Some(match i {
+            0..10 => format!("before {i}").into_bytes(),
+            10 => b"the late one".to_vec(),
             _ => b"after".to_vec(),
         })
     };

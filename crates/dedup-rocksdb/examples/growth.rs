@@ -1,0 +1,136 @@
+//! The index's CPU per entry as it grows, without HTTP or the log: for every entry
+//! one lookup of a fresh hash (what a non-duplicate add costs) and one insert, in
+//! batches as the engine's indexer sends them, on one thread; RocksDB compacts on its
+//! own threads. Every `GROWTH_EVERY` entries (default 5M) it prints the process's CPU
+//! per entry over that stretch, the share of it on RocksDB's threads, the size, and
+//! the share of lookups that could not be answered from memory.
+//!
+//!     cargo build --release --workspace --all-targets
+//!     GROWTH_N=50000000 $CARGO_TARGET_DIR/release/examples/growth DIR
+//!
+//! DIR (default a temporary directory) is where the index goes; it is removed first.
+
+use std::path::Path;
+use std::time::Instant;
+
+use tlogd_core::engine::{DedupIndex, MemoryLookup};
+use tlogd_dedup_rocksdb::{DedupOptions, RocksDedup, allocated_bytes};
+
+/// Uniform 32-byte keys, like SHA-256 output (a real hash is not what is measured).
+fn hash(i: u64) -> [u8; 32] {
+    let mut h = [0u8; 32];
+    let mut x = i.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x5851_f42d_4c95_7f2d;
+    for chunk in h.chunks_mut(8) {
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        x ^= x >> 29;
+        chunk.copy_from_slice(&x.to_be_bytes());
+    }
+    h
+}
+
+/// CPU seconds of this process's threads: (all, RocksDB's own), from /proc.
+fn cpu_seconds() -> (f64, f64) {
+    let tick = 100.0; // USER_HZ on Linux
+    let (mut all, mut rocks) = (0.0, 0.0);
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return (0.0, 0.0);
+    };
+    for t in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else {
+            continue;
+        };
+        let Some(close) = stat.rfind(')') else {
+            continue;
+        };
+        let name = stat
+            .get(stat.find('(').map_or(0, |p| p + 1)..close)
+            .unwrap_or("");
+        let fields: Vec<&str> = stat[close + 2..].split(' ').collect();
+        let ticks: f64 = fields
+            .get(11..13)
+            .map(|f| f.iter().filter_map(|v| v.parse::<f64>().ok()).sum())
+            .unwrap_or(0.0);
+        all += ticks / tick;
+        if name.starts_with("rocksdb") {
+            rocks += ticks / tick;
+        }
+    }
+    // Threads that ended (RocksDB's come and go rarely) are in the process's own stat.
+    if let Ok(stat) = std::fs::read_to_string("/proc/self/stat")
+        && let Some(close) = stat.rfind(')')
+    {
+        let fields: Vec<&str> = stat[close + 2..].split(' ').collect();
+        let own: f64 = fields
+            .get(11..13)
+            .map(|f| f.iter().filter_map(|v| v.parse::<f64>().ok()).sum())
+            .unwrap_or(0.0);
+        all = all.max(own / tick);
+    }
+    (all, rocks)
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let env = |k: &str, d: u64| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let n = env("GROWTH_N", 20_000_000);
+    let every = env("GROWTH_EVERY", 5_000_000).max(1);
+    let batch = env("GROWTH_BATCH", 64).max(1) as usize;
+    let base = std::env::args().nth(1);
+    let tmp = tempfile::tempdir()?;
+    let root = base.as_deref().map(Path::new).unwrap_or(tmp.path());
+    let path = root.join("growth-dedup");
+    let _ = std::fs::remove_dir_all(&path);
+    let idx = RocksDedup::open(&path, &DedupOptions::default())?;
+    println!(
+        "entries\tseconds\tentries/s\tcpu_us_per_entry\trocksdb_us_per_entry\tindex_mib\tlookups_needing_io"
+    );
+    let (mut t0, mut c0) = (Instant::now(), cpu_seconds());
+    let mut pending = Vec::with_capacity(batch);
+    let mut from_disk = 0u64;
+    for i in 0..n {
+        let h = hash(i);
+        let found = match idx.get_without_io(&h)? {
+            MemoryLookup::Answered(found) => found,
+            MemoryLookup::NeedsIo => {
+                from_disk += 1;
+                idx.get(&h)?
+            }
+        };
+        if found.is_some() {
+            return Err(format!("entry {i} found before it was indexed").into());
+        }
+        pending.push((h, i));
+        if pending.len() == batch {
+            idx.put_batch(&pending, i + 1)?;
+            pending.clear();
+        }
+        if (i + 1) % every == 0 {
+            let (t1, c1) = (Instant::now(), cpu_seconds());
+            let secs = t1.duration_since(t0).as_secs_f64();
+            println!(
+                "{}\t{:.1}\t{:.0}\t{:.2}\t{:.2}\t{:.0}\t{:.2}%",
+                i + 1,
+                secs,
+                every as f64 / secs,
+                (c1.0 - c0.0) * 1e6 / every as f64,
+                (c1.1 - c0.1) * 1e6 / every as f64,
+                allocated_bytes(&path)? as f64 / (1 << 20) as f64,
+                from_disk as f64 * 100.0 / every as f64
+            );
+            from_disk = 0;
+            (t0, c0) = (t1, c1);
+        }
+    }
+    // Every entry answers with its index (a sample, spread over the run).
+    for i in (0..n).step_by((n / 1000).max(1) as usize) {
+        if idx.get(&hash(i))? != Some(i) && i < n - n % batch as u64 {
+            return Err(format!("entry {i} lost").into());
+        }
+    }
+    Ok(())
+}
