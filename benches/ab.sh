@@ -21,6 +21,11 @@
 #   TLOGD_FLAGS=--no-dedup benches/ab.sh 20 4 a b -- --h2c
 #   benches/ab.sh 15 3 dedup no-dedup=,--no-dedup             # what the index costs
 #   benches/ab.sh 20 4 lg-old=,loadgen=/tmp/loadgen-old lg-new  # two loadgen builds
+#   AB_LOG_DIR=/var/tmp/scale benches/ab.sh 40 3 old=/tmp/tlogd-old new  # on a big log
+#
+# AB_LOG_DIR runs every variant on one existing log instead of a fresh one: the
+# directory `benches/at-scale.sh GOAL MINUTES DIR` kept (DIR/log, DIR/key, DIR/vkey),
+# reopened by each run and left in place; each run adds to it.
 #
 # Needs the release binaries (cargo build --release --workspace --all-targets).
 set -euo pipefail
@@ -38,7 +43,13 @@ source benches/lib.sh
 bench_work tlogd-ab
 read -r -a serve_flags <<< "${TLOGD_FLAGS:-}"
 
-"$bin/tlogd" keygen --origin bench.example/log --out "$work/key" > "$work/vkey" 2>/dev/null
+keydir=$work
+if [ -n "${AB_LOG_DIR:-}" ]; then
+  keydir=$AB_LOG_DIR
+  [ -d "$keydir/log" ] && [ -f "$keydir/key" ] || { echo "AB_LOG_DIR=$keydir has no log/ and key (see benches/at-scale.sh)" >&2; exit 2; }
+else
+  "$bin/tlogd" keygen --origin bench.example/log --out "$work/key" > "$work/vkey" 2>/dev/null
+fi
 
 run() { # variant, loadgen flags...
   local spec=$1; shift
@@ -53,17 +64,18 @@ run() { # variant, loadgen flags...
     else env+=("$p"); fi
   done
   local port dir="$work/log-$RANDOM"
+  [ -n "${AB_LOG_DIR:-}" ] && dir="$AB_LOG_DIR/log"
   port=$(free_port)
-  env "${env[@]}" "$tlogd" serve --storage-dir "$dir" --origin bench.example/log --private-key-file "$work/key" \
+  env "${env[@]}" "$tlogd" serve --storage-dir "$dir" --origin bench.example/log --private-key-file "$keydir/key" \
     --listen "127.0.0.1:$port" --metrics-listen "" "${serve_flags[@]}" "${flags[@]}" 2>"$work/tlogd.log" &
   local tl=$!
   pids+=("$tl")
-  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/checkpoint" >/dev/null && break; sleep 0.1; done
-  "$loadgen" --log-url "http://127.0.0.1:$port" --log-public-key "$(cat "$work/vkey")" \
+  for _ in $(seq 600); do curl -sf "http://127.0.0.1:$port/checkpoint" >/dev/null && break; sleep 0.1; done
+  "$loadgen" --log-url "http://127.0.0.1:$port" --log-public-key "$(cat "$keydir/vkey")" \
     --writers 256 --duration "${secs}s" --log-pid "$tl" --probe-dir "$dir" --quiet \
     --report-json "$work/r.json" "$@" >/dev/null || true
   kill "$tl"; wait "$tl" 2>/dev/null || true
-  rm -rf "$dir"
+  [ -n "${AB_LOG_DIR:-}" ] || rm -rf "$dir"
   python3 - "$work/r.json" "$label" "$work/rows" <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1])); label = sys.argv[2]

@@ -2,8 +2,7 @@
 //! one lookup of a fresh hash (what a non-duplicate add costs) and one insert, in
 //! batches as the engine's indexer sends them, on one thread; RocksDB compacts on its
 //! own threads. Every `GROWTH_EVERY` entries (default 5M) it prints the process's CPU
-//! per entry over that stretch, the share of it on RocksDB's threads, the size, and
-//! the share of lookups that could not be answered from memory.
+//! per entry over that stretch, the share of it on RocksDB's threads, and the size.
 //!
 //!     cargo build --release --workspace --all-targets
 //!     GROWTH_N=50000000 $CARGO_TARGET_DIR/release/examples/growth DIR
@@ -13,7 +12,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use tlogd_core::engine::{DedupIndex, MemoryLookup};
+use tlogd_core::engine::DedupIndex;
 use tlogd_dedup_rocksdb::{DedupOptions, RocksDedup, allocated_bytes};
 
 /// Uniform 32-byte keys, like SHA-256 output (a real hash is not what is measured).
@@ -86,22 +85,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let path = root.join("growth-dedup");
     let _ = std::fs::remove_dir_all(&path);
     let idx = RocksDedup::open(&path, &DedupOptions::default())?;
-    println!(
-        "entries\tseconds\tentries/s\tcpu_us_per_entry\trocksdb_us_per_entry\tindex_mib\tlookups_needing_io"
-    );
+    println!("entries\tseconds\tentries/s\tcpu_us_per_entry\trocksdb_us_per_entry\tindex_mib");
     let (mut t0, mut c0) = (Instant::now(), cpu_seconds());
     let mut pending = Vec::with_capacity(batch);
-    let mut from_disk = 0u64;
     for i in 0..n {
         let h = hash(i);
-        let found = match idx.get_without_io(&h)? {
-            MemoryLookup::Answered(found) => found,
-            MemoryLookup::NeedsIo => {
-                from_disk += 1;
-                idx.get(&h)?
-            }
-        };
-        if found.is_some() {
+        if idx.get(&h)?.is_some() {
             return Err(format!("entry {i} found before it was indexed").into());
         }
         pending.push((h, i));
@@ -113,16 +102,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let (t1, c1) = (Instant::now(), cpu_seconds());
             let secs = t1.duration_since(t0).as_secs_f64();
             println!(
-                "{}\t{:.1}\t{:.0}\t{:.2}\t{:.2}\t{:.0}\t{:.2}%",
+                "{}\t{:.1}\t{:.0}\t{:.2}\t{:.2}\t{:.0}",
                 i + 1,
                 secs,
                 every as f64 / secs,
                 (c1.0 - c0.0) * 1e6 / every as f64,
                 (c1.1 - c0.1) * 1e6 / every as f64,
                 allocated_bytes(&path)? as f64 / (1 << 20) as f64,
-                from_disk as f64 * 100.0 / every as f64
             );
-            from_disk = 0;
             (t0, c0) = (t1, c1);
         }
     }

@@ -34,9 +34,9 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use rocksdb::{
     BlockBasedOptions, Cache, ColumnFamilyDescriptor, DB, IngestExternalFileOptions, MergeOperands,
-    Options, ReadOptions, ReadTier, SstFileWriter, WriteOptions,
+    Options, SstFileWriter, WriteOptions,
 };
-use tlogd_core::engine::{DedupError, DedupIndex, EntryHash, MemoryLookup};
+use tlogd_core::engine::{DedupError, DedupIndex, EntryHash};
 
 const CF_ENTRIES: &str = "entries";
 const CF_META: &str = "meta";
@@ -251,31 +251,6 @@ impl RocksDedup {
         }
     }
 
-    /// The entries' tables only, without waiting for a disk: filters and indexes are
-    /// held in memory, so a miss is answered there; a hit or a filter's false positive
-    /// whose data block is not in the block cache is `NeedsIo` (RocksDB's
-    /// `kBlockCacheTier` reads return `Incomplete` instead of reading the file).
-    fn stored_get_without_io(&self, hash: &EntryHash) -> Result<MemoryLookup, DedupError> {
-        let handle = self
-            .db
-            .cf_handle(CF_ENTRIES)
-            .ok_or_else(|| err("missing column family"))?;
-        let mut memory_only = ReadOptions::default();
-        memory_only.set_read_tier(ReadTier::BlockCache);
-        match self.db.get_pinned_cf_opt(&handle, hash, &memory_only) {
-            Ok(None) => Ok(MemoryLookup::Answered(None)),
-            Ok(Some(v)) => {
-                let b: [u8; 8] = v
-                    .as_ref()
-                    .try_into()
-                    .map_err(|_| err("corrupt value in dedup index"))?;
-                Ok(MemoryLookup::Answered(Some(u64::from_be_bytes(b))))
-            }
-            Err(e) if e.kind() == rocksdb::ErrorKind::Incomplete => Ok(MemoryLookup::NeedsIo),
-            Err(e) => Err(err(e)),
-        }
-    }
-
     fn stored_marker(&self) -> Result<u64, DedupError> {
         Ok(self.read_u64(CF_META, MARKER, "marker")?.unwrap_or(0))
     }
@@ -376,36 +351,19 @@ impl Drop for RocksDedup {
     }
 }
 
-impl RocksDedup {
-    /// The newest entries' answer (in memory, not yet in a table).
-    fn recent_get(&self, hash: &EntryHash) -> Option<u64> {
-        let r = self.recent.read().unwrap_or_else(|e| e.into_inner());
-        r.map
-            .get(hash)
-            .or_else(|| r.writing.as_ref().and_then(|w| w.get(hash)))
-            .copied()
-    }
-}
-
-/// First index wins between the newest entries and the tables.
-fn older(recent: Option<u64>, stored: Option<u64>) -> Option<u64> {
-    match (recent, stored) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
-}
-
 impl DedupIndex for RocksDedup {
     fn get(&self, hash: &EntryHash) -> Result<Option<u64>, DedupError> {
-        let recent = self.recent_get(hash);
-        Ok(older(recent, self.stored_get(hash)?))
-    }
-
-    fn get_without_io(&self, hash: &EntryHash) -> Result<MemoryLookup, DedupError> {
-        let recent = self.recent_get(hash);
-        Ok(match self.stored_get_without_io(hash)? {
-            MemoryLookup::Answered(stored) => MemoryLookup::Answered(older(recent, stored)),
-            MemoryLookup::NeedsIo => MemoryLookup::NeedsIo,
+        let recent = {
+            let r = self.recent.read().unwrap_or_else(|e| e.into_inner());
+            r.map
+                .get(hash)
+                .or_else(|| r.writing.as_ref().and_then(|w| w.get(hash)))
+                .copied()
+        };
+        let stored = self.stored_get(hash)?;
+        Ok(match (recent, stored) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         })
     }
 
@@ -499,54 +457,6 @@ mod tests {
         h[..8].copy_from_slice(&n.wrapping_mul(0x9e37_79b9_7f4a_7c15).to_be_bytes());
         h[8..16].copy_from_slice(&n.to_be_bytes());
         h
-    }
-
-    #[test]
-    fn lookups_without_io_answer_misses_from_memory_and_leave_disk_reads_to_get() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("dedup");
-        let opts = DedupOptions {
-            recent_entries: 1000,
-            ..DedupOptions::default()
-        };
-        {
-            let idx = RocksDedup::open(&path, &opts).unwrap();
-            for b in 0..10u64 {
-                let batch: Vec<_> = (b * 1000..(b + 1) * 1000).map(|n| (hash(n), n)).collect();
-                idx.put_batch(&batch, (b + 1) * 1000).unwrap();
-            }
-        }
-        // Reopened: the tables' filters and indexes are in memory, no data block is.
-        let idx = RocksDedup::open(&path, &opts).unwrap();
-        let present = hash(1234);
-        assert_eq!(idx.get_without_io(&present).unwrap(), MemoryLookup::NeedsIo);
-        assert_eq!(idx.get(&present).unwrap(), Some(1234));
-        // Now its block is in the block cache.
-        assert_eq!(
-            idx.get_without_io(&present).unwrap(),
-            MemoryLookup::Answered(Some(1234))
-        );
-        // Misses: the filters answer nearly all (a false positive needs the disk).
-        let mut answered = 0;
-        for n in 100_000..101_000u64 {
-            match idx.get_without_io(&hash(n)).unwrap() {
-                MemoryLookup::Answered(None) => answered += 1,
-                MemoryLookup::NeedsIo => assert_eq!(idx.get(&hash(n)).unwrap(), None),
-                other => panic!("entry {n} was never indexed: {other:?}"),
-            }
-        }
-        assert!(
-            answered >= 900,
-            "{answered} of 1000 misses answered from memory"
-        );
-        // The newest entries, still in memory, are answered with them.
-        idx.put_batch(&[(hash(20_000), 10_000)], 10_001).unwrap();
-        let recent = idx.get_without_io(&hash(20_000)).unwrap();
-        assert!(
-            [MemoryLookup::Answered(Some(10_000)), MemoryLookup::NeedsIo].contains(&recent),
-            "{recent:?}"
-        );
-        assert_eq!(idx.get(&hash(20_000)).unwrap(), Some(10_000));
     }
 
     #[test]

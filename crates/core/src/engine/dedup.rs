@@ -19,32 +19,13 @@ pub fn entry_hash(entry: &[u8]) -> EntryHash {
 #[error("dedup index: {0}")]
 pub struct DedupError(pub String);
 
-/// What [`DedupIndex::get_without_io`] could tell without reading a disk.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MemoryLookup {
-    /// The answer [`DedupIndex::get`] would give.
-    Answered(Option<u64>),
-    /// Answering needs a read from disk: call [`DedupIndex::get`] on a blocking thread.
-    NeedsIo,
-}
-
 /// A durable map from [`EntryHash`] to the index of the entry's first occurrence.
 ///
-/// Implementations are blocking (RocksDB is). Every add looks its hash up on the
-/// request's task through [`DedupIndex::get_without_io`], and only a lookup that needs
-/// the disk moves to a blocking thread: a disk read on a runtime worker would stall
-/// every connection that worker serves. Writes run on blocking threads.
+/// Implementations are blocking (RocksDB is); the engine calls them from blocking
+/// threads or accepts the short point-lookup latency on its own tasks.
 pub trait DedupIndex: Send + Sync + 'static {
-    /// The index of the first entry whose bytes hash to `hash`, if indexed. May read
-    /// from disk.
+    /// The index of the first entry whose bytes hash to `hash`, if indexed.
     fn get(&self, hash: &EntryHash) -> Result<Option<u64>, DedupError>;
-
-    /// [`DedupIndex::get`]'s answer if it can be had from memory (most lookups are
-    /// misses answered by in-memory filters), else [`MemoryLookup::NeedsIo`]. The
-    /// default asks `get`: for an index that never waits for a disk.
-    fn get_without_io(&self, hash: &EntryHash) -> Result<MemoryLookup, DedupError> {
-        self.get(hash).map(MemoryLookup::Answered)
-    }
 
     /// Record `entries` (in index order): every entry with an index below
     /// `indexed_up_to` is now indexed, and [`DedupIndex::get`] finds it. The persisted

@@ -73,7 +73,7 @@ mod queue;
 mod storage;
 
 pub use cosign::{BoxFuture, CheckpointCosigner, ConsistencyProver, StorageProver, read_hashes};
-pub use dedup::{DedupError, DedupIndex, EntryHash, MemoryLookup, entry_hash};
+pub use dedup::{DedupError, DedupIndex, EntryHash, entry_hash};
 pub use storage::{CommitBatch, LogStorage, StorageError, TreeState};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -263,8 +263,6 @@ struct Inner<S> {
     /// its key and looks it up in the recorder's registry).
     dedup_lookups: metrics::Counter,
     dedup_hits: metrics::Counter,
-    /// Lookups that needed the disk (run on a blocking thread).
-    dedup_disk_lookups: metrics::Counter,
     /// 1 + the size named by the latest published checkpoint; 0 when none is.
     published: AtomicU64,
     ready: AtomicBool,
@@ -352,7 +350,6 @@ impl<S: LogStorage> Log<S> {
             indexed_size: AtomicU64::new(indexed),
             dedup_lookups: metrics::counter!("tlogd_dedup_lookups_total"),
             dedup_hits: metrics::counter!("tlogd_dedup_hits_total"),
-            dedup_disk_lookups: metrics::counter!("tlogd_dedup_disk_lookups_total"),
             published: AtomicU64::new(published),
             ready: AtomicBool::new(true),
             failed: watch::Sender::new(None),
@@ -446,18 +443,7 @@ impl<S: LogStorage> Log<S> {
             // queue lock, the entry may have left the in-flight map after our lookup
             // missed it: look again rather than log it twice.
             let marker = inner.indexed_size.load(Ordering::Acquire);
-            let found = match dedup.get_without_io(&h) {
-                Ok(MemoryLookup::Answered(found)) => Ok(found),
-                Ok(MemoryLookup::NeedsIo) => {
-                    inner.dedup_disk_lookups.increment(1);
-                    let dedup = dedup.clone();
-                    tokio::task::spawn_blocking(move || dedup.get(&h))
-                        .await
-                        .unwrap_or_else(|e| Err(DedupError(format!("lookup task: {e}"))))
-                }
-                Err(e) => Err(e),
-            };
-            match found {
+            match dedup.get(&h) {
                 // Never answer with an index the committed tree does not contain.
                 Ok(Some(index)) if index < self.committed_size() => {
                     inner.dedup_hits.increment(1);

@@ -346,66 +346,6 @@ async fn dedup_index_catches_up_from_the_log() {
 }
 
 #[tokio::test]
-async fn a_lookup_that_needs_the_disk_runs_off_the_runtime() {
-    let (storage, cfg) = prefilled(100).await;
-    // An index whose every lookup needs the disk, and which notes where `get` ran: on
-    // this current-thread runtime, the runtime's own thread is the test's.
-    struct OnDisk {
-        inner: MapIndex,
-        runtime_thread: std::thread::ThreadId,
-        gets_on_runtime: std::sync::atomic::AtomicUsize,
-        gets_elsewhere: std::sync::atomic::AtomicUsize,
-    }
-    impl DedupIndex for OnDisk {
-        fn get(&self, h: &EntryHash) -> Result<Option<u64>, DedupError> {
-            let count = if std::thread::current().id() == self.runtime_thread {
-                &self.gets_on_runtime
-            } else {
-                &self.gets_elsewhere
-            };
-            count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            self.inner.get(h)
-        }
-        fn get_without_io(&self, _: &EntryHash) -> Result<MemoryLookup, DedupError> {
-            Ok(MemoryLookup::NeedsIo)
-        }
-        fn put_batch(&self, e: &[(EntryHash, u64)], upto: u64) -> Result<(), DedupError> {
-            self.inner.put_batch(e, upto)
-        }
-        fn indexed_up_to(&self) -> Result<u64, DedupError> {
-            self.inner.indexed_up_to()
-        }
-    }
-    let index = Arc::new(OnDisk {
-        inner: MapIndex::default(),
-        runtime_thread: std::thread::current().id(),
-        gets_on_runtime: Default::default(),
-        gets_elsewhere: Default::default(),
-    });
-    let (log, tasks) = Log::open(storage.clone(), Some(index.clone()), cfg.clone())
-        .await
-        .unwrap();
-    for _ in 0..400 {
-        if log.dedup_lag() == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert_eq!(log.dedup_lag(), 0, "the index caught up from the log");
-    // Entry 42 is known only to the index: found through the disk lookup.
-    let dup = log.add(entry(42)).await.unwrap();
-    assert_eq!((dup.index, dup.duplicate), (42, true));
-    let new = log.add(entry(1000)).await.unwrap();
-    assert_eq!((new.index, new.duplicate), (100, false));
-    let relaxed = std::sync::atomic::Ordering::Relaxed;
-    assert_eq!(index.gets_on_runtime.load(relaxed), 0);
-    assert!(index.gets_elsewhere.load(relaxed) >= 2);
-    log.shutdown();
-    tasks.join().await;
-    check(&storage, &cfg).await;
-}
-
-#[tokio::test]
 async fn dedup_lag_pushes_back() {
     let (storage, cfg) = prefilled(100).await;
     let mut cfg = cfg;
