@@ -755,7 +755,7 @@ impl<S: LogStorage> Log<S> {
                     }
                     // Another frontend committed on top: the batch persisted iff the
                     // stored tree at `next.size` has `next.root`.
-                    match root_at(&*inner.storage, next.size).await {
+                    match root_at(&*inner.storage, next.size, now.size).await {
                         Ok(root) if root == next.root => return Resolved::Persisted(reloaded),
                         Ok(_) => return Resolved::NotPersisted(reloaded),
                         Err(e) => e.to_string(),
@@ -893,7 +893,7 @@ impl<S: LogStorage> Log<S> {
             }
             let landed = match prev == would {
                 true => Ok(true),
-                false => root_at(&*inner.storage, would.size)
+                false => root_at(&*inner.storage, would.size, prev.size)
                     .await
                     .map(|root| root == would.root),
             };
@@ -1321,26 +1321,53 @@ enum Resolved {
     Unknown(String),
 }
 
-/// The root of the stored tree at `size` (which may be smaller than the stored tree),
-/// from its tiles: partial tiles at that size, or the full tile where a later batch
-/// completed it (its prefix is the partial).
-async fn root_at<S: LogStorage>(storage: &S, size: u64) -> Result<Hash, StorageError> {
+/// The root of the stored tree at `size`, which may be smaller than the stored tree's
+/// `stored` size. Each tile `size` needs is read at its own width or, when that partial
+/// was never stored (`size` is not where any committed batch ended, or a later batch
+/// completed the tile), at the width it has at `stored`, whose first hashes are the same
+/// (tlog-tiles "Partial Tiles": tiles are prefix-stable). The tiles at `stored` exist:
+/// the caller has just loaded the edge there. So a size the stored tree never stopped
+/// at (a commit that did not persist, on a tree another frontend advanced) is answered
+/// with a root that differs, not with a missing tile that would keep the outcome
+/// unknown.
+async fn root_at<S: LogStorage>(storage: &S, size: u64, stored: u64) -> Result<Hash, StorageError> {
     let ids = crate::proof::tree_root_tiles(size);
     let found = storage.read_tiles(&ids).await?;
     let mut tiles: std::collections::HashMap<TileId, Vec<Hash>> = Default::default();
     for (id, bytes) in ids.iter().zip(found) {
-        let (id, bytes) = match bytes {
-            Some(b) => (*id, b),
-            None => match storage.read_tile(&id.full()).await? {
-                Some(b) => (id.full(), b),
-                None => {
-                    return Err(StorageError::Corrupt(format!("missing tile {}", id.path())));
+        let hashes = match bytes {
+            Some(b) => tile::parse_hash_tile(&b, id.width)
+                .map_err(|e| StorageError::Corrupt(format!("{}: {e}", id.path())))?,
+            None => {
+                let TileKind::Hash { level } = id.kind else {
+                    return Err(StorageError::Corrupt(format!(
+                        "not a hash tile: {}",
+                        id.path()
+                    )));
+                };
+                let count = stored
+                    .checked_shr(tile::TILE_HEIGHT * level as u32)
+                    .unwrap_or(0);
+                let width = count
+                    .saturating_sub(id.index * tile::TILE_WIDTH)
+                    .min(tile::TILE_WIDTH) as u16;
+                if width < id.width {
+                    return Err(StorageError::Corrupt(format!(
+                        "tile {} is beyond the stored tree of size {stored}",
+                        id.path()
+                    )));
                 }
-            },
+                let wider = TileId::hash(level, id.index, width);
+                let bytes = storage.read_tile(&wider).await?.ok_or_else(|| {
+                    StorageError::Corrupt(format!("missing tile {}", wider.path()))
+                })?;
+                let mut hashes = tile::parse_hash_tile(&bytes, width)
+                    .map_err(|e| StorageError::Corrupt(format!("{}: {e}", wider.path())))?;
+                hashes.truncate(id.width as usize);
+                hashes
+            }
         };
-        let hashes = tile::parse_hash_tile(&bytes, id.width)
-            .map_err(|e| StorageError::Corrupt(format!("{}: {e}", id.path())))?;
-        tiles.insert(id, hashes);
+        tiles.insert(*id, hashes);
     }
     crate::proof::tree_root(size, &tiles).map_err(|e| StorageError::Corrupt(e.to_string()))
 }

@@ -194,6 +194,88 @@ async fn a_commit_that_lands_after_the_read_back_is_logged_once() {
     assert_eq!(seen, want, "each entry once, at its index");
 }
 
+/// A store where another frontend commits its prepared batch right after this
+/// frontend's commit fails: the failed batch is overtaken before it is read back.
+struct Overtaken {
+    inner: Arc<MemoryStorage>,
+    other: Mutex<Option<CommitBatch>>,
+}
+
+impl LogStorage for Overtaken {
+    fn backend_name(&self) -> &'static str {
+        "overtaken"
+    }
+    async fn load_state(&self) -> Result<Option<TreeState>, StorageError> {
+        self.inner.load_state().await
+    }
+    async fn commit(&self, batch: CommitBatch) -> Result<(), StorageError> {
+        let result = self.inner.commit(batch).await;
+        let other = self.other.lock().unwrap().take();
+        if let (Err(_), Some(other)) = (&result, other) {
+            self.inner
+                .commit(other)
+                .await
+                .expect("the other frontend commits");
+        }
+        result
+    }
+    async fn read_tile(&self, id: &TileId) -> Result<Option<Vec<u8>>, StorageError> {
+        self.inner.read_tile(id).await
+    }
+    async fn publish_checkpoint(&self, signed: &[u8]) -> Result<(), StorageError> {
+        self.inner.publish_checkpoint(signed).await
+    }
+    async fn read_checkpoint(&self) -> Result<Option<Vec<u8>>, StorageError> {
+        self.inner.read_checkpoint().await
+    }
+    async fn check_writable(&self) -> Result<(), StorageError> {
+        self.inner.check_writable().await
+    }
+}
+
+/// A failed commit (3 -> 4) read back on a tree another frontend moved past it in one
+/// batch (3 -> 5): no partial tile of width 4 was ever stored, so the root at 4 comes
+/// from the stored width-5 tile's prefix, the batch is known not to have persisted and
+/// is retried on top. (Reading only the missing width-4 tile left the outcome unknown
+/// for good: the add was answered "uncertain" and every later batch refused.)
+#[tokio::test]
+async fn a_failed_commit_overtaken_by_another_frontend_is_resolved() {
+    let storage = Arc::new(MemoryStorage::new());
+    let cfg = config();
+    let racing = Arc::new(Overtaken {
+        inner: storage.clone(),
+        other: Mutex::new(None),
+    });
+    let (log, tasks) = Log::open(racing.clone(), None, cfg.clone()).await.unwrap();
+    for i in 0..3 {
+        assert_eq!(log.add(entry(i)).await.unwrap().index, i);
+    }
+    let mut edge = Edge::load(&*storage, None).await.unwrap();
+    let prev = edge.state();
+    let theirs = [Bytes::from("theirs 0"), Bytes::from("theirs 1")];
+    let leaves: Vec<Hash> = theirs.iter().map(|e| leaf_hash(e)).collect();
+    let tiles = edge.append(&theirs, &leaves).unwrap();
+    let next = edge.state();
+    *racing.other.lock().unwrap() = Some(CommitBatch { prev, next, tiles });
+    storage.fail_next_commit(Fault::FailAndDontPersist);
+    assert_eq!(log.add(entry(3)).await.unwrap().index, 5);
+    assert_eq!(log.add(entry(4)).await.unwrap().index, 6);
+    log.shutdown();
+    tasks.join().await;
+    let mut seen = Vec::new();
+    let mut visit = |_: u64, e: &[u8]| seen.push(e.to_vec());
+    check_log(&*storage, ORIGIN, &cfg.signer.verifier(), Some(&mut visit))
+        .await
+        .expect("log checks out");
+    let want: Vec<Vec<u8>> = [entry(0), entry(1), entry(2)]
+        .iter()
+        .chain(&theirs)
+        .chain(&[entry(3), entry(4)])
+        .map(|e| e.to_vec())
+        .collect();
+    assert_eq!(seen, want);
+}
+
 #[tokio::test]
 async fn reopen_continues_the_same_tree() {
     let storage = Arc::new(MemoryStorage::new());
