@@ -11,20 +11,12 @@
 
 use std::path::Path;
 
+#[path = "support/keys.rs"]
+mod keys;
+use keys::hash;
+
 use tlogd_core::engine::DedupIndex;
 use tlogd_dedup_rocksdb::{DedupOptions, RocksDedup, allocated_bytes};
-
-fn hash(i: u64) -> [u8; 32] {
-    // Spread like SHA-256 output; a real hash is not needed for the footprint.
-    let mut h = [0u8; 32];
-    let mut x = i.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0xdead_beef;
-    for chunk in h.chunks_mut(8) {
-        x ^= x >> 33;
-        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-        chunk.copy_from_slice(&x.to_be_bytes());
-    }
-    h
-}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let base = std::env::args().nth(1);

@@ -12,21 +12,12 @@
 use std::path::Path;
 use std::time::Instant;
 
+#[path = "support/keys.rs"]
+mod keys;
+use keys::hash;
+
 use tlogd_core::engine::DedupIndex;
 use tlogd_dedup_rocksdb::{DedupOptions, RocksDedup, allocated_bytes};
-
-/// Uniform 32-byte keys, like SHA-256 output (a real hash is not what is measured).
-fn hash(i: u64) -> [u8; 32] {
-    let mut h = [0u8; 32];
-    let mut x = i.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x5851_f42d_4c95_7f2d;
-    for chunk in h.chunks_mut(8) {
-        x ^= x >> 33;
-        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-        x ^= x >> 29;
-        chunk.copy_from_slice(&x.to_be_bytes());
-    }
-    h
-}
 
 /// CPU seconds of this process's threads: (all, RocksDB's own), from /proc.
 fn cpu_seconds() -> (f64, f64) {

@@ -21,6 +21,7 @@ use tlogd_core::hash::leaf_hash;
 use tlogd_core::merkle::TileTree;
 use tlogd_core::note::NoteSigner;
 use tlogd_core::tile::TileId;
+use tlogd_storage_sql::faultproxy::FaultProxy;
 use tlogd_storage_sql::{OpenError, SCHEMA_VERSION, SqlOptions};
 
 use tlogd_core::conformance::{ORIGIN, SKEY, add_in_order, config};
@@ -551,14 +552,10 @@ pub async fn read_tiles_answers_like_read_tile_in_one_query<B: SqlBackend>() {
 }
 
 /// The storage behind a fault proxy on the shared server, and the proxy.
-async fn behind_proxy<B: SqlBackend>(
-    name: &str,
-) -> (Arc<B::Storage>, tlogd_storage_sql::faultproxy::FaultProxy) {
+async fn behind_proxy<B: SqlBackend>(name: &str) -> (Arc<B::Storage>, FaultProxy) {
     let server = B::shared();
     let url = fresh::<B>(name).await;
-    let proxy =
-        tlogd_storage_sql::faultproxy::FaultProxy::start(([127, 0, 0, 1], server.port()).into())
-            .expect("fault proxy");
+    let proxy = FaultProxy::start(([127, 0, 0, 1], server.port()).into()).expect("fault proxy");
     let proxied = url.replacen(
         &format!(":{}/", server.port()),
         &format!(":{}/", proxy.port()),
@@ -568,11 +565,17 @@ async fn behind_proxy<B: SqlBackend>(
     (open::<B>(&proxied).await, proxy)
 }
 
-/// A `COMMIT` that reaches the server while its reply is lost (the connection dies):
-/// the engine learns from the stored state that the batch persisted, acknowledges it
-/// once, and never appends it again.
-pub async fn a_commit_whose_reply_is_lost_is_logged_once<B: SqlBackend>() {
-    let (storage, proxy) = behind_proxy::<B>("lostreply").await;
+/// Ten adds, then `middle` with the proxy `arm`ed so that its `COMMIT` meets the
+/// fault (`fired` counts the faults), then one more: each is acknowledged once, at its
+/// index, and logged once. No entry may contain "commit": the proxy finds the
+/// `COMMIT` by that word.
+async fn one_faulty_commit_is_logged_once<B: SqlBackend>(
+    name: &str,
+    middle: &str,
+    arm: impl FnOnce(&FaultProxy),
+    fired: impl Fn(&FaultProxy) -> u64,
+) {
+    let (storage, proxy) = behind_proxy::<B>(name).await;
     let (log, tasks) = Log::open(storage.clone(), None, config(16)).await.unwrap();
     for i in 0..10u64 {
         assert_eq!(
@@ -583,10 +586,10 @@ pub async fn a_commit_whose_reply_is_lost_is_logged_once<B: SqlBackend>() {
             i
         );
     }
-    proxy.lose_next_commit_reply();
-    let out = log.add(Bytes::from("the lost reply")).await.unwrap();
-    assert_eq!(out.index, 10);
-    assert_eq!(proxy.commits_lost(), 1, "the fault did not fire");
+    arm(&proxy);
+    let out = log.add(Bytes::from(middle.to_string())).await.unwrap();
+    assert_eq!(fired(&proxy), 1, "the fault did not fire");
+    assert_eq!(out.index, 10, "the faulty commit was logged again");
     let next = log.add(Bytes::from("after")).await.unwrap();
     assert_eq!(next.index, 11);
     log.shutdown();
@@ -594,11 +597,24 @@ pub async fn a_commit_whose_reply_is_lost_is_logged_once<B: SqlBackend>() {
     let want = |i: u64| {
         Some(match i {
             0..10 => format!("before {i}").into_bytes(),
-            10 => b"the lost reply".to_vec(),
+            10 => middle.as_bytes().to_vec(),
             _ => b"after".to_vec(),
         })
     };
     assert_eq!(check_entries(&storage, want).await, 12);
+}
+
+/// A `COMMIT` that reaches the server while its reply is lost (the connection dies):
+/// the engine learns from the stored state that the batch persisted, acknowledges it
+/// once, and never appends it again.
+pub async fn a_commit_whose_reply_is_lost_is_logged_once<B: SqlBackend>() {
+    one_faulty_commit_is_logged_once::<B>(
+        "lostreply",
+        "the lost reply",
+        FaultProxy::lose_next_commit_reply,
+        FaultProxy::commits_lost,
+    )
+    .await;
 }
 
 /// A `COMMIT` still in flight when its connection drops: the engine reads the state
@@ -606,33 +622,13 @@ pub async fn a_commit_whose_reply_is_lost_is_logged_once<B: SqlBackend>() {
 /// retry must find the batch in the tree, acknowledge it once, and not append it again
 /// (a plain read cannot see a transaction that has not committed yet).
 pub async fn a_commit_still_in_flight_when_read_back_is_logged_once<B: SqlBackend>() {
-    let (storage, proxy) = behind_proxy::<B>("latecommit").await;
-    let (log, tasks) = Log::open(storage.clone(), None, config(16)).await.unwrap();
-    for i in 0..10u64 {
-        assert_eq!(
-            log.add(Bytes::from(format!("before {i}")))
-                .await
-                .unwrap()
-                .index,
-            i
-        );
-    }
-    proxy.deliver_next_commit_late(Duration::from_millis(500));
-    let out = log.add(Bytes::from("the late one")).await.unwrap();
-    assert_eq!(proxy.commits_late(), 1, "the fault did not fire");
-    assert_eq!(out.index, 10, "the late commit was logged again");
-    let next = log.add(Bytes::from("after")).await.unwrap();
-    assert_eq!(next.index, 11);
-    log.shutdown();
-    tasks.join().await;
-    let want = |i: u64| {
-        Some(match i {
-            0..10 => format!("before {i}").into_bytes(),
-            10 => b"the late one".to_vec(),
-            _ => b"after".to_vec(),
-        })
-    };
-    assert_eq!(check_entries(&storage, want).await, 12);
+    one_faulty_commit_is_logged_once::<B>(
+        "latecommit",
+        "the late one",
+        |proxy| proxy.deliver_next_commit_late(Duration::from_millis(500)),
+        FaultProxy::commits_late,
+    )
+    .await;
 }
 
 /// Connections cut again and again, and slowed, under load from eight writers: every
