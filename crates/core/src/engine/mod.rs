@@ -744,20 +744,9 @@ impl<S: LogStorage> Log<S> {
             let reason = match Edge::load(&*inner.storage, None).await {
                 Ok(reloaded) => {
                     inner.ready.store(true, Ordering::Release);
-                    let now = reloaded.state();
-                    if now == next {
-                        return Resolved::Persisted(reloaded);
-                    }
-                    if now.size < next.size {
-                        // The state moved only by compare-and-swap from `prev`: had
-                        // the batch persisted, the tree would be at least `next`.
-                        return Resolved::NotPersisted(reloaded);
-                    }
-                    // Another frontend committed on top: the batch persisted iff the
-                    // stored tree at `next.size` has `next.root`.
-                    match root_at(&*inner.storage, next.size, now.size).await {
-                        Ok(root) if root == next.root => return Resolved::Persisted(reloaded),
-                        Ok(_) => return Resolved::NotPersisted(reloaded),
+                    match holds(&*inner.storage, reloaded.state(), next).await {
+                        Ok(true) => return Resolved::Persisted(reloaded),
+                        Ok(false) => return Resolved::NotPersisted(reloaded),
                         Err(e) => e.to_string(),
                     }
                 }
@@ -888,16 +877,7 @@ impl<S: LogStorage> Log<S> {
         };
         let prev = current.state();
         for &(was, would) in maybe_late.iter() {
-            if prev.size < would.size {
-                continue;
-            }
-            let landed = match prev == would {
-                true => Ok(true),
-                false => root_at(&*inner.storage, would.size, prev.size)
-                    .await
-                    .map(|root| root == would.root),
-            };
-            match landed {
+            match holds(&*inner.storage, prev, would).await {
                 Ok(true) => {
                     tracing::warn!(
                         first = was.size,
@@ -1319,6 +1299,22 @@ enum Resolved {
     NotPersisted(Edge),
     /// Storage could not be read in time.
     Unknown(String),
+}
+
+/// Whether the stored tree, at state `stored`, contains the commit that would have
+/// moved some earlier state to `attempt`. The state moves only by compare-and-swap, so
+/// a tree smaller than `attempt` does not (yet) hold it, one of the same size holds it
+/// iff it is `attempt`, and a larger one (another frontend committed on top) iff its
+/// root at `attempt.size` is `attempt.root`.
+async fn holds<S: LogStorage>(
+    storage: &S,
+    stored: TreeState,
+    attempt: TreeState,
+) -> Result<bool, StorageError> {
+    if stored.size <= attempt.size {
+        return Ok(stored == attempt);
+    }
+    Ok(root_at(storage, attempt.size, stored.size).await? == attempt.root)
 }
 
 /// The root of the stored tree at `size`, which may be smaller than the stored tree's
