@@ -141,6 +141,10 @@ pub struct Args {
     /// Drive a trivial in-process endpoint (measures the loadgen itself; no verification).
     #[arg(long)]
     pub dry_run_endpoint: bool,
+    /// Writes only: no checkpoint is read and nothing is verified, so the server need
+    /// not be a log (an HTTP floor, a stub). Needs no --log-public-key; no readers.
+    #[arg(long, conflicts_with = "log_public_key")]
+    pub no_verify: bool,
 }
 
 /// The outcome of a run: every figure, for the table, JSON and HTML.
@@ -375,8 +379,10 @@ pub async fn run(mut args: Args) -> anyhow::Result<Report> {
     }
     let verifier = match &args.log_public_key {
         Some(k) => Some(NoteVerifier::from_vkey(k).context("--log-public-key")?),
-        None if args.dry_run_endpoint => None,
-        None => bail!("--log-public-key is required (verification is not optional)"),
+        None if args.dry_run_endpoint || args.no_verify => None,
+        None => bail!(
+            "--log-public-key is required (verification is not optional; --no-verify for a server that is not a log)"
+        ),
     };
     let origin = args
         .origin
@@ -397,6 +403,9 @@ pub async fn run(mut args: Args) -> anyhow::Result<Report> {
     }
     if args.duration.is_zero() && args.leaf_write_goal == 0 && args.max_runtime.is_zero() {
         bail!("give --duration, --leaf-write-goal or --max-runtime");
+    }
+    if verifier.is_none() && args.readers_random + args.readers_full > 0 {
+        bail!("readers verify what they read: they need --log-public-key");
     }
     if args.writers == 0 && args.leaf_write_goal > 0 {
         bail!("--leaf-write-goal needs writers (--writers 0 is a read-only run)");
@@ -464,7 +473,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<Report> {
             async move { verify_entries(ctx, verify_rx, latest_rx).await }
         }));
     } else {
-        // Nothing to verify against (--dry-run-endpoint): the clock only times adds.
+        // Nothing to verify against (--dry-run-endpoint, --no-verify): the clock only times adds.
         cp_rx = None;
     }
     let clock = tokio::spawn({

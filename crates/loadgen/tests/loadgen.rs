@@ -337,6 +337,40 @@ fn counting_adds(n: Arc<AtomicU64>) -> impl FnOnce(axum::Router) -> axum::Router
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_verify_writes_to_a_server_without_a_key() {
+    let adds = Arc::new(AtomicU64::new(0));
+    let (url, _storage, _log) = serve_log_with(false, counting_adds(adds.clone())).await;
+    let no_key = |extra: &[&str]| {
+        let mut v = vec!["tlog-loadgen", "--log-url", &url, "--quiet", "--no-verify"];
+        v.extend_from_slice(extra);
+        Args::parse_from(v)
+    };
+    let r = run(no_key(&["--writers", "4", "--leaf-write-goal", "200"]))
+        .await
+        .unwrap();
+    assert!(r.ok, "{:?}", r.failure_reasons);
+    assert!(r.writes_new >= 200, "{}", r.writes_new);
+    assert_eq!(adds.load(Ordering::SeqCst), r.writes_new);
+    assert_eq!(r.verified_entries, 0, "nothing is verified without a key");
+    // Readers verify what they read: without a key they are refused, said as such.
+    let e = run(no_key(&["--readers-random", "1", "--duration", "1s"]))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("--log-public-key"), "{e}");
+    // Without the flag, a missing key is an error that names the flag.
+    let e = run(Args::parse_from([
+        "tlog-loadgen",
+        "--log-url",
+        &url,
+        "--duration",
+        "1s",
+    ]))
+    .await
+    .unwrap_err();
+    assert!(e.to_string().contains("--no-verify"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writers_0_is_a_read_only_run() {
     let adds = Arc::new(AtomicU64::new(0));
     let (url, _storage, log) = serve_log_with(false, counting_adds(adds.clone())).await;
