@@ -96,14 +96,4 @@ for i in $(seq "$rounds"); do
   n=${#variants[@]}
   for j in $(seq 0 $((n - 1))); do run "${variants[$(((i - 1 + j) % n))]}" "$@"; done
 done
-python3 - "$work/rows" <<'EOF'
-import json, sys, collections
-by = collections.OrderedDict()
-for line in open(sys.argv[1]):
-    label, rate, cpu, lg = json.loads(line)
-    by.setdefault(label, []).append((rate, cpu, lg))
-for label, rows in by.items():
-    n = len(rows)
-    print(f"| **mean {label}** ({n}) | **{sum(r[0] for r in rows) / n:,.0f}** | **{sum(r[1] for r in rows) / n:.1f} µs** | "
-          f"{sum(r[2] for r in rows) / n:.1f} µs | | | |")
-EOF
+bench_means "$work/rows"

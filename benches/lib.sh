@@ -39,3 +39,19 @@ start_mariadb() {
   echo "MariaDB did not start (see $dir.log)" >&2
   return 1
 }
+
+# The mean of each label's runs, as bold markdown rows: file $1 holds one JSON row per
+# run, [label, rate/s, server CPU µs, loadgen CPU µs], as ab.sh and http-floor.sh write.
+bench_means() {
+  python3 - "$1" <<'EOF'
+import json, sys, collections
+by = collections.OrderedDict()
+for line in open(sys.argv[1]):
+    label, rate, cpu, lg = json.loads(line)
+    by.setdefault(label, []).append((rate, cpu, lg))
+for label, rows in by.items():
+    n = len(rows)
+    print(f"| **mean {label}** ({n}) | **{sum(r[0] for r in rows) / n:,.0f}** | **{sum(r[1] for r in rows) / n:.1f} µs** | "
+          f"{sum(r[2] for r in rows) / n:.1f} µs | | | |")
+EOF
+}

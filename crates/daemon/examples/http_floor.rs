@@ -25,10 +25,9 @@ use std::time::Duration;
 use anyhow::Context;
 use axum::routing::post;
 use tlogd::server::{ServeOptions, serve};
+use tlogd_core::engine::LogConfig;
 use tlogd_core::engine::memory::MemoryStorage;
-use tlogd_core::engine::{CommitBatch, LogConfig, LogStorage, StorageError, TreeState};
 use tlogd_core::note::{NoteSigner, generate_key};
-use tlogd_core::tile::TileId;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -94,10 +93,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         "memory" => {
             let mut lc = LogConfig::new(origin, Arc::new(NoteSigner::from_skey(&skey)?));
             lc.background = Some(engine_runtime()?);
-            let storage = Arc::new(Delayed {
-                inner: MemoryStorage::new(),
-                delay: Duration::from_micros(args.commit_delay_us),
-            });
+            let storage = Arc::new(MemoryStorage::new());
+            storage.set_commit_delay(Duration::from_micros(args.commit_delay_us));
             let (log, _tasks) = tlogd_core::engine::Log::open(storage, None, lc)
                 .await
                 .context("opening the log")?;
@@ -128,42 +125,6 @@ fn engine_runtime() -> anyhow::Result<tokio::runtime::Handle> {
     // Alive for the whole process.
     std::mem::forget(rt);
     Ok(handle)
-}
-
-/// The in-memory store whose commits block a thread of the blocking pool for `delay`,
-/// as the POSIX backend's writes and `syncfs` do.
-struct Delayed {
-    inner: MemoryStorage,
-    delay: Duration,
-}
-
-impl LogStorage for Delayed {
-    fn backend_name(&self) -> &'static str {
-        "memory"
-    }
-    async fn load_state(&self) -> Result<Option<TreeState>, StorageError> {
-        self.inner.load_state().await
-    }
-    async fn commit(&self, batch: CommitBatch) -> Result<(), StorageError> {
-        // As the POSIX backend's file I/O: on the blocking pool.
-        let delay = self.delay;
-        tokio::task::spawn_blocking(move || std::thread::sleep(delay))
-            .await
-            .map_err(|e| StorageError::Backend(e.to_string()))?;
-        self.inner.commit(batch).await
-    }
-    async fn read_tile(&self, id: &TileId) -> Result<Option<Vec<u8>>, StorageError> {
-        self.inner.read_tile(id).await
-    }
-    async fn publish_checkpoint(&self, signed: &[u8]) -> Result<(), StorageError> {
-        self.inner.publish_checkpoint(signed).await
-    }
-    async fn read_checkpoint(&self) -> Result<Option<Vec<u8>>, StorageError> {
-        self.inner.read_checkpoint().await
-    }
-    async fn check_writable(&self) -> Result<(), StorageError> {
-        self.inner.check_writable().await
-    }
 }
 
 /// `--mode deferred`: adds wait for a batch that a thread completes after each

@@ -29,6 +29,8 @@ struct State {
     next_commit_fault: Option<Fault>,
     /// A batch failed with [`Fault::PersistLate`], landing at the next commit.
     late: Option<CommitBatch>,
+    /// See [`MemoryStorage::set_commit_delay`].
+    commit_delay: std::time::Duration,
     unwritable: bool,
 }
 
@@ -61,6 +63,12 @@ impl MemoryStorage {
             .insert((id.kind, id.index, id.width), bytes);
     }
 
+    /// Make every commit first block a thread of the blocking pool this long, as a
+    /// disk's sync blocks the POSIX backend's (benches: batches grow as on a disk).
+    pub fn set_commit_delay(&self, delay: std::time::Duration) {
+        self.lock().commit_delay = delay;
+    }
+
     /// Advance the stored state behind the engine's back (another frontend).
     pub fn force_state(&self, state: TreeState) {
         self.lock().tree = Some(state);
@@ -85,6 +93,12 @@ impl LogStorage for MemoryStorage {
     }
 
     async fn commit(&self, batch: CommitBatch) -> Result<(), StorageError> {
+        let delay = self.lock().commit_delay;
+        if !delay.is_zero() {
+            tokio::task::spawn_blocking(move || std::thread::sleep(delay))
+                .await
+                .map_err(|e| StorageError::Backend(e.to_string()))?;
+        }
         let mut s = self.lock();
         if let Some(late) = s.late.take()
             && s.tree.unwrap_or_else(TreeState::empty) == late.prev
