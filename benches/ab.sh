@@ -76,24 +76,10 @@ run() { # variant, loadgen flags...
     --report-json "$work/r.json" "$@" >/dev/null || true
   kill "$tl"; wait "$tl" 2>/dev/null || true
   [ -n "${AB_LOG_DIR:-}" ] || rm -rf "$dir"
-  python3 - "$work/r.json" "$label" "$work/rows" <<'EOF'
-import json, sys
-r = json.load(open(sys.argv[1])); label = sys.argv[2]
-ops = {o["operation"]: o for o in r["operations"]}
-add, tti = ops["add (time in queue)"], ops["time to integrate"]
-verdict = "ok" if r["ok"] else "FAILED: " + "; ".join(r["failure_reasons"])[:300]
-row = [label, r["tree_growth_per_s"], r["log_cpu_us_per_add"], r["loadgen_cpu_us_per_add"]]
-open(sys.argv[3], "a").write(json.dumps(row) + "\n")
-print(f"| {label} | {r['tree_growth_per_s']:,.0f} | {r['log_cpu_us_per_add']:.1f} µs | {r['loadgen_cpu_us_per_add']:.1f} µs | "
-      f"{add['p50_ms']:.1f} / {add['p99_ms']:.1f} ms | {tti['p50_ms']:.0f} / {tti['p99_ms']:.0f} ms | {verdict} |", flush=True)
-EOF
+  bench_row "$work/r.json" "$label" "$work/rows" tree_growth_per_s tti
 }
 
 echo "| variant | appends/s | tlogd CPU/append | loadgen CPU/add | add p50 / p99 | time to integrate p50 / p99 | |"
 echo "|---|---|---|---|---|---|---|"
-for i in $(seq "$rounds"); do
-  # Rotate the order, so no variant always runs first (or on the warmer machine).
-  n=${#variants[@]}
-  for j in $(seq 0 $((n - 1))); do run "${variants[$(((i - 1 + j) % n))]}" "$@"; done
-done
+bench_rounds "$rounds" ${#variants[@]} "${variants[@]}" "$@"
 bench_means "$work/rows"

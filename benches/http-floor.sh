@@ -85,23 +85,10 @@ run() { # mode, loadgen flags...
     --report-json "$work/r.json" "$@" >/dev/null || true
   kill "$srv"; wait "$srv" 2>/dev/null || true
   rm -rf "$dir"
-  python3 - "$work/r.json" "$mode" "$work/rows" <<'EOF'
-import json, sys
-r = json.load(open(sys.argv[1])); label = sys.argv[2]
-ops = {o["operation"]: o for o in r["operations"]}
-add = ops["add (time in queue)"]
-verdict = "ok" if r["ok"] else "FAILED: " + "; ".join(r["failure_reasons"])[:300]
-row = [label, r["write_rate_per_s"], r["log_cpu_us_per_add"], r["loadgen_cpu_us_per_add"]]
-open(sys.argv[3], "a").write(json.dumps(row) + "\n")
-print(f"| {label} | {r['write_rate_per_s']:,.0f} | {r['log_cpu_us_per_add']:.1f} µs | {r['loadgen_cpu_us_per_add']:.1f} µs | "
-      f"{add['p50_ms']:.2f} / {add['p99_ms']:.2f} ms | {r['verified_entries']:,} | {verdict} |", flush=True)
-EOF
+  bench_row "$work/r.json" "$mode" "$work/rows" write_rate_per_s verified
 }
 
 echo "| server | adds/s | server CPU/add | loadgen CPU/add | add p50 / p99 | verified | |"
 echo "|---|---|---|---|---|---|---|"
-for i in $(seq "$rounds"); do
-  n=${#modes[@]}
-  for j in $(seq 0 $((n - 1))); do run "${modes[$(((i - 1 + j) % n))]}" "$@"; done
-done
+bench_rounds "$rounds" ${#modes[@]} "${modes[@]}" "$@"
 bench_means "$work/rows"

@@ -40,6 +40,37 @@ start_mariadb() {
   return 1
 }
 
+# Run `run ITEM ARGS...` for every item, ROUNDS times, rotating the order each round so
+# no item always runs first (or on the warmer machine):
+#   bench_rounds ROUNDS N ITEM_1 .. ITEM_N [ARGS...]
+bench_rounds() {
+  local rounds=$1 n=$2 i j
+  shift 2
+  local items=("${@:1:n}")
+  shift "$n"
+  for i in $(seq "$rounds"); do
+    for j in $(seq 0 $((n - 1))); do run "${items[$(((i - 1 + j) % n))]}" "$@"; done
+  done
+}
+
+# One run's markdown row from the loadgen's JSON report $1, labelled $2, and its JSON row
+# appended to $3 for bench_means. $4 is the report's rate field (`tree_growth_per_s`
+# for a log, `write_rate_per_s` for a server that is not one); $5 the last column: `tti`
+# (time to integrate p50 / p99) or `verified` (entries verified).
+bench_row() {
+  python3 - "$@" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1])); label, rows, rate, tail = sys.argv[2:6]
+ops = {o["operation"]: o for o in r["operations"]}
+add, tti = ops["add (time in queue)"], ops["time to integrate"]
+verdict = "ok" if r["ok"] else "FAILED: " + "; ".join(r["failure_reasons"])[:300]
+open(rows, "a").write(json.dumps([label, r[rate], r["log_cpu_us_per_add"], r["loadgen_cpu_us_per_add"]]) + "\n")
+last = f"{tti['p50_ms']:.0f} / {tti['p99_ms']:.0f} ms" if tail == "tti" else f"{r['verified_entries']:,}"
+print(f"| {label} | {r[rate]:,.0f} | {r['log_cpu_us_per_add']:.1f} µs | {r['loadgen_cpu_us_per_add']:.1f} µs | "
+      f"{add['p50_ms']:.2f} / {add['p99_ms']:.2f} ms | {last} | {verdict} |", flush=True)
+EOF
+}
+
 # The mean of each label's runs, as bold markdown rows: file $1 holds one JSON row per
 # run, [label, rate/s, server CPU µs, loadgen CPU µs], as ab.sh and http-floor.sh write.
 bench_means() {

@@ -37,12 +37,23 @@ struct Args {
     /// Address to listen on.
     #[arg(long)]
     listen: SocketAddr,
-    /// `null` (answer at once) or `memory` (tlogd's engine over the in-memory store).
-    #[arg(long, default_value = "memory")]
-    mode: String,
-    /// With `--mode memory`: how long each commit blocks the engine's thread, in µs.
+    /// What answers `POST /add` (see the module docs).
+    #[arg(long, value_enum, default_value_t = Mode::Memory)]
+    mode: Mode,
+    /// With `--mode deferred` or `memory`: how long each batch's commit blocks a
+    /// thread, in µs.
     #[arg(long, default_value_t = 1000)]
     commit_delay_us: u64,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Mode {
+    /// Answered at once.
+    Null,
+    /// Answered when a thread completes the batch.
+    Deferred,
+    /// tlogd's router and engine over the in-memory store.
+    Memory,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -58,8 +69,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let _metrics = tlogd::observe::install_metrics()?;
     let origin = "floor.example/log";
     let (skey, vkey) = generate_key(origin)?;
-    let app = match args.mode.as_str() {
-        "null" => {
+    let app = match args.mode {
+        Mode::Null => {
             let next = Arc::new(AtomicU64::new(0));
             axum::Router::new().route(
                 "/add",
@@ -69,7 +80,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 }),
             )
         }
-        "deferred" => {
+        Mode::Deferred => {
             let batches = Arc::new(Deferred::default());
             std::thread::Builder::new()
                 .name("tlogd-engine".into())
@@ -90,7 +101,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 }),
             )
         }
-        "memory" => {
+        Mode::Memory => {
             let mut lc = LogConfig::new(origin, Arc::new(NoteSigner::from_skey(&skey)?));
             lc.background = Some(engine_runtime()?);
             let storage = Arc::new(MemoryStorage::new());
@@ -100,7 +111,6 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 .context("opening the log")?;
             tlogd::http::router(log)
         }
-        m => anyhow::bail!("--mode {m}: expected null, deferred or memory"),
     };
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     println!("{vkey}");
