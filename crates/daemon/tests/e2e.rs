@@ -212,7 +212,9 @@ async fn bad_input_gets_clear_errors_and_changes_nothing() {
         chunked.extend_from_slice(b"\r\n");
     }
     chunked.extend_from_slice(b"0\r\n\r\n");
-    let r = raw_exchange(&u, &chunked, false, Duration::from_secs(60)).await;
+    // EOF after the whole body: the daemon may keep the connection for the next
+    // request, and without EOF the exchange would wait out its header-read timeout.
+    let r = raw_exchange(&u, &chunked, true, Duration::from_secs(60)).await;
     assert_eq!(r.status(), Some(413), "73728 chunked bytes: {r:?}");
     let (s, h, _) = http.get(&format!("{u}/tile/0/000.p/1")).await.unwrap();
     assert_eq!(s, 200);

@@ -172,8 +172,13 @@ impl Http {
         let mut conn = HttpConnector::new();
         conn.set_nodelay(true);
         Http {
+            // Idle connections are dropped well before the daemon's 10 s header-read
+            // timeout closes them: a request sent on a connection the server is closing
+            // at that instant fails with `SendRequest` (seen in CI after a 10 s idle).
             client: Client::builder(TokioExecutor::new())
                 .pool_max_idle_per_host(256)
+                .pool_idle_timeout(Duration::from_secs(3))
+                .pool_timer(hyper_util::rt::TokioTimer::new())
                 .build(conn),
         }
     }
