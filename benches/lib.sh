@@ -6,7 +6,7 @@
 bench_work() {
   pids=()
   bench_keep=${2:-}
-  if [ -n "$bench_keep" ]; then work=$bench_keep; mkdir -p "$work"; else work=$(mktemp -d "/tmp/$1-XXXX"); fi
+  if [ -n "$bench_keep" ]; then work=$bench_keep; mkdir -p "$work"; else work=$(mktemp -d "${TMPDIR:-/tmp}/$1-XXXX"); fi
   trap bench_cleanup EXIT
 }
 bench_cleanup() {

@@ -93,7 +93,7 @@ pub(crate) struct Queue {
     pub(crate) bytes: usize,
     pub(crate) closed: bool,
     /// Dedup layer above the persistent index: in-flight and not-yet-indexed entries.
-    pub(crate) inflight: HashMap<EntryHash, InFlight>,
+    pub(crate) inflight: HashMap<EntryHash, InFlight, foldhash::fast::RandomState>,
 }
 
 /// What a push gave back.
@@ -120,7 +120,7 @@ impl Queue {
             entries: 0,
             bytes: 0,
             closed: false,
-            inflight: HashMap::new(),
+            inflight: HashMap::default(),
         }
     }
 
