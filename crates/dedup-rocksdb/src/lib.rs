@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use rocksdb::{
     BlockBasedOptions, Cache, ColumnFamilyDescriptor, DB, IngestExternalFileOptions, MergeOperands,
-    Options, SstFileWriter, WriteOptions,
+    Options, ReadOptions, SstFileWriter, WriteOptions,
 };
 use tlogd_core::engine::{DedupError, DedupIndex, EntryHash};
 
@@ -106,6 +106,8 @@ struct Recent {
 pub struct RocksDedup {
     db: DB,
     write_opts: WriteOptions,
+    /// Built once: every add's lookup would otherwise allocate and free a default.
+    read_opts: ReadOptions,
     /// The entries column family's options, for the table writer (same table format,
     /// Bloom filters and comparator as the tables RocksDB writes itself).
     table_opts: Options,
@@ -226,6 +228,7 @@ impl RocksDedup {
         let idx = RocksDedup {
             db,
             write_opts,
+            read_opts: ReadOptions::default(),
             table_opts: entries,
             ingest_dir,
             recent: RwLock::new(Recent {
@@ -249,7 +252,11 @@ impl RocksDedup {
             .db
             .cf_handle(cf)
             .ok_or_else(|| err("missing column family"))?;
-        match self.db.get_pinned_cf(&handle, key).map_err(err)? {
+        match self
+            .db
+            .get_pinned_cf_opt(&handle, key, &self.read_opts)
+            .map_err(err)?
+        {
             None => Ok(None),
             Some(v) => {
                 let b: [u8; 8] = v
@@ -402,6 +409,13 @@ impl DedupIndex for RocksDedup {
         Ok(())
     }
 
+    /// The in-memory map has room (only the indexer, the one caller of `put_batch`,
+    /// grows it, so the answer holds until it calls).
+    fn put_is_cheap(&self, n: usize) -> bool {
+        let r = self.recent.read().unwrap_or_else(|e| e.into_inner());
+        r.map.len() + n < self.recent_entries
+    }
+
     fn flush(&self) -> Result<(), DedupError> {
         let mut marks = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         if marks.latest > marks.persisted {
@@ -484,7 +498,12 @@ mod tests {
         };
         {
             let idx = RocksDedup::open(&path, &opts).unwrap();
+            // Room for two more in memory: the engine may insert them on its own task.
+            assert!(idx.put_is_cheap(2));
             idx.put_batch(&[(hash(0), 0), (hash(1), 1)], 2).unwrap();
+            // Two more fill the map, and that put writes a table: not cheap.
+            assert!(idx.put_is_cheap(1));
+            assert!(!idx.put_is_cheap(2));
             // Found in memory; the persisted marker has not moved (a crash now loses
             // these two, and the engine re-indexes them from the log).
             assert_eq!(idx.get(&hash(1)).unwrap(), Some(1));

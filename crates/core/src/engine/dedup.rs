@@ -40,6 +40,15 @@ pub trait DedupIndex: Send + Sync + 'static {
     /// in memory beyond it (lost in a crash, and re-indexed from the log at start-up).
     fn indexed_up_to(&self) -> Result<u64, DedupError>;
 
+    /// Whether [`DedupIndex::put_batch`] of `n` more entries returns without I/O or
+    /// waiting (an index that holds its newest entries in memory and has room for
+    /// these). The engine then calls it on its own task: a hand-off to a blocking
+    /// thread and back costs more than a few dozen in-memory inserts.
+    fn put_is_cheap(&self, n: usize) -> bool {
+        let _ = n;
+        false
+    }
+
     /// Persist what is held in memory (at shutdown), so the next start has nothing to
     /// re-index.
     fn flush(&self) -> Result<(), DedupError> {

@@ -1373,6 +1373,10 @@ async fn put_blocking(
     batch: Vec<(EntryHash, u64)>,
     upto: u64,
 ) -> (Vec<(EntryHash, u64)>, Result<(), DedupError>) {
+    if index.put_is_cheap(batch.len()) {
+        let r = index.put_batch(&batch, upto);
+        return (batch, r);
+    }
     let index = index.clone();
     match tokio::task::spawn_blocking(move || {
         let r = index.put_batch(&batch, upto);
