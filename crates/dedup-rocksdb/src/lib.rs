@@ -138,7 +138,6 @@ fn err(e: impl std::fmt::Display) -> DedupError {
     DedupError(e.to_string())
 }
 
-/// Keep the older of two indexes for one hash (first index wins).
 /// The first 16 bytes of `h` as a big-endian integer: its order is the bytes' order.
 fn prefix(h: &EntryHash) -> u128 {
     let mut p = [0u8; 16];
@@ -146,6 +145,7 @@ fn prefix(h: &EntryHash) -> u128 {
     u128::from_be_bytes(p)
 }
 
+/// Keep the older of two indexes for one hash (first index wins).
 fn insert_first(map: &mut EntryMap, hash: EntryHash, index: u64) {
     map.entry(hash)
         .and_modify(|i| *i = (*i).min(index))

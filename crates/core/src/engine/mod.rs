@@ -1368,6 +1368,9 @@ async fn root_at<S: LogStorage>(storage: &S, size: u64, stored: u64) -> Result<H
     crate::proof::tree_root(size, &tiles).map_err(|e| StorageError::Corrupt(e.to_string()))
 }
 
+/// `put_batch` on a blocking thread, or on this task when the index says it will not
+/// block ([`DedupIndex::put_is_cheap`]: RocksDB between two table writes). Gives the
+/// batch back for a retry.
 async fn put_blocking(
     index: &Arc<dyn DedupIndex>,
     batch: Vec<(EntryHash, u64)>,

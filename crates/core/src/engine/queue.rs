@@ -93,6 +93,8 @@ pub(crate) struct Queue {
     pub(crate) bytes: usize,
     pub(crate) closed: bool,
     /// Dedup layer above the persistent index: in-flight and not-yet-indexed entries.
+    /// Keyed by digests of client-chosen bytes, so seeded (no one can aim entries at
+    /// one bucket); foldhash, several times cheaper than std's SipHash for these keys.
     pub(crate) inflight: HashMap<EntryHash, InFlight, foldhash::fast::RandomState>,
 }
 
