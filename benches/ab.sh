@@ -31,15 +31,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
-secs="${1:?seconds per run}"
-rounds="${2:?rounds}"
-shift 2
-variants=()
-while [ $# -gt 0 ] && [ "$1" != -- ]; do variants+=("$1"); shift; done
-[ "${1:-}" = -- ] && shift
+source benches/lib.sh
+bench_args "$@"
+variants=("${items[@]}")
 [ ${#variants[@]} -ge 1 ] || { echo "no variants" >&2; exit 2; }
 bin="$CARGO_TARGET_DIR/release"
-source benches/lib.sh
 bench_work tlogd-ab
 read -r -a serve_flags <<< "${TLOGD_FLAGS:-}"
 
@@ -81,5 +77,5 @@ run() { # variant, loadgen flags...
 
 echo "| variant | appends/s | tlogd CPU/append | loadgen CPU/add | add p50 / p99 | time to integrate p50 / p99 | |"
 echo "|---|---|---|---|---|---|---|"
-bench_rounds "$rounds" ${#variants[@]} "${variants[@]}" "$@"
+bench_rounds "$rounds" ${#variants[@]} "${variants[@]}" "${loadgen_args[@]}"
 bench_means "$work/rows"

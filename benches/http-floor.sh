@@ -26,12 +26,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
-secs="${1:?seconds per run}"
-rounds="${2:?rounds}"
-shift 2
-modes=()
-while [ $# -gt 0 ] && [ "$1" != -- ]; do modes+=("$1"); shift; done
-[ "${1:-}" = -- ] && shift
+source benches/lib.sh
+bench_args "$@"
+modes=("${items[@]}")
 [ ${#modes[@]} -ge 1 ] || modes=(null deferred memory posix)
 bin="$CARGO_TARGET_DIR/release"
 floor="$bin/examples/http_floor"
@@ -40,7 +37,6 @@ if [[ " ${modes[*]} " == *" tessera "* ]]; then
   gobin="${TESSERA_BIN:-$HOME/.cache/tlogd-tools/tessera}"
   [ -x "$gobin/posix" ] || { mkdir -p "$gobin"; GOBIN="$gobin" go install github.com/transparency-dev/tessera/cmd/conformance/posix@v1.0.4; }
 fi
-source benches/lib.sh
 bench_work tlogd-floor
 read -r -a serve_flags <<< "${TLOGD_FLAGS:-}"
 "$bin/tlogd" keygen --origin bench.example/log --out "$work/key" > "$work/vkey" 2>/dev/null
@@ -90,5 +86,5 @@ run() { # mode, loadgen flags...
 
 echo "| server | adds/s | server CPU/add | loadgen CPU/add | add p50 / p99 | verified | |"
 echo "|---|---|---|---|---|---|---|"
-bench_rounds "$rounds" ${#modes[@]} "${modes[@]}" "$@"
+bench_rounds "$rounds" ${#modes[@]} "${modes[@]}" "${loadgen_args[@]}"
 bench_means "$work/rows"

@@ -3,6 +3,18 @@
 # The run's work directory and the processes to stop when the script exits, however it
 # exits: sets `work` (a fresh directory /tmp/$1-XXXX, removed at exit; or $2 if given,
 # created if need be and kept) and `pids` (append each process started).
+# The scripts' arguments: SECONDS ROUNDS ITEM... [-- extra loadgen flags]. Sets secs,
+# rounds, items (the variants or modes) and loadgen_args.
+bench_args() {
+  secs="${1:?seconds per run}"
+  rounds="${2:?rounds}"
+  shift 2
+  items=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do items+=("$1"); shift; done
+  [ "${1:-}" = -- ] && shift
+  loadgen_args=("$@")
+}
+
 bench_work() {
   pids=()
   bench_keep=${2:-}
