@@ -56,6 +56,7 @@ impl Dialect for MysqlDialect {
     const UPSERT_TILES_TAIL: &'static str = sql::INSERT_TILES_TAIL;
     const UPSERT_CHECKPOINT: &'static str = sql::UPSERT_CHECKPOINT;
     const SELECT_READ_ONLY: &'static str = sql::SELECT_READ_ONLY;
+    const SESSION_ID: &'static str = "CONNECTION_ID()";
 
     fn target(url: &str) -> Result<Target<MySql>, OpenError> {
         let options = MySqlConnectOptions::from_str(url)
@@ -83,6 +84,38 @@ impl Dialect for MysqlDialect {
         // version in `tlogd_meta` is what decides.
         migrator.set_ignore_missing(true);
         migrator.run(pool).await
+    }
+
+    /// `KILL` rolls back the session's open transaction; its thread leaves the
+    /// process list only after that rollback (or a `COMMIT` it was already running).
+    async fn end_session(
+        pool: &Pool<MySql>,
+        id: u64,
+        timeout: Duration,
+    ) -> Result<bool, sqlx::Error> {
+        match sqlx::raw_sql(sqlx::AssertSqlSafe(format!("KILL CONNECTION {id}")))
+            .execute(pool)
+            .await
+        {
+            Ok(_) => {}
+            // ER_NO_SUCH_THREAD: gone already.
+            Err(e) if db_error_number(&e) == Some(1094) => {}
+            Err(e) => return Err(e),
+        }
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let row = sqlx::query(sql::SESSION_EXISTS)
+                .bind(id)
+                .fetch_one(pool)
+                .await?;
+            if opt_int_col(&row, 0)? == Some(0) {
+                return Ok(true);
+            }
+            if std::time::Instant::now() >= deadline {
+                return Ok(false);
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     async fn lock(

@@ -26,6 +26,9 @@ pub const UPSERT_CHECKPOINT: &str = "INSERT INTO tlogd_checkpoint (id, size, dat
 /// `/readyz`: a round trip, and whether the server refuses writes (a replica).
 pub const SELECT_READ_ONLY: &str = "SELECT @@global.read_only";
 
+/// Whether a server session is still there. Binds: its id.
+pub const SESSION_EXISTS: &str = "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?";
+
 /// Take the schema lock of this database (named after it, since MySQL's named locks
 /// are server-wide; hashed to stay under the 64-character limit). Binds: timeout in
 /// seconds. Returns 1 when taken, 0 on timeout.

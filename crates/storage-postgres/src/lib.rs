@@ -73,6 +73,7 @@ impl Dialect for PostgresDialect {
     /// A standby, or a server whose sessions default to read-only transactions.
     const SELECT_READ_ONLY: &'static str = "SELECT pg_is_in_recovery() \
          OR current_setting('default_transaction_read_only') = 'on'";
+    const SESSION_ID: &'static str = "pg_backend_pid()";
 
     fn target(url: &str) -> Result<Target<Postgres>, OpenError> {
         let options = PgConnectOptions::from_str(url)
@@ -125,6 +126,32 @@ impl Dialect for PostgresDialect {
             Err(e) if sqlstate(&e).as_deref() == Some("55P03") => Ok(false),
             Err(e) => Err(e),
         }
+    }
+
+    /// `pg_terminate_backend` with a timeout waits until the backend has left the
+    /// process array, which it does after aborting its transaction (or finishing a
+    /// `COMMIT` it was already running). A pid that is no backend gives `false` and a
+    /// warning: then it is gone if no backend has it.
+    async fn end_session(
+        pool: &Pool<Postgres>,
+        id: u64,
+        timeout: Duration,
+    ) -> Result<bool, sqlx::Error> {
+        let pid = i32::try_from(id)
+            .map_err(|e| sqlx::Error::Protocol(format!("backend pid {id}: {e}")))?;
+        let row = sqlx::query("SELECT pg_terminate_backend($1, $2)")
+            .bind(pid)
+            .bind(timeout.as_millis().max(1) as i64)
+            .fetch_one(pool)
+            .await?;
+        if row.try_get::<bool, _>(0)? {
+            return Ok(true);
+        }
+        let row = sqlx::query("SELECT COUNT(*) FROM pg_stat_activity WHERE pid = $1")
+            .bind(pid)
+            .fetch_one(pool)
+            .await?;
+        Ok(row.try_get::<i64, _>(0)? == 0)
     }
 
     async fn unlock(conn: &mut PgConnection, lock: NamedLock) -> Result<(), sqlx::Error> {

@@ -63,6 +63,9 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     const UPSERT_CHECKPOINT: &'static str;
     /// One boolean-ish column: whether the server refuses writes (a replica).
     const SELECT_READ_ONLY: &'static str;
+    /// An expression for this connection's server session (the id that
+    /// [`Dialect::end_session`] takes), read with the sequencing row lock.
+    const SESSION_ID: &'static str;
 
     /// Parse a URL of this dialect.
     fn target(url: &str) -> Result<Target<Self::Db>, OpenError>;
@@ -71,6 +74,16 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     fn migrate(
         pool: &Pool<Self::Db>,
     ) -> impl Future<Output = Result<(), sqlx::migrate::MigrateError>> + Send;
+
+    /// End server session `id` from another connection of `pool` and wait, at most
+    /// `timeout`, until it is gone: its open transaction is then rolled back, or its
+    /// `COMMIT` already done, and nothing it sent later can commit. `Ok(false)` if it
+    /// is still there at the timeout. A session already gone is `Ok(true)`.
+    fn end_session(
+        pool: &Pool<Self::Db>,
+        id: u64,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
 
     /// Take `lock` on `conn`, waiting at most `timeout`: `Ok(false)` on timeout.
     fn lock(

@@ -38,9 +38,15 @@
 //!
 //! An error before `COMMIT` was sent leaves the transaction rolled back, so transient
 //! ones (connection lost, server restarting, deadlock, lock timeout) are retried, a few
-//! times within a bounded delay. An error during `COMMIT` itself is uncertain and
-//! returned as [`StorageError::Backend`]: the engine re-reads the state to learn the
-//! outcome.
+//! times within a bounded delay. An error during `COMMIT` itself is uncertain:
+//!
+//! 6. The session that sent the `COMMIT` is ended from another connection
+//!    ([`Dialect::end_session`], with the id read in step 1), and waited for until the
+//!    server has dropped it. Then return [`StorageError::Backend`]: the engine re-reads
+//!    the state to learn the outcome, and that outcome is final, since a `COMMIT` still
+//!    on its way cannot land any more. If the session cannot be ended (the server
+//!    unreachable), the error says the batch may still land, and the engine's later
+//!    check of a grown tree is what keeps it from being logged twice.
 //!
 //! # Reads and publishing
 //!
@@ -221,8 +227,9 @@ enum Attempt {
     NotCommitted(sqlx::Error),
     /// The stored state is unreadable.
     Corrupt(String),
-    /// `COMMIT` itself failed: the outcome is unknown.
-    Uncertain(sqlx::Error),
+    /// `COMMIT` itself failed: the outcome is unknown. The server session that sent it,
+    /// to end before anyone reads the outcome back.
+    Uncertain(sqlx::Error, Option<u64>),
 }
 
 impl<D: Dialect> SqlStorage<D>
@@ -257,6 +264,7 @@ where
             D::UPSERT_TILES_TAIL,
             D::UPSERT_CHECKPOINT,
             D::SELECT_READ_ONLY,
+            D::SESSION_ID,
         );
         let db_err = |error| OpenError::Database {
             database: database.clone(),
@@ -496,7 +504,10 @@ where
     ) -> Result<(), Attempt> {
         let mut tx = self.pool.begin().await.map_err(Attempt::NotCommitted)?;
         match self.stage(&mut tx, batch, statements).await {
-            Ok(()) => tx.commit().await.map_err(Attempt::Uncertain),
+            Ok(session) => tx
+                .commit()
+                .await
+                .map_err(|e| Attempt::Uncertain(e, session)),
             Err(e) => {
                 // Best effort: a transaction never committed is rolled back by the
                 // server when its connection goes, too.
@@ -512,14 +523,15 @@ where
         tx: &mut sqlx::Transaction<'static, D::Db>,
         batch: &CommitBatch,
         statements: &[std::ops::Range<usize>],
-    ) -> Result<(), Attempt> {
-        // 1. The sequencing row lock.
+    ) -> Result<Option<u64>, Attempt> {
+        // 1. The sequencing row lock, and this session's id.
         let row = sqlx::query(AssertSqlSafe(
             self.statements.select_tree_for_update.as_str(),
         ))
         .fetch_optional(&mut **tx)
         .await
         .map_err(Attempt::NotCommitted)?;
+        let session = row.as_ref().and_then(|r| D::int_col(r, 2).ok().flatten());
         let found = decode_state::<D>(row)
             .map_err(|e| match e {
                 StateError::Db(e) => Attempt::NotCommitted(e),
@@ -552,9 +564,30 @@ where
             .execute(&mut **tx)
             .await
             .map_err(Attempt::NotCommitted)?;
-        Ok(())
+        Ok(session)
+    }
+
+    /// Step 6 after a `COMMIT` whose outcome is unknown: end the session that sent it,
+    /// so that the state the engine reads back next is final. Without this, a `COMMIT`
+    /// still in flight (in a proxy, a socket buffer) reached the server after the read
+    /// back had found the batch absent; the engine's later check kept it from being
+    /// logged twice, but its adds had been answered "not logged" while they were.
+    async fn fence(&self, session: Option<u64>) -> Result<(), String> {
+        let id = session.ok_or("the session id was not read")?;
+        match tokio::time::timeout(FENCE_TIMEOUT, D::end_session(&self.pool, id, FENCE_TIMEOUT))
+            .await
+        {
+            Ok(Ok(true)) => Ok(()),
+            Ok(Ok(false)) | Err(_) => {
+                Err(format!("session {id} still there after {FENCE_TIMEOUT:?}"))
+            }
+            Ok(Err(e)) => Err(format!("ending session {id}: {e}")),
+        }
     }
 }
+
+/// How long ending the session of an uncertain `COMMIT` may take.
+const FENCE_TIMEOUT: Duration = Duration::from_secs(10);
 
 enum StateError {
     Db(sqlx::Error),
@@ -666,9 +699,20 @@ where
                     });
                 }
                 Err(Attempt::Corrupt(m)) => return Err(StorageError::Corrupt(m)),
-                Err(Attempt::Uncertain(e)) => {
+                Err(Attempt::Uncertain(e, session)) => {
+                    // Still an error: the engine reads the state back to learn the
+                    // outcome, final once the session is gone.
+                    let settled = match self.fence(session).await {
+                        Ok(()) => {
+                            "its session was ended, so the state read back is final".to_string()
+                        }
+                        Err(why) => {
+                            tracing::warn!(error = %why, "{}: could not end the session of an uncertain COMMIT; it may still land", D::PRODUCT);
+                            format!("it may still land ({why})")
+                        }
+                    };
                     return Err(StorageError::Backend(format!(
-                        "{} COMMIT of batch {}..{} failed, outcome unknown: {e}",
+                        "{} COMMIT of batch {}..{} failed, outcome unknown ({settled}): {e}",
                         D::PRODUCT,
                         batch.prev.size,
                         batch.next.size

@@ -34,8 +34,12 @@ const SELECT_TREE: &str = "SELECT size, root FROM tlogd_tree WHERE id = 1";
 
 /// The committed tree state, taking the row lock that sequences commits: held until
 /// the transaction ends. Both InnoDB and PostgreSQL return the newest committed
-/// version of a row locked this way, even after waiting for another transaction.
-const SELECT_TREE_FOR_UPDATE: &str = "SELECT size, root FROM tlogd_tree WHERE id = 1 FOR UPDATE";
+/// version of a row locked this way, even after waiting for another transaction. The
+/// third column, the dialect's session id, is what fences a `COMMIT` whose outcome is
+/// unknown (see the crate documentation).
+fn select_tree_for_update(session_id: &str) -> String {
+    format!("SELECT size, root, {session_id} FROM tlogd_tree WHERE id = 1 FOR UPDATE")
+}
 
 /// Advance the tree state (under the row lock). Binds: size, root.
 const UPDATE_TREE: &str = "UPDATE tlogd_tree SET size = ?, root = ? WHERE id = 1";
@@ -55,7 +59,7 @@ pub struct Statements {
     pub select_meta: String,
     /// See [`SELECT_TREE`].
     pub select_tree: String,
-    /// See [`SELECT_TREE_FOR_UPDATE`].
+    /// See [`select_tree_for_update`].
     pub select_tree_for_update: String,
     /// See [`UPDATE_TREE`].
     pub update_tree: String,
@@ -76,6 +80,7 @@ impl Statements {
         upsert_tiles_tail: &'static str,
         upsert_checkpoint: &str,
         select_read_only: &str,
+        session_id: &str,
     ) -> Self {
         let n = |s: &str| number(placeholders, s);
         Statements {
@@ -84,7 +89,7 @@ impl Statements {
             claim_origin: n(CLAIM_ORIGIN),
             select_meta: n(SELECT_META),
             select_tree: n(SELECT_TREE),
-            select_tree_for_update: n(SELECT_TREE_FOR_UPDATE),
+            select_tree_for_update: n(&select_tree_for_update(session_id)),
             update_tree: n(UPDATE_TREE),
             upsert_checkpoint: n(upsert_checkpoint),
             select_checkpoint: n(SELECT_CHECKPOINT),
@@ -173,7 +178,11 @@ mod tests {
 
     #[test]
     fn question_marks_are_numbered_for_postgres() {
-        let s = Statements::new(Placeholders::Numbered, " TAIL", "X ?, ?", "R");
+        let s = Statements::new(Placeholders::Numbered, " TAIL", "X ?, ?", "R", "S()");
+        assert_eq!(
+            s.select_tree_for_update,
+            "SELECT size, root, S() FROM tlogd_tree WHERE id = 1 FOR UPDATE"
+        );
         assert_eq!(
             s.update_tree,
             "UPDATE tlogd_tree SET size = $1, root = $2 WHERE id = 1"
@@ -191,7 +200,7 @@ mod tests {
 
     #[test]
     fn mysql_keeps_question_marks() {
-        let s = Statements::new(Placeholders::Question, " TAIL", "X ?", "R");
+        let s = Statements::new(Placeholders::Question, " TAIL", "X ?", "R", "S()");
         assert_eq!(s.claim_origin, CLAIM_ORIGIN);
         let t = s.insert_tiles(3);
         assert_eq!(t.matches('?').count(), 3 * INSERT_TILES_PARAMS_PER_ROW);

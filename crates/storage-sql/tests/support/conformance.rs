@@ -98,6 +98,7 @@ macro_rules! sql_conformance_tests {
         $crate::sql_conformance_tests!(@ $b, multi_thread:
             a_commit_whose_reply_is_lost_is_logged_once,
             a_commit_still_in_flight_when_read_back_is_logged_once,
+            a_commit_in_flight_is_settled_before_its_error_returns,
             cut_and_slow_connections_under_load_lose_nothing,
             no_acknowledged_add_is_lost_when_the_server_is_killed,
             tls_connections_verify_the_server_certificate);
@@ -629,6 +630,46 @@ pub async fn a_commit_still_in_flight_when_read_back_is_logged_once<B: SqlBacken
         FaultProxy::commits_late,
     )
     .await;
+}
+
+/// A `COMMIT` still in flight when its connection drops (the proxy delivers it 500 ms
+/// later) is settled before `commit` returns its error: the backend ends the session
+/// that sent it, so the state read back at once is the final outcome. Before, the read
+/// back found the batch absent and the late `COMMIT` then landed: an add answered "not
+/// logged" was logged.
+pub async fn a_commit_in_flight_is_settled_before_its_error_returns<B: SqlBackend>() {
+    let (storage, proxy) = behind_proxy::<B>("settled").await;
+    let mut tree = TileTree::empty();
+    let mut tiles = Vec::new();
+    tree.append(&[leaf_hash(b"late")], &mut tiles);
+    let mut bundle = Vec::new();
+    append_entry(&mut bundle, b"late").unwrap();
+    tiles.push((TileId::entries(0, 1), bundle));
+    let next = TreeState {
+        size: 1,
+        root: tree.root(),
+    };
+    proxy.deliver_next_commit_late(Duration::from_millis(500));
+    let out = storage
+        .commit(CommitBatch {
+            prev: TreeState::empty(),
+            next,
+            tiles,
+        })
+        .await;
+    assert_eq!(proxy.commits_late(), 1, "the fault did not fire");
+    match &out {
+        Err(StorageError::Backend(m)) => assert!(m.contains("state read back is final"), "{m}"),
+        other => panic!("expected an uncertain commit, got {other:?}"),
+    }
+    let read_back = storage.load_state().await.unwrap();
+    // Past the late delivery (and then some, on a loaded machine).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        storage.load_state().await.unwrap(),
+        read_back,
+        "the COMMIT landed after the state was read back"
+    );
 }
 
 /// Connections cut again and again, and slowed, under load from eight writers: every
