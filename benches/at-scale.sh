@@ -59,6 +59,9 @@ while kill -0 "$lg" 2>/dev/null; do
   last=$now; last_ticks=$ticks
 done
 wait "$lg" || true
+# Stopped as an operator would (SIGTERM): the dedup index writes out its newest entries
+# and saves its filter, so a later run on this directory (AB_LOG_DIR) starts warm.
+kill "$tl" 2>/dev/null && wait "$tl" 2>/dev/null || true
 python3 - "$work/r.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
