@@ -57,7 +57,8 @@ const INGEST_DIR: &str = "ingest";
 const FILTER_FILE: &str = "tlogd-filter";
 
 /// Memory bounds of the index. Beyond these, the Bloom filters and indexes of the
-/// open tables take ~1.3 bytes per indexed entry.
+/// open tables take ~1.3 bytes per indexed entry, and the lookup filter in front of
+/// them ([`filter`]) 1.25–2.5 bytes per indexed entry, 5 MiB at least.
 #[derive(Clone, Debug)]
 pub struct DedupOptions {
     /// LRU block cache, including index and Bloom filter blocks.
@@ -521,6 +522,8 @@ fn load_filter(db: &DB, path: &Path) -> Option<TableFilter> {
         TableFilter::load(path, &tables)
             .map_err(|e| DedupError(format!("reading {}: {e}", path.display())))
     });
+    // A save a crash interrupted: never renamed, never read.
+    let _ = std::fs::remove_file(path.with_extension("tmp"));
     match std::fs::remove_file(path) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
             // Left in place it could be loaded again after the tables changed: scan.
@@ -725,9 +728,13 @@ mod tests {
             );
             drop(idx);
         }
-        // Lost (a crash): refilled by the scan.
+        // Lost (a crash, here in the middle of a save): refilled by the scan, and the
+        // half-written file removed.
         let _ = std::fs::remove_file(&saved);
+        let half_written = saved.with_extension("tmp");
+        std::fs::write(&half_written, b"tlogd-dedup-filter v1\n").unwrap();
         let idx = open_ready(&path, &opts);
+        assert!(!half_written.exists());
         all_found(&idx, 30_000);
     }
 
