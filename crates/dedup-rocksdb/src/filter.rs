@@ -12,7 +12,8 @@
 //!   each of its eight 64-bit words (a split-block Bloom filter). At 10 bits per entry
 //!   about 1 % of absent hashes answer "maybe".
 //! * **Seeded.** Hashes are SHA-256 digests of client-chosen entries. The block and bits
-//!   come from the hash mixed with a per-process random seed, so nobody can grind
+//!   come from the hash mixed with a random seed (drawn when the filter is built, and
+//!   saved with it), so nobody can grind
 //!   entries that crowd one block without knowing the seed. (A crowded block would only
 //!   send lookups to RocksDB: the filter never answers "absent" for a present hash.)
 //! * **Generations.** A Bloom filter cannot grow, so when the newest one is full a new

@@ -371,7 +371,10 @@ impl RocksDedup {
             .cf_handle(CF_ENTRIES)
             .ok_or_else(|| err("missing column family"))?;
         // Into the filter before the table is visible: a lookup the filter turns away
-        // must not be for a hash in a table.
+        // must not be for a hash in a table. (The bits are relaxed stores; a lookup
+        // sees them because it reads `recent` under its lock first: either it finds the
+        // hash in `writing`, or it took the lock after this writer's release of it
+        // that cleared `writing`, which follows these stores.)
         self.filter.insert_all(entries.keys());
         let mut sorted: Vec<(&EntryHash, &u64)> = entries.iter().collect();
         // Byte order, compared first on the leading 16 bytes as one integer: the keys

@@ -835,6 +835,68 @@ async fn a_full_disk_pushes_back_at_once_and_recovers_when_space_returns() {
     check_acked(&storage, &acked).await;
 }
 
+/// A commit whose state slot must grow on a full disk fails, and leaves no record of
+/// itself behind: had the record landed whole while the slot's growth failed, the next
+/// start would read back as committed a batch whose adds were answered "not logged".
+/// On a small tmpfs, which runs out of space page by page (ext4 refused the whole
+/// write at once in every setting tried, so it cannot show the partial write).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_slot_that_cannot_grow_keeps_no_record_of_the_failed_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = SmallFs::run(
+        "mount",
+        &[
+            "-t".as_ref(),
+            "tmpfs".as_ref(),
+            "-o".as_ref(),
+            "size=2m".as_ref(),
+            "tmpfs".as_ref(),
+            dir.path().as_os_str(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "mount tmpfs (this test needs root): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    struct Unmount<'a>(&'a std::path::Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(self.0)
+                .status();
+        }
+    }
+    let _unmount = Unmount(dir.path());
+    let root = dir.path().join("log");
+    {
+        let storage = Arc::new(PosixStorage::open(&root, ORIGIN).unwrap());
+        let mut cfg = config(64);
+        cfg.commit_retry = Duration::ZERO;
+        let (log, tasks) = Log::open(storage.clone(), None, cfg).await.unwrap();
+        // Four pages free: room for the first record, not for the slot's growth.
+        let spare = dir.path().join("spare");
+        std::fs::write(&spare, vec![1u8; 16 << 10]).unwrap();
+        let filler = fill(dir.path());
+        std::fs::remove_file(&spare).unwrap();
+        let refused = log.add(Bytes::from_static(b"not logged")).await;
+        assert!(refused.is_err(), "{refused:?}");
+        log.shutdown();
+        tasks.join().await;
+        drop(log);
+        drop(storage);
+        std::fs::remove_file(filler).unwrap();
+    }
+    // The next start.
+    let storage = PosixStorage::open(&root, ORIGIN).unwrap();
+    let size = storage.load_state().await.unwrap().map_or(0, |t| t.size);
+    assert_eq!(
+        size, 0,
+        "a commit answered as failed was read back as committed"
+    );
+}
+
 /// The filesystem turns read-only under load (an ext4 error with `errors=remount-ro`,
 /// as a failing disk causes): adds are refused with 503 at once, nothing acknowledged
 /// is lost, and after the operator repairs the filesystem the log reopens whole.
