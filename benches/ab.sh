@@ -23,6 +23,9 @@
 #   benches/ab.sh 20 4 lg-old=,loadgen=/tmp/loadgen-old lg-new  # two loadgen builds
 #   AB_LOG_DIR=/var/tmp/scale benches/ab.sh 40 3 old=/tmp/tlogd-old new  # on a big log
 #
+# AB_WRITERS sets the loadgen's writers (default 256, the count every recorded round
+# used).
+#
 # AB_LOG_DIR runs every variant on one existing log instead of a fresh one: the
 # directory `benches/at-scale.sh GOAL MINUTES DIR` kept (DIR/log, DIR/key, DIR/vkey),
 # reopened by each run and left in place; each run adds to it.
@@ -68,7 +71,7 @@ run() { # variant, loadgen flags...
   pids+=("$tl")
   for _ in $(seq 600); do curl -sf "http://127.0.0.1:$port/checkpoint" >/dev/null && break; sleep 0.1; done
   "$loadgen" --log-url "http://127.0.0.1:$port" --log-public-key "$(cat "$keydir/vkey")" \
-    --writers 256 --duration "${secs}s" --log-pid "$tl" --probe-dir "$dir" --quiet \
+    --writers "${AB_WRITERS:-256}" --duration "${secs}s" --log-pid "$tl" --probe-dir "$dir" --quiet \
     --report-json "$work/r.json" "$@" >/dev/null || true
   kill "$tl"; wait "$tl" 2>/dev/null || true
   [ -n "${AB_LOG_DIR:-}" ] || rm -rf "$dir"

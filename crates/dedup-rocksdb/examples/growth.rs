@@ -8,6 +8,14 @@
 //!     GROWTH_N=50000000 $CARGO_TARGET_DIR/release/examples/growth DIR
 //!
 //! DIR (default a temporary directory) is where the index goes; it is removed first.
+//!
+//! `GROWTH_RATE=35000` paces the inserts at that many entries per second, as a busy log
+//! sends them (0, the default: as fast as the index takes them). The pace changes how
+//! compaction runs: flat out, level 0 piles up and is merged in fewer, larger
+//! compactions than a live log's would be. `write_mib` is what the process wrote to
+//! disk over the stretch (tables, compactions, the log: `/proc/self/io`), so several
+//! paced runs side by side compare the compaction settings' write amplification
+//! without one's CPU use skewing the other's numbers.
 
 use std::path::Path;
 use std::time::Instant;
@@ -60,6 +68,18 @@ fn cpu_seconds() -> (f64, f64) {
     (all, rocks)
 }
 
+/// Bytes this process has caused to be written to storage, from /proc.
+fn written_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/io")
+        .ok()
+        .and_then(|io| {
+            io.lines()
+                .find_map(|l| l.strip_prefix("write_bytes: "))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 /// Wall-clock nanoseconds per lookup of a hash the index does not hold (what every
 /// new add asks), over `MISS_SAMPLE` keys numbered from `from` (never inserted).
 fn miss_ns(idx: &RocksDedup, from: u64) -> Result<f64, Box<dyn std::error::Error>> {
@@ -83,6 +103,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let n = env("GROWTH_N", 20_000_000);
     let every = env("GROWTH_EVERY", 5_000_000).max(1);
     let batch = env("GROWTH_BATCH", 64).max(1) as usize;
+    let rate = env("GROWTH_RATE", 0);
     let base = std::env::args().nth(1);
     let tmp = tempfile::tempdir()?;
     let root = base.as_deref().map(Path::new).unwrap_or(tmp.path());
@@ -95,9 +116,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
     println!(
-        "entries\tseconds\tentries/s\tcpu_us_per_entry\trocksdb_us_per_entry\tindex_mib\tmiss_ns"
+        "entries\tseconds\tentries/s\tcpu_us_per_entry\trocksdb_us_per_entry\twrite_mib\tindex_mib\tmiss_ns"
     );
-    let (mut t0, mut c0) = (Instant::now(), cpu_seconds());
+    let started = Instant::now();
+    let (mut t0, mut c0, mut w0) = (started, cpu_seconds(), written_bytes());
     let mut pending = Vec::with_capacity(batch);
     for i in 0..n {
         let h = hash(i);
@@ -108,22 +130,29 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         if pending.len() == batch {
             idx.put_batch(&pending, i + 1)?;
             pending.clear();
+            if rate > 0 {
+                let due = std::time::Duration::from_secs_f64((i + 1) as f64 / rate as f64);
+                if let Some(ahead) = due.checked_sub(started.elapsed()) {
+                    std::thread::sleep(ahead);
+                }
+            }
         }
         if (i + 1) % every == 0 {
-            let (t1, c1) = (Instant::now(), cpu_seconds());
+            let (t1, c1, w1) = (Instant::now(), cpu_seconds(), written_bytes());
             let miss = miss_ns(&idx, n + i)?;
             let secs = t1.duration_since(t0).as_secs_f64();
             println!(
-                "{}\t{:.1}\t{:.0}\t{:.2}\t{:.2}\t{:.0}\t{:.0}",
+                "{}\t{:.1}\t{:.0}\t{:.2}\t{:.2}\t{:.0}\t{:.0}\t{:.0}",
                 i + 1,
                 secs,
                 every as f64 / secs,
                 (c1.0 - c0.0) * 1e6 / every as f64,
                 (c1.1 - c0.1) * 1e6 / every as f64,
+                (w1 - w0) as f64 / (1 << 20) as f64,
                 allocated_bytes(&path)? as f64 / (1 << 20) as f64,
                 miss,
             );
-            (t0, c0) = (Instant::now(), cpu_seconds());
+            (t0, c0, w0) = (Instant::now(), cpu_seconds(), written_bytes());
         }
     }
     // Every entry answers with its index (a sample, spread over the run).

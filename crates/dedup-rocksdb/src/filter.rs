@@ -283,7 +283,13 @@ fn decode_saved(bytes: &[u8], fingerprint: &[u8; 32]) -> Option<TableFilter> {
                 Block(words)
             })
             .collect();
-        if blocks.is_empty() {
+        // The capacity must be the one these blocks were sized for, and the count
+        // within it: a file that passes the checksum yet claims more (written by
+        // another build, or crafted) would otherwise size the next generation from
+        // it, or overflow the count.
+        if blocks.len() as u64 != capacity.checked_mul(BITS_PER_ENTRY)?.div_ceil(512).max(1)
+            || inserted > capacity.checked_mul(2)?
+        {
             return None;
         }
         generations.push(Generation {
@@ -429,6 +435,35 @@ mod tests {
                 .unwrap()
                 .is_none()
         );
+    }
+
+    #[test]
+    fn a_saved_filter_whose_sizes_disagree_with_its_blocks_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("filter");
+        let f = TableFilter::new(0);
+        insert_range(&f, 0..1000);
+        f.set_ready();
+        let tables = [7u8; 32];
+        f.save(&path, &tables).unwrap();
+        let saved = std::fs::read(&path).unwrap();
+        // The first generation's capacity, then its count, each rewritten with a
+        // valid checksum: a file another build wrote, or one crafted.
+        let at = SAVED_MAGIC.len() + 32 + 16 + 4;
+        for (field, value) in [(at, u64::MAX / 4), (at, MIN_CAPACITY * 2), (at + 8, u64::MAX)] {
+            let mut bytes = saved[..saved.len() - 32].to_vec();
+            bytes[field..field + 8].copy_from_slice(&value.to_le_bytes());
+            let sum = Sha256::digest(&bytes);
+            bytes.extend_from_slice(&sum);
+            std::fs::write(&path, &bytes).unwrap();
+            assert!(
+                TableFilter::load(&path, &tables).unwrap().is_none(),
+                "field at {field} = {value} was accepted"
+            );
+        }
+        // The untouched file still loads: the test edits the fields it means to.
+        std::fs::write(&path, &saved).unwrap();
+        assert!(TableFilter::load(&path, &tables).unwrap().is_some());
     }
 
     #[test]
