@@ -450,7 +450,11 @@ mod tests {
         // The first generation's capacity, then its count, each rewritten with a
         // valid checksum: a file another build wrote, or one crafted.
         let at = SAVED_MAGIC.len() + 32 + 16 + 4;
-        for (field, value) in [(at, u64::MAX / 4), (at, MIN_CAPACITY * 2), (at + 8, u64::MAX)] {
+        for (field, value) in [
+            (at, u64::MAX / 4),
+            (at, MIN_CAPACITY * 2),
+            (at + 8, u64::MAX),
+        ] {
             let mut bytes = saved[..saved.len() - 32].to_vec();
             bytes[field..field + 8].copy_from_slice(&value.to_le_bytes());
             let sum = Sha256::digest(&bytes);

@@ -50,6 +50,16 @@
 //!    partial tiles of every tile this batch completed (tlog-tiles "Partial Tiles":
 //!    the full tile is readable by then, and readers fall back to it).
 //!
+//! **Orphans.** A staged object that no state ever named (a crash between steps 2 and
+//! 3, a swap whose answer was lost, a best-effort delete that failed) is swept at open
+//! and then every [`ObjectLogOptions::sweep_interval`] after a commit: every staged key ending at a size
+//! at most the committed size, except the key the state names, goes. Such a batch can
+//! never be committed any more: its swap is conditional on the version holding its
+//! `prev`, smaller than its `next`, and the state only grows, so that version is gone
+//! for good. A batch a state did name at a smaller size was applied before the state
+//! moved on (step 2). Keys beyond the committed size are left alone: another frontend
+//! may be committing them.
+//!
 //! A partial tile is written for every batch's right edge, so the partial named by any
 //! checkpoint (of any frontend) exists until its full tile does.
 //!
@@ -98,6 +108,10 @@ pub struct ObjectLogOptions {
     pub hedge_after: Duration,
     /// How long a failed write is retried, with backoff, before the commit fails.
     pub write_retry: Duration,
+    /// How often a frontend that commits sweeps orphaned staged batches (see the
+    /// module documentation), besides once at open; each sweep lists
+    /// [`STAGED_PREFIX`] once.
+    pub sweep_interval: Duration,
 }
 
 impl Default for ObjectLogOptions {
@@ -106,6 +120,7 @@ impl Default for ObjectLogOptions {
             write_concurrency: 64,
             hedge_after: Duration::from_millis(500),
             write_retry: Duration::from_secs(10),
+            sweep_interval: Duration::from_secs(600),
         }
     }
 }
@@ -263,6 +278,8 @@ pub struct ObjectLog<B: ObjectBackend> {
     /// Step 4 of the last batch this process committed, while it runs: its staged key
     /// and the upload task.
     applying: Mutex<Option<(String, Upload)>>,
+    /// When this process last swept orphaned staged batches.
+    swept: Mutex<Instant>,
 }
 
 /// Why [`ObjectLog::open`] refused the store.
@@ -358,9 +375,16 @@ impl<B: ObjectBackend> ObjectLog<B> {
             applied: Arc::new(Mutex::new(None)),
             applied_size: Arc::new(watch::Sender::new(0)),
             applying: Mutex::new(None),
+            swept: Mutex::new(Instant::now()),
         };
         match log.read_record().await {
-            Ok(_) => Ok(log),
+            Ok(record) => {
+                // Best effort: a store that lists or deletes badly still serves the log.
+                if let Err(e) = sweep_staged(&*log.backend, record.as_ref()).await {
+                    tracing::warn!(error = %e, "sweeping orphaned staged batches");
+                }
+                Ok(log)
+            }
             Err(StorageError::Corrupt(why)) if why.starts_with(ORIGIN_MISMATCH) => {
                 let found = why[ORIGIN_MISMATCH.len()..].to_string();
                 Err(ObjectOpenError::OriginMismatch {
@@ -619,6 +643,41 @@ async fn apply_tiles<B: ObjectBackend>(
     }
 }
 
+/// Delete every staged batch that no state can name any more: those ending at a size
+/// at most `record`'s, except the one it names (see "Orphans" in the module
+/// documentation). Keys that are not a staged batch's are left alone. Returns how
+/// many were deleted.
+async fn sweep_staged<B: ObjectBackend>(
+    backend: &B,
+    record: Option<&StateRecord>,
+) -> Result<usize, StorageError> {
+    let Some(record) = record else {
+        return Ok(0);
+    };
+    let mut deleted = 0;
+    for key in backend.list(STAGED_PREFIX).await? {
+        let ends_at = key
+            .strip_prefix(STAGED_PREFIX)
+            .and_then(|rest| rest.get(..20))
+            .and_then(|size| size.parse::<u64>().ok());
+        let Some(ends_at) = ends_at else {
+            continue;
+        };
+        if ends_at <= record.state.size && record.staged.as_deref() != Some(key.as_str()) {
+            backend.delete(&key).await?;
+            deleted += 1;
+        }
+    }
+    if deleted > 0 {
+        tracing::info!(
+            deleted,
+            size = record.state.size,
+            "deleted orphaned staged batches"
+        );
+    }
+    Ok(deleted)
+}
+
 /// Protocol step 5, in the background.
 fn clean_up<B: ObjectBackend>(backend: Arc<B>, superseded: Option<String>, completed: Vec<TileId>) {
     let Ok(rt) = tokio::runtime::Handle::try_current() else {
@@ -782,13 +841,34 @@ impl<B: ObjectBackend> LogStorage for ObjectLog<B> {
             .collect();
         let (backend, options) = (self.backend.clone(), self.options.clone());
         let (applied, applied_size) = (self.applied.clone(), self.applied_size.clone());
+        // Orphans, now and then, after this batch's own upload (it must not slow the
+        // commit, and the record it sweeps against is the one just committed).
+        let sweep = {
+            let mut swept = lock(&self.swept);
+            (swept.elapsed() >= self.options.sweep_interval).then(|| {
+                *swept = Instant::now();
+                StateRecord {
+                    origin: self.origin.clone(),
+                    state: next,
+                    staged: Some(key.clone()),
+                }
+            })
+        };
         let applying_key = key.clone();
         let applying = tokio::spawn(async move {
             apply_tiles(&backend, &options, &tiles).await?;
             *lock(&applied) = Some(key);
             applied_size.send_modify(|a| *a = (*a).max(next.size));
             // Step 5.
-            clean_up(backend, superseded, completed);
+            clean_up(backend.clone(), superseded, completed);
+            if let Some(record) = sweep {
+                // Detached: the next commit point waits for this task, not for a sweep.
+                tokio::spawn(async move {
+                    if let Err(e) = sweep_staged(&*backend, Some(&record)).await {
+                        tracing::warn!(error = %e, "sweeping orphaned staged batches");
+                    }
+                });
+            }
             Ok(())
         });
         *lock(&self.applying) = Some((applying_key, applying));
