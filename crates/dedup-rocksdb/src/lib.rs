@@ -192,6 +192,26 @@ fn entries_options(block_cache_bytes: usize) -> Options {
     entries.set_merge_operator("keep_first", keep_first, keep_first);
     // The table writer's own files are written back as they grow too (see below).
     entries.set_bytes_per_sync(WRITEBACK_BYTES);
+    // EXPERIMENT (not to commit)
+    if let Ok(t) = std::env::var("TLOGD_DEDUP_TUNE") {
+        for part in t.split(',') {
+            let (k, v) = part.split_once('=').unwrap_or((part, ""));
+            let n: i32 = v.parse().unwrap_or(0);
+            match k {
+                "universal" => entries.set_compaction_style(rocksdb::DBCompactionStyle::Universal),
+                "l0" => {
+                    entries.set_level_zero_file_num_compaction_trigger(n);
+                    entries.set_level_zero_slowdown_writes_trigger(n * 3);
+                    entries.set_level_zero_stop_writes_trigger(n * 5);
+                }
+                "base" => entries.set_max_bytes_for_level_base((n as u64) << 20),
+                "mult" => entries.set_max_bytes_for_level_multiplier(n as f64),
+                "target" => entries.set_target_file_size_base((n as u64) << 20),
+                _ => {}
+            }
+        }
+        eprintln!("tune: {t}");
+    }
     entries
 }
 
