@@ -39,6 +39,10 @@ pub enum ObjectFault {
     /// network partition right after the request arrived) until
     /// [`MemoryObjects::set_unavailable`]`(false)`.
     PersistThenPartition,
+    /// Return an error at once, while the write is still on its way: it reaches the
+    /// store after this long and takes effect then, if its condition holds then (a
+    /// request whose connection broke before it arrived). Conditional writes only.
+    PersistLate(Duration),
 }
 
 struct Rule {
@@ -247,6 +251,24 @@ impl ObjectBackend for MemoryObjects {
         condition: PutCondition,
     ) -> Result<PutOutcome, StorageError> {
         let fault = self.fault(ObjectOp::PutIf, key).await?;
+        if let Some(ObjectFault::PersistLate(delay)) = fault {
+            let (store, late_key) = (self.clone(), key.to_string());
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                let mut s = store.lock();
+                let current = s.objects.get(&late_key).map(|o| version(o.2));
+                let holds = match &condition {
+                    PutCondition::Absent => current.is_none(),
+                    PutCondition::Matches(v) => current.as_ref() == Some(v),
+                };
+                if holds {
+                    Self::store(&mut s, &late_key, bytes, class);
+                }
+            });
+            return Err(StorageError::Backend(format!(
+                "injected fault: {key} still on its way"
+            )));
+        }
         let outcome = {
             let mut s = self.lock();
             let current = s.objects.get(key).map(|o| version(o.2));

@@ -34,8 +34,12 @@
 //!    `next` naming the staged key. This is the commit point: the entries are durable
 //!    (staged) and a state containing them is durable. A lost race returns
 //!    [`StorageError::Conflict`]; a failed request (reset connection, timeout) is
-//!    resolved by reading the record back: it names our staged key (committed), or still
-//!    holds `prev` (retry), or anything else (conflict).
+//!    resolved by reading the record back: it names our staged key (committed), or
+//!    anything but `prev` (conflict), or still `prev`. Then the swap may still be on
+//!    its way, so the record is *fenced*: rewritten unchanged but for a fresh fence
+//!    line, conditional on the version read. Once that lands the swap never can, so
+//!    "not committed" is final and the engine's retry, or its 500, is the truth; if
+//!    the fence loses its condition instead, the record is read once more.
 //! 4. **Apply.** Upload every tile of the batch to its public key, concurrently, retried
 //!    and hedged. Their bytes are fixed by the committed tree, so any frontend writing
 //!    them (now, or after a crash in step 1) writes identical bytes: a public key is
@@ -132,13 +136,20 @@ struct StateRecord {
     state: TreeState,
     /// The staged batch that produced `state` (none for a log adopted or empty).
     staged: Option<String>,
+    /// Set when the record was rewritten unchanged to fence off a swap whose answer
+    /// was lost (see [`ObjectLog::fence`]): new bytes, so a new version even where the
+    /// version is a hash of the content (an S3 `ETag`).
+    fence: Option<u64>,
 }
 
 impl StateRecord {
     fn encode(&self) -> Bytes {
         let staged = self.staged.as_deref().unwrap_or("-");
+        let fence = self
+            .fence
+            .map_or(String::new(), |f| format!("fence {f:016x}\n"));
         Bytes::from(format!(
-            "{STATE_MAGIC}\n{}\n{}\n{}\n{staged}\n",
+            "{STATE_MAGIC}\n{}\n{}\n{}\n{staged}\n{fence}",
             self.origin,
             self.state.size,
             B64.encode(self.state.root)
@@ -149,8 +160,16 @@ impl StateRecord {
         let bad = |why: &str| StorageError::Corrupt(format!("state record {STATE_KEY}: {why}"));
         let text = std::str::from_utf8(b).map_err(|_| bad("not UTF-8"))?;
         let lines: Vec<&str> = text.split('\n').collect();
-        let [magic, origin, size, root, staged, ""] = lines[..] else {
-            return Err(bad("not five lines"));
+        let (magic, origin, size, root, staged, fence) = match lines[..] {
+            [magic, origin, size, root, staged, ""] => (magic, origin, size, root, staged, None),
+            [magic, origin, size, root, staged, fence, ""] => {
+                let fence = fence
+                    .strip_prefix("fence ")
+                    .and_then(|f| u64::from_str_radix(f, 16).ok())
+                    .ok_or_else(|| bad("bad fence line"))?;
+                (magic, origin, size, root, staged, Some(fence))
+            }
+            _ => return Err(bad("not five or six lines")),
         };
         if magic != STATE_MAGIC {
             return Err(bad("unknown format"));
@@ -165,6 +184,7 @@ impl StateRecord {
             origin: origin.to_string(),
             state: TreeState { size, root },
             staged: (staged != "-").then(|| staged.to_string()),
+            fence,
         })
     }
 }
@@ -551,6 +571,7 @@ impl<B: ObjectBackend> ObjectLog<B> {
             origin: self.origin.clone(),
             state: next,
             staged: Some(staged.to_string()),
+            fence: None,
         };
         let condition = match version {
             Some(v) => PutCondition::Matches(v),
@@ -574,27 +595,110 @@ impl<B: ObjectBackend> ObjectLog<B> {
                     found: found.map_or(0, |r| r.state.size),
                 })
             }
-            // The request failed: it may have taken effect. Learn which by reading the
-            // record back; if that fails too, the engine resolves it by reloading.
-            Err(e) => match self.backend.get_versioned(STATE_KEY).await {
-                Ok(Some((b, v))) => match StateRecord::decode(&b)? {
-                    r if r == new => {
+            // The request failed: it may have taken effect, or still be on its way.
+            // Learn which by reading the record back; if that fails too, the engine
+            // resolves it by reloading.
+            Err(e) => {
+                let read = match self.backend.get_versioned(STATE_KEY).await {
+                    Ok(read) => read,
+                    Err(e2) => {
+                        return Err(StorageError::Backend(format!(
+                            "{e}; reading the state back: {e2}"
+                        )));
+                    }
+                };
+                let found = read
+                    .as_ref()
+                    .map(|(b, v)| StateRecord::decode(b).map(|r| (r, v.clone())))
+                    .transpose()?;
+                match found {
+                    Some((r, v)) if r == new => {
                         let mut k = self.known();
                         k.record = Some(new);
                         k.version = Some(v);
                         Ok(())
                     }
-                    r if r.state != prev => Err(StorageError::Conflict {
+                    Some((r, _)) if r.state != prev => Err(StorageError::Conflict {
                         expected: prev.size,
                         found: r.state.size,
                     }),
-                    _ => Err(e),
+                    // Still `prev`: the swap did not land yet, and may yet.
+                    found => self.fence(prev, found, &new, e).await,
+                }
+            }
+        }
+    }
+
+    /// After a swap whose answer was lost finds the record still at `prev` (at
+    /// `found`, or absent): rewrite that record unchanged but for a fresh fence, on
+    /// the condition that it is still the version read. The swap in flight was
+    /// conditional on that version, so once the fence is written the swap can never
+    /// land, and "not committed" is final: the adds are answered as not logged only
+    /// when they are not, and are never logged later behind the client's back. If the
+    /// fence loses its condition, something landed first; reading once more tells
+    /// whether it was this swap. Returns the error to report for the swap.
+    async fn fence(
+        &self,
+        prev: TreeState,
+        found: Option<(StateRecord, ObjectVersion)>,
+        new: &StateRecord,
+        swap_error: StorageError,
+    ) -> Result<(), StorageError> {
+        let mut nonce = [0u8; 8];
+        getrandom::fill(&mut nonce).map_err(|e| StorageError::Backend(e.to_string()))?;
+        let (fenced, condition) = match found {
+            Some((r, v)) => (
+                StateRecord {
+                    fence: Some(u64::from_be_bytes(nonce)),
+                    ..r
                 },
-                Ok(None) => Err(e),
-                Err(e2) => Err(StorageError::Backend(format!(
-                    "{e}; reading the state back: {e2}"
-                ))),
+                PutCondition::Matches(v),
+            ),
+            // A first commit (`prev` is the empty tree): the record of the empty
+            // tree, created if still absent.
+            None => (
+                StateRecord {
+                    origin: self.origin.clone(),
+                    state: prev,
+                    staged: None,
+                    fence: Some(u64::from_be_bytes(nonce)),
+                },
+                PutCondition::Absent,
+            ),
+        };
+        let outcome = self
+            .backend
+            .put_if(STATE_KEY, fenced.encode(), ObjectClass::Private, condition)
+            .await;
+        match outcome {
+            Ok(PutOutcome::Written(v)) => {
+                let mut k = self.known();
+                k.record = Some(fenced);
+                k.version = Some(v);
+                Err(StorageError::Backend(format!(
+                    "{swap_error}; the state was fenced at size {}: batch not committed",
+                    prev.size
+                )))
+            }
+            Ok(PutOutcome::ConditionFailed) => match self.backend.get_versioned(STATE_KEY).await {
+                Ok(Some((b, v))) => match StateRecord::decode(&b)? {
+                    r if r == *new => {
+                        let mut k = self.known();
+                        k.record = Some(r);
+                        k.version = Some(v);
+                        Ok(())
+                    }
+                    r => Err(StorageError::Conflict {
+                        expected: prev.size,
+                        found: r.state.size,
+                    }),
+                },
+                _ => Err(swap_error),
             },
+            // Unfenced: the swap may still land; the engine keeps checking for it.
+            Err(e2) => Err(StorageError::Backend(format!(
+                "{swap_error}; fencing the state: {e2}"
+            ))),
         }
     }
 
@@ -851,6 +955,7 @@ impl<B: ObjectBackend> LogStorage for ObjectLog<B> {
                     origin: self.origin.clone(),
                     state: next,
                     staged: Some(key.clone()),
+                    fence: None,
                 }
             })
         };

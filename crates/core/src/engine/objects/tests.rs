@@ -317,6 +317,52 @@ async fn an_unknown_outcome_blocks_commits_until_resolved() {
     assert_eq!(check_all(&store, &acked).await, 3);
 }
 
+/// A swap whose connection broke before it reached the store, and that arrives after
+/// the state was read back: the read-back fences the state, so the late swap fails its
+/// condition, and the add answered "not logged" is indeed not logged. (Unfenced, the
+/// late swap landed: the entry answered 500 was at index 1, and the next add got 2.)
+#[tokio::test]
+async fn a_swap_still_on_its_way_when_read_back_is_fenced_off() {
+    let store = MemoryObjects::new();
+    let mut cfg = config();
+    cfg.commit_retry = Duration::ZERO;
+    let (log, tasks) = Log::open(open(&store).await, None, cfg).await.unwrap();
+    log.add(entry(0, 0)).await.unwrap();
+    let late = Duration::from_millis(200);
+    store.inject(
+        ObjectOp::PutIf,
+        STATE_KEY,
+        ObjectFault::PersistLate(late),
+        1,
+    );
+    let r = log.add(entry(0, 1)).await;
+    assert!(matches!(r, Err(AddError::Storage(_))), "{r:?}");
+    tokio::time::sleep(late * 2).await;
+    assert_eq!(log.add(entry(0, 2)).await.map(|o| o.index), Ok(1));
+    log.shutdown();
+    tasks.join().await;
+    let acked = [(0, entry(0, 0)), (1, entry(0, 2))].into();
+    assert_eq!(check_all(&store, &acked).await, 2);
+    // The very first swap too: there the fence creates the empty tree's record.
+    let store = MemoryObjects::new();
+    let mut cfg = config();
+    cfg.commit_retry = Duration::ZERO;
+    let (log, tasks) = Log::open(open(&store).await, None, cfg).await.unwrap();
+    store.inject(
+        ObjectOp::PutIf,
+        STATE_KEY,
+        ObjectFault::PersistLate(late),
+        1,
+    );
+    let r = log.add(entry(0, 0)).await;
+    assert!(matches!(r, Err(AddError::Storage(_))), "{r:?}");
+    tokio::time::sleep(late * 2).await;
+    assert_eq!(log.add(entry(0, 1)).await.map(|o| o.index), Ok(0));
+    log.shutdown();
+    tasks.join().await;
+    assert_eq!(check_all(&store, &[(0, entry(0, 1))].into()).await, 1);
+}
+
 /// Two frontends on one store, faults injected at every step of the protocol (before
 /// and after persisting, on every kind of key, slow writes that get hedged): every
 /// acknowledged entry is logged exactly once at its index, the tree verifies, and no
@@ -336,6 +382,11 @@ async fn two_frontends_racing_with_faults_at_every_step() {
         (ObjectOp::Put, STAGED_PREFIX, ObjectFault::FailAfterPersist),
         (ObjectOp::PutIf, STATE_KEY, ObjectFault::FailBeforePersist),
         (ObjectOp::PutIf, STATE_KEY, ObjectFault::FailAfterPersist),
+        (
+            ObjectOp::PutIf,
+            STATE_KEY,
+            ObjectFault::PersistLate(Duration::from_millis(30)),
+        ),
         (ObjectOp::Put, "tile/0/", ObjectFault::FailBeforePersist),
         (
             ObjectOp::Put,
@@ -354,6 +405,11 @@ async fn two_frontends_racing_with_faults_at_every_step() {
             ObjectOp::PutIf,
             CHECKPOINT_KEY,
             ObjectFault::FailAfterPersist,
+        ),
+        (
+            ObjectOp::PutIf,
+            CHECKPOINT_KEY,
+            ObjectFault::PersistLate(Duration::from_millis(30)),
         ),
         (ObjectOp::Delete, "", ObjectFault::FailBeforePersist),
         (ObjectOp::List, "", ObjectFault::FailBeforePersist),
