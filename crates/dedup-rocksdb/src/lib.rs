@@ -192,28 +192,23 @@ fn entries_options(block_cache_bytes: usize) -> Options {
     entries.set_merge_operator("keep_first", keep_first, keep_first);
     // The table writer's own files are written back as they grow too (see below).
     entries.set_bytes_per_sync(WRITEBACK_BYTES);
-    // EXPERIMENT (not to commit)
-    if let Ok(t) = std::env::var("TLOGD_DEDUP_TUNE") {
-        for part in t.split(',') {
-            let (k, v) = part.split_once('=').unwrap_or((part, ""));
-            let n: i32 = v.parse().unwrap_or(0);
-            match k {
-                "universal" => entries.set_compaction_style(rocksdb::DBCompactionStyle::Universal),
-                "l0" => {
-                    entries.set_level_zero_file_num_compaction_trigger(n);
-                    entries.set_level_zero_slowdown_writes_trigger(n * 3);
-                    entries.set_level_zero_stop_writes_trigger(n * 5);
-                }
-                "base" => entries.set_max_bytes_for_level_base((n as u64) << 20),
-                "mult" => entries.set_max_bytes_for_level_multiplier(n as f64),
-                "target" => entries.set_target_file_size_base((n as u64) << 20),
-                _ => {}
-            }
-        }
-        eprintln!("tune: {t}");
-    }
+    // Level 0 takes every table the writer ingests (random keys overlap every other
+    // table), and each compaction out of it rewrites the whole base level it overlaps.
+    // RocksDB's default compacts at 4 tables (~45 MiB): the base level was rewritten
+    // every ~26 s at 35k adds/s. Lookups rarely reach RocksDB now that the filter in
+    // front of it answers misses, so level 0 may hold more tables: at 24, the byte
+    // bound (`max_bytes_for_level_base`, 256 MiB, ~23 of the writer's tables) starts
+    // the compaction first. Paced at 35k entries/s to 50M (examples/growth.rs), the
+    // process wrote 21.0 GiB with the default, 12.5 GiB at 12 tables, and less again
+    // at 24 (benches/README.md). Writes slow down and stop only far beyond that.
+    entries.set_level_zero_file_num_compaction_trigger(LEVEL0_TABLES);
+    entries.set_level_zero_slowdown_writes_trigger(LEVEL0_TABLES * 3);
+    entries.set_level_zero_stop_writes_trigger(LEVEL0_TABLES * 5);
     entries
 }
+
+/// Tables level 0 may hold before they are compacted (see `entries_options`).
+const LEVEL0_TABLES: i32 = 24;
 
 /// Tables (written by compactions and by the table writer) are handed to the kernel's
 /// writeback every this many bytes instead of piling up as dirty pages. The POSIX
