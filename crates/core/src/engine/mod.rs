@@ -876,6 +876,22 @@ impl<S: LogStorage> Log<S> {
             },
         };
         let prev = current.state();
+        // The stored tree never shrinks and never changes its root at a size: a state
+        // behind what this process saw committed was rolled back or deleted behind the
+        // log's back (a restored backup, a removed state file or record). Committing on
+        // it would hand out indices again and fork the tree: refuse, unready, until the
+        // state is put back (invariant 3).
+        let seen = *committed_tx.borrow();
+        if prev.size < seen.size || (prev.size == seen.size && prev.root != seen.root) {
+            inner.ready.store(false, Ordering::Release);
+            let why = format!(
+                "the stored tree is at size {}, behind the size {} this process saw committed: \
+                 its state was rolled back or deleted; not committing on it",
+                prev.size, seen.size
+            );
+            tracing::error!("{why}");
+            return Err(Retry::Transient(why));
+        }
         for &(was, would) in maybe_late.iter() {
             match holds(&*inner.storage, prev, would).await {
                 Ok(true) => {

@@ -75,6 +75,39 @@ async fn prefilled(n: u64) -> (Arc<MemoryStorage>, LogConfig) {
     (storage, cfg)
 }
 
+/// A stored state rolled back behind the log's back (a restored backup, a deleted
+/// state): the engine refuses to commit on it, so no index is handed out twice, and
+/// goes on once the state is put back. (Without the check the add got index 0 again
+/// and the tree forked.)
+#[tokio::test]
+async fn a_state_rolled_back_behind_the_log_is_not_committed_on() {
+    let storage = Arc::new(MemoryStorage::new());
+    let mut cfg = config();
+    cfg.commit_retry = Duration::from_millis(100);
+    let (log, tasks) = Log::open(storage.clone(), None, cfg.clone()).await.unwrap();
+    for i in 0..3 {
+        assert_eq!(log.add(entry(i)).await.map(|o| o.index), Ok(i));
+    }
+    let committed = storage.load_state().await.unwrap().unwrap();
+    // Conflicts first (the edge is stale), then every reload finds the rolled-back
+    // state: refused until the deadline.
+    storage.force_state(TreeState::empty());
+    let r = log.add(entry(3)).await;
+    assert!(matches!(r, Err(AddError::Storage(_))), "{r:?}");
+    assert_eq!(
+        storage.load_state().await.unwrap(),
+        Some(TreeState::empty())
+    );
+    storage.force_state(committed);
+    assert_eq!(log.add(entry(4)).await.map(|o| o.index), Ok(3));
+    log.shutdown();
+    tasks.join().await;
+    assert_eq!(
+        logged(&storage, &cfg).await,
+        [0, 1, 2, 4].map(|i| entry(i).to_vec())
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_adds_get_contiguous_indices() {
     let storage = Arc::new(MemoryStorage::new());

@@ -654,6 +654,15 @@ impl<B: ObjectBackend> ObjectLog<B> {
                 },
                 PutCondition::Matches(v),
             ),
+            // The record is gone, yet the tree had entries: something deleted it.
+            // Writing `prev` back would stand a record up from this process's memory.
+            None if prev != TreeState::empty() => {
+                return Err(StorageError::Corrupt(format!(
+                    "state record {STATE_KEY} is missing, yet the tree was at size {} \
+                     ({swap_error})",
+                    prev.size
+                )));
+            }
             // A first commit (`prev` is the empty tree): the record of the empty
             // tree, created if still absent.
             None => (

@@ -363,6 +363,32 @@ async fn a_swap_still_on_its_way_when_read_back_is_fenced_off() {
     assert_eq!(check_all(&store, &[(0, entry(0, 1))].into()).await, 1);
 }
 
+/// A swap whose answer was lost, read back to find the state record gone while the
+/// tree had entries (deleted behind the log's back): the commit fails as corrupt and
+/// the record stays absent. The fence must not stand the record up again from this
+/// process's memory of `prev` (it did, before the check: the record was back at size 1).
+#[tokio::test]
+async fn a_lost_swap_that_finds_the_record_deleted_does_not_recreate_it() {
+    let store = MemoryObjects::new();
+    let mut cfg = config();
+    cfg.commit_retry = Duration::ZERO;
+    let (log, tasks) = Log::open(open(&store).await, None, cfg).await.unwrap();
+    log.add(entry(0, 0)).await.unwrap();
+    store.delete(STATE_KEY).await.unwrap();
+    store.inject(
+        ObjectOp::PutIf,
+        STATE_KEY,
+        ObjectFault::FailBeforePersist,
+        1,
+    );
+    let r = log.add(entry(0, 1)).await;
+    assert!(matches!(r, Err(AddError::Storage(_))), "{r:?}");
+    assert!(store.get_versioned(STATE_KEY).await.unwrap().is_none());
+    log.shutdown();
+    tasks.join().await;
+    assert!(store.get_versioned(STATE_KEY).await.unwrap().is_none());
+}
+
 /// Two frontends on one store, faults injected at every step of the protocol (before
 /// and after persisting, on every kind of key, slow writes that get hedged): every
 /// acknowledged entry is logged exactly once at its index, the tree verifies, and no
