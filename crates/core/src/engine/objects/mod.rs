@@ -425,6 +425,13 @@ impl<B: ObjectBackend> ObjectLog<B> {
         self.known.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Remember `record` as the stored state record, at `version`.
+    fn remember(&self, record: StateRecord, version: ObjectVersion) {
+        let mut k = self.known();
+        k.record = Some(record);
+        k.version = Some(version);
+    }
+
     fn applied(&self) -> MutexGuard<'_, Option<String>> {
         lock(&self.applied)
     }
@@ -583,9 +590,7 @@ impl<B: ObjectBackend> ObjectLog<B> {
             .await;
         match outcome {
             Ok(PutOutcome::Written(v)) => {
-                let mut k = self.known();
-                k.record = Some(new);
-                k.version = Some(v);
+                self.remember(new, v);
                 Ok(())
             }
             Ok(PutOutcome::ConditionFailed) => {
@@ -613,9 +618,7 @@ impl<B: ObjectBackend> ObjectLog<B> {
                     .transpose()?;
                 match found {
                     Some((r, v)) if r == new => {
-                        let mut k = self.known();
-                        k.record = Some(new);
-                        k.version = Some(v);
+                        self.remember(new, v);
                         Ok(())
                     }
                     Some((r, _)) if r.state != prev => Err(StorageError::Conflict {
@@ -681,9 +684,7 @@ impl<B: ObjectBackend> ObjectLog<B> {
             .await;
         match outcome {
             Ok(PutOutcome::Written(v)) => {
-                let mut k = self.known();
-                k.record = Some(fenced);
-                k.version = Some(v);
+                self.remember(fenced, v);
                 Err(StorageError::Backend(format!(
                     "{swap_error}; the state was fenced at size {}: batch not committed",
                     prev.size
@@ -692,9 +693,7 @@ impl<B: ObjectBackend> ObjectLog<B> {
             Ok(PutOutcome::ConditionFailed) => match self.backend.get_versioned(STATE_KEY).await {
                 Ok(Some((b, v))) => match StateRecord::decode(&b)? {
                     r if r == *new => {
-                        let mut k = self.known();
-                        k.record = Some(r);
-                        k.version = Some(v);
+                        self.remember(r, v);
                         Ok(())
                     }
                     r => Err(StorageError::Conflict {

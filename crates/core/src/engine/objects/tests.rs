@@ -323,44 +323,36 @@ async fn an_unknown_outcome_blocks_commits_until_resolved() {
 /// late swap landed: the entry answered 500 was at index 1, and the next add got 2.)
 #[tokio::test]
 async fn a_swap_still_on_its_way_when_read_back_is_fenced_off() {
-    let store = MemoryObjects::new();
-    let mut cfg = config();
-    cfg.commit_retry = Duration::ZERO;
-    let (log, tasks) = Log::open(open(&store).await, None, cfg).await.unwrap();
-    log.add(entry(0, 0)).await.unwrap();
-    let late = Duration::from_millis(200);
-    store.inject(
-        ObjectOp::PutIf,
-        STATE_KEY,
-        ObjectFault::PersistLate(late),
-        1,
-    );
-    let r = log.add(entry(0, 1)).await;
-    assert!(matches!(r, Err(AddError::Storage(_))), "{r:?}");
-    tokio::time::sleep(late * 2).await;
-    assert_eq!(log.add(entry(0, 2)).await.map(|o| o.index), Ok(1));
-    log.shutdown();
-    tasks.join().await;
-    let acked = [(0, entry(0, 0)), (1, entry(0, 2))].into();
-    assert_eq!(check_all(&store, &acked).await, 2);
-    // The very first swap too: there the fence creates the empty tree's record.
-    let store = MemoryObjects::new();
-    let mut cfg = config();
-    cfg.commit_retry = Duration::ZERO;
-    let (log, tasks) = Log::open(open(&store).await, None, cfg).await.unwrap();
-    store.inject(
-        ObjectOp::PutIf,
-        STATE_KEY,
-        ObjectFault::PersistLate(late),
-        1,
-    );
-    let r = log.add(entry(0, 0)).await;
-    assert!(matches!(r, Err(AddError::Storage(_))), "{r:?}");
-    tokio::time::sleep(late * 2).await;
-    assert_eq!(log.add(entry(0, 1)).await.map(|o| o.index), Ok(0));
-    log.shutdown();
-    tasks.join().await;
-    assert_eq!(check_all(&store, &[(0, entry(0, 1))].into()).await, 1);
+    // After a first entry, and as the very first swap (there the fence creates the
+    // empty tree's record).
+    for before in [1u64, 0] {
+        let store = MemoryObjects::new();
+        let mut cfg = config();
+        cfg.commit_retry = Duration::ZERO;
+        let (log, tasks) = Log::open(open(&store).await, None, cfg).await.unwrap();
+        for i in 0..before {
+            log.add(entry(0, i)).await.unwrap();
+        }
+        let late = Duration::from_millis(200);
+        store.inject(
+            ObjectOp::PutIf,
+            STATE_KEY,
+            ObjectFault::PersistLate(late),
+            1,
+        );
+        let r = log.add(entry(0, before)).await;
+        assert!(matches!(r, Err(AddError::Storage(_))), "{r:?}");
+        tokio::time::sleep(late * 2).await;
+        let next = log.add(entry(0, before + 1)).await.map(|o| o.index);
+        assert_eq!(next, Ok(before));
+        log.shutdown();
+        tasks.join().await;
+        let acked: HashMap<u64, Bytes> = (0..before)
+            .map(|i| (i, entry(0, i)))
+            .chain([(before, entry(0, before + 1))])
+            .collect();
+        assert_eq!(check_all(&store, &acked).await, before + 1);
+    }
 }
 
 /// A swap whose answer was lost, read back to find the state record gone while the
