@@ -10,6 +10,8 @@
 //! 1. **Lock and read.** Take the store's sequencing lock
 //!    ([`LogStorage::acquire_sequencer`]; a no-op for single-writer stores) and read the
 //!    committed state. If another frontend advanced it, reload the edge from storage.
+//!    A stored state behind the one this process saw committed (rolled back or
+//!    deleted behind the log's back) is refused: nothing is committed on it.
 //!    A busy integrator keeps the lock from batch to batch (no other frontend can
 //!    commit meanwhile, so no re-read is needed) for at most `SEQUENCER_SLICE`, and
 //!    releases it when its queue is empty.
@@ -880,7 +882,7 @@ impl<S: LogStorage> Log<S> {
         // behind what this process saw committed was rolled back or deleted behind the
         // log's back (a restored backup, a removed state file or record). Committing on
         // it would hand out indices again and fork the tree: refuse, unready, until the
-        // state is put back (invariant 3).
+        // state is put back (invariants 1 and 3).
         let seen = *committed_tx.borrow();
         if prev.size < seen.size || (prev.size == seen.size && prev.root != seen.root) {
             inner.ready.store(false, Ordering::Release);
