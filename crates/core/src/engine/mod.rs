@@ -887,8 +887,8 @@ impl<S: LogStorage> Log<S> {
         if prev.size < seen.size || (prev.size == seen.size && prev.root != seen.root) {
             inner.ready.store(false, Ordering::Release);
             let why = format!(
-                "the stored tree is at size {}, behind the size {} this process saw committed: \
-                 its state was rolled back or deleted; not committing on it",
+                "the stored tree (size {}) does not extend the tree this process saw committed \
+                 (size {}): its state was rolled back, replaced or deleted; not committing on it",
                 prev.size, seen.size
             );
             tracing::error!("{why}");
