@@ -4,8 +4,9 @@
 //! `tile/<L>/<N>[.p/<W>]`, `tile/entries/<N>[.p/<W>]`), so any static web server can
 //! serve it. Private state lives in `<root>/.tlogd/`, which is never served:
 //!
-//! * `state.0`, `state.1`: the committed tree state (origin, size, root) *and its right
-//!   edge* (the partial hash tile of every level and the partial entry bundle), written
+//! * `state.0`, `state.1`: the committed tree state (origin, size, root), *its right
+//!   edge* (the partial hash tile of every level and the partial entry bundle) and the
+//!   full tiles not yet durable at their public paths, written
 //!   alternately in place, each with a sequence number and a SHA-256 checksum: the
 //!   commit point. The newer valid slot wins at open; a torn write of the slot being
 //!   written leaves the other, the previous commit, intact. A slot's record starts with
@@ -17,8 +18,9 @@
 //! * `lock`: held with an OFD (`fcntl`) write lock while a daemon has the log open
 //!   (`flock` does not work over NFS; OFD locks do);
 //! * `tmp/`: temporary files, renamed into place (same filesystem);
-//! * `staged/`: full tiles and bundles of a batch, between their write and the commit
-//!   of the state that contains them (see the commit protocol).
+//! * `staged/`: full tiles and bundles of a batch, from their write until a flush after
+//!   the commit of the state that carries them renames them into place (see the commit
+//!   protocol).
 //!
 //! Partial tiles are public files only for tree sizes a checkpoint names (tlog-tiles
 //! "Partial Tiles": logs MUST serve those, and only those are ever fetched); between
@@ -46,39 +48,64 @@
 //! # Commit protocol (see `tlogd_core::engine` for the engine's side)
 //!
 //! 1. Write every tile and bundle the batch completes (full ones) to its *staging*
-//!    path, `.tlogd/staged/<tile path>`, never served. Nothing is fsynced yet, and
-//!    nothing public changes: a crash here leaves the old state in force and only
-//!    private leftovers.
-//! 2. If step 1 wrote anything, `syncfs` the filesystem once: every staged file of the
-//!    batch is durable together, instead of one serial fsync chain per file.
+//!    path, `.tlogd/staged/<tile path>`, never served. Nothing is synced, and nothing
+//!    public changes: a crash here leaves the old state in force and only private
+//!    leftovers.
+//! 2. If the tiles still waiting for a flush (step 5) exceed [`PENDING_LIMIT`], flush
+//!    them now, so a slot record stays small when the flusher falls behind.
 //! 3. Compare-and-swap the state: check the committed state is the batch's `prev` (we
-//!    hold the only lock, so the in-memory copy is authoritative), then write the new
-//!    state and edge into the older slot and `fdatasync` it. Committed.
-//! 4. Rename each staged file to its public path. The committed tree now defines those
-//!    bytes, so a public path only ever holds committed bytes (engine invariant 1), and a
+//!    hold the only lock, so the in-memory copy is authoritative), then write into the
+//!    older slot the new state, its edge, and *every full tile not yet durable at its
+//!    public path* (this batch's and those still waiting for a flush), and
+//!    `fdatasync` it. Committed: the slot alone holds all the batch's bytes, so one
+//!    data-only sync of one file is the commit's only wait. (Before this format the
+//!    staged tiles were made durable first by a `syncfs` of the whole filesystem,
+//!    which cost three times the slot's sync and most of the commit.)
+//! 4. Hand the completed tiles to the flusher thread; until step 5 reads are served
+//!    from memory.
+//! 5. Flush, in the background (also from the publisher, and from step 2): one
+//!    `syncfs` makes the staged files durable, then each is renamed to its public path
+//!    and is no longer carried by the slots that follow. A public path thus only ever
+//!    holds committed bytes (engine invariant 1), durable before they appear, and a
 //!    static web server or CDN never caches a tile that a crash would later replace.
-//!    A crash before a rename reaches the disk leaves the staged file: at open, a staged
-//!    file inside the committed tree is renamed into place and one beyond it (an
-//!    uncommitted batch) is deleted.
-//! 5. Garbage-collect the partials of tiles that became full in the previous commit
-//!    (tlog-tiles "Partial Tiles": readers fall back to the full tile, which is served
-//!    by then). Best effort, and not while the publisher is writing partials (it may be
-//!    writing into one of those directories): then a later commit collects them.
+//!    The rename need not be durable: a crash that loses it leaves a synced staged file.
+//! 6. Garbage-collect the partials of tiles a flush has made public (tlog-tiles
+//!    "Partial Tiles": readers fall back to the full tile, which is served by then).
+//!    Best effort, and not while the publisher is writing partials (it may be writing
+//!    into one of those directories): then a later commit collects them.
+//!
+//! Overwriting a slot drops what it carried; that is safe because the slot written
+//! carries every tile not flushed yet, and a torn write leaves the other slot, which
+//! carries every tile not flushed when it was written.
+//!
+//! **Recovery** ([`recover`], at open): the newest valid slot's carried tiles are
+//! written to their public paths where those do not hold exactly their bytes, and their
+//! staged files (never synced, so possibly torn) are deleted; any other staged tile
+//! inside the committed tree was synced by a flush whose rename the crash lost, and is
+//! renamed; staged tiles beyond the tree belong to a batch that never committed and are
+//! deleted; then one `syncfs`. A slot of the previous format (v3) carries nothing, and
+//! its staged tiles were synced before its state was written, so they are renamed.
 //!
 //! # Sync failures stop commits
 //!
-//! Linux reports a writeback error once, to the first `fsync`/`syncfs` that asks (for
-//! `syncfs`, from Linux 5.8). Every sync, of commits and of the publisher alike, runs
-//! under one lock, and any failure poisons the store: no commit and no checkpoint
-//! until a restart re-reads the disk. Otherwise the publisher's `syncfs` could consume
-//! an error that belonged to a commit's tiles and let that commit advance the state.
+//! Linux reports a writeback error once per open file description, to the first
+//! `fsync`/`syncfs` that asks (for `syncfs`, from Linux 5.8). Every `syncfs` and
+//! directory `fsync`, of flushes and of the publisher alike, runs under one lock, and
+//! any failure poisons the store: no commit and no checkpoint until a restart re-reads
+//! the disk. Otherwise the publisher's `syncfs` could consume an error that belonged to
+//! a flush's tiles and let that flush publish them. `syncfs` goes through a descriptor
+//! of the log root held open since open, so no error since then is missed, even one
+//! another process's sync saw first. The slot's `fdatasync` does not take the lock: all
+//! a commit needs durable is in that one file, whose own error state reports any
+//! failure of its pages to that call; a failure poisons too.
 //!
 //! # Publishing
 //!
 //! Before the checkpoint for size S is written (temp, fsync, rename, directory fsync),
 //! the partial tiles of S are written from the in-memory edge (a narrower partial is a
-//! prefix of a wider one) and made durable with one `syncfs`, so a checkpoint never
-//! names a tile that is not there. Positions completed since S are skipped: their full
+//! prefix of a wider one), the committed full tiles are flushed (step 5), and one
+//! `syncfs` makes the partials and those renames durable, so a checkpoint never names
+//! a tile that is not there. Positions completed since S are skipped: their full
 //! tile is already served.
 
 use std::collections::HashSet;
@@ -96,9 +123,13 @@ use tlogd_core::tile::{self, TileId, TileKind};
 const PRIVATE_DIR: &str = ".tlogd";
 /// The state file of the first release (state only; the edge was in partial files).
 const STATE_MAGIC_V1: &str = "tlogd-posix-state v1";
-/// The first bytes of a state slot; v3 records are followed by their length and may
-/// have stale bytes after them.
-const SLOT_MAGIC: &[u8] = b"tlogd-posix-state v3\n";
+/// The first bytes of a state slot; v4 records are followed by their length and may
+/// have stale bytes after them, and carry the full tiles not yet durable at their
+/// public paths (commit protocol).
+const SLOT_MAGIC: &[u8] = b"tlogd-posix-state v4\n";
+/// The previous release's slot: a v4 record without carried tiles. Read, never
+/// written; its full tiles were synced before its state was written.
+const SLOT_MAGIC_V3: &[u8] = b"tlogd-posix-state v3\n";
 /// The first bytes of a state slot of the previous release: the record is the whole
 /// file. Read, never written.
 const SLOT_MAGIC_V2: &[u8] = b"tlogd-posix-state v2\n";
@@ -109,46 +140,90 @@ const SLOTS: [&str; 2] = ["state.0", "state.1"];
 /// Full tiles of a batch before its state commits (commit protocol step 1).
 const STAGED_DIR: &str = "staged";
 
-/// Commit protocol step 4, redone at open after a crash: every staged tile inside the
-/// committed tree of `size` goes to its public path (its bytes are the committed ones:
-/// the state was written after they were synced); any other is an uncommitted batch's
-/// and is deleted.
-fn recover_staged(root: &Path, staged: &Path, size: u64) -> Result<(), OpenError> {
-    if !staged.exists() {
-        return Ok(());
-    }
-    let mut stack = vec![staged.to_path_buf()];
-    let mut recovered = 0u64;
+/// Full tiles a state slot carries: committed, public file not yet known durable.
+/// `None` for a slot of an earlier format, which carries none.
+type Carried = Option<Vec<(TileId, Vec<u8>)>>;
+
+/// Commit protocol, finished at open after a crash (module docs, "Recovery"): the
+/// newest slot's carried tiles are written to their public paths where those do not
+/// already hold exactly their bytes, and their staged files (synced only by a flush,
+/// so possibly torn) are deleted; any other staged tile inside the committed tree of
+/// `size` was synced by a flush whose rename the crash lost, and goes to its public
+/// path; staged tiles beyond the tree are an uncommitted batch's and are deleted. One
+/// `syncfs` then makes it all durable, before anything is served or committed.
+fn recover(
+    root: &Path,
+    private: &Path,
+    size: u64,
+    carried: &[(TileId, Vec<u8>)],
+) -> Result<(), OpenError> {
+    let staged = private.join(STAGED_DIR);
+    let carried_ids: HashSet<TileId> = carried.iter().map(|(id, _)| *id).collect();
+    let mut changed = 0u64;
+    let mut stack = vec![staged.clone()];
     while let Some(dir) = stack.pop() {
-        for e in fs::read_dir(&dir).map_err(io_err(&dir))?.flatten() {
+        let entries = match fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(OpenError::Io(dir, e)),
+        };
+        for e in entries.flatten() {
             let path = e.path();
             if path.is_dir() {
                 stack.push(path);
                 continue;
             }
-            let rel = path.strip_prefix(staged).unwrap_or(&path);
-            let committed = rel
+            let rel = path.strip_prefix(&staged).unwrap_or(&path);
+            let id = rel
                 .to_str()
                 .and_then(|r| TileId::parse(r).ok())
-                .filter(|id| id.is_full())
-                .is_some_and(|id| tile_end(&id) <= size);
-            if committed {
+                .filter(|id| id.is_full());
+            let synced_and_committed = id
+                .filter(|id| tile_end(id) <= size && !carried_ids.contains(id))
+                .is_some();
+            if synced_and_committed {
                 let public = root.join(rel);
                 if let Some(parent) = public.parent() {
                     fs::create_dir_all(parent).map_err(io_err(parent))?;
                 }
                 fs::rename(&path, &public).map_err(io_err(&public))?;
-                recovered += 1;
+                changed += 1;
             } else {
                 fs::remove_file(&path).map_err(io_err(&path))?;
             }
         }
     }
-    if recovered > 0 {
+    for (id, bytes) in carried {
+        let public = root.join(id.path());
+        if fs::read(&public).is_ok_and(|b| b == *bytes) {
+            continue;
+        }
+        if let Some(parent) = public.parent() {
+            fs::create_dir_all(parent).map_err(io_err(parent))?;
+        }
+        let tmp = private.join("tmp").join("recovered");
+        fs::write(&tmp, bytes).map_err(io_err(&tmp))?;
+        fs::rename(&tmp, &public).map_err(io_err(&public))?;
+        changed += 1;
+    }
+    if changed > 0 || !carried.is_empty() {
+        let dir = File::open(root).map_err(io_err(root))?;
+        syncfs(&dir).map_err(io_err(root))?;
+    }
+    if changed > 0 {
         tracing::warn!(
-            recovered,
-            "published the committed tiles a crash left staged"
+            tiles = changed,
+            "published the committed tiles a crash left unpublished"
         );
+    }
+    Ok(())
+}
+
+/// `syncfs(2)` of the filesystem holding `dir`.
+fn syncfs(dir: &File) -> io::Result<()> {
+    // SAFETY: valid fd.
+    if unsafe { libc::syncfs(dir.as_raw_fd()) } == -1 {
+        return Err(io::Error::last_os_error());
     }
     Ok(())
 }
@@ -197,6 +272,27 @@ pub enum OpenError {
 /// A tlog-tiles log in a directory.
 pub struct PosixStorage {
     inner: Arc<Inner>,
+    /// The thread that flushes committed tiles to their public paths (commit protocol
+    /// step 5); stopped and joined on drop, after one last flush.
+    flusher: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for PosixStorage {
+    fn drop(&mut self) {
+        {
+            let mut st = self
+                .inner
+                .flusher
+                .state
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            st.stop = true;
+        }
+        self.inner.flusher.wake.notify_one();
+        if let Some(t) = self.flusher.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 struct Inner {
@@ -217,8 +313,8 @@ struct Inner {
     commit_lock: Mutex<()>,
     /// Directories known to exist (saves a mkdir per tile).
     dirs: Mutex<HashSet<PathBuf>>,
-    /// Partial-tile directories of tiles that became full in the previous commit.
-    /// Deleted one commit later, when the engine is sure to serve the full tiles.
+    /// Partial-tile directories of tiles a flush made public. Deleted by the next
+    /// commit, when the engine is sure to serve the full tiles.
     gc: Mutex<Vec<PathBuf>>,
     /// Held by the publisher while it writes a checkpoint's partial tiles; the
     /// collection of partial directories waits for a commit when it is free. (Without
@@ -229,8 +325,48 @@ struct Inner {
     /// Set after a failed sync: the page cache may then hold data the disk does not,
     /// so nothing more is committed until the daemon restarts and re-reads the disk.
     poisoned: AtomicBool,
-    /// Serializes every `syncfs`/`fsync` with the poisoning of a failed one.
+    /// Serializes every `syncfs` and directory `fsync` with the poisoning of a failed
+    /// one (a slot's `fdatasync` does not take it; see "Sync failures stop commits").
     sync_lock: Mutex<()>,
+    /// The log root, open for `syncfs` for as long as the log is: its error cursor then
+    /// reports every writeback error since the open, even one another process's sync
+    /// already saw.
+    root_dir: File,
+    /// Committed full tiles whose public files are not yet known durable, oldest first:
+    /// every slot written carries them (commit protocol step 3) until a flush makes them
+    /// durable and removes them from the front.
+    pending: Mutex<Pending>,
+    /// Serializes flushes (the flusher thread, the publisher, a commit over
+    /// [`PENDING_LIMIT`]).
+    flush_lock: Mutex<()>,
+    /// Wakes the flusher thread.
+    flusher: Flusher,
+    /// Set by [`PosixStorage::stop_flushing`] (tests): flushes fail, so committed tiles
+    /// stay staged and carried, as a crash right after their commit leaves them.
+    flushes_stopped: AtomicBool,
+}
+
+/// See [`Inner::pending`].
+#[derive(Default)]
+struct Pending {
+    tiles: Vec<(TileId, Arc<[u8]>)>,
+    bytes: usize,
+}
+
+/// Above this many bytes of carried tiles (the flusher fell behind), a commit flushes
+/// before it writes its slot, so a slot record stays small.
+const PENDING_LIMIT: usize = 8 << 20;
+
+#[derive(Default)]
+struct Flusher {
+    state: Mutex<FlusherState>,
+    wake: std::sync::Condvar,
+}
+
+#[derive(Default)]
+struct FlusherState {
+    wanted: bool,
+    stop: bool,
 }
 
 /// The committed state, its right edge and where the next commit goes.
@@ -259,6 +395,14 @@ impl PosixStorage {
             .unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Make every later flush fail, as if the process had died right after each commit:
+    /// committed tiles stay staged and carried in the state slots. For tests of the
+    /// recovery at open.
+    #[doc(hidden)]
+    pub fn stop_flushing(&self) {
+        self.inner.flushes_stopped.store(true, Ordering::Release);
+    }
+
     /// Open (or create) the log `origin` at `root`, taking its lock.
     pub fn open(root: impl Into<PathBuf>, origin: &str) -> Result<Self, OpenError> {
         let root: PathBuf = root.into();
@@ -285,7 +429,7 @@ impl PosixStorage {
             let _ = fs::remove_file(f.path());
         }
         let tessera_locks = lock_tessera(&root)?;
-        let mut committed = load_committed(&private, origin).map_err(|e| match e {
+        let (mut committed, carried) = load_committed(&private, origin).map_err(|e| match e {
             LoadError::Io(p, e) => OpenError::Io(p, e),
             LoadError::Corrupt(p, m) => OpenError::CorruptState(p, m),
             LoadError::Origin(found) => OpenError::OriginMismatch {
@@ -300,7 +444,12 @@ impl PosixStorage {
             adopted = committed.tree;
         }
         let size = committed.tree.map_or(0, |t| t.size);
-        recover_staged(&root, &private.join(STAGED_DIR), size)?;
+        recover(
+            &root,
+            &private,
+            size,
+            carried.as_deref().unwrap_or_default(),
+        )?;
         // Both slots exist from now on, so a commit never creates a file whose
         // directory entry would need its own fsync.
         let mut created = false;
@@ -316,23 +465,38 @@ impl PosixStorage {
                 .and_then(|d| d.sync_all())
                 .map_err(io_err(&private))?;
         }
+        let root_dir = File::open(&root).map_err(io_err(&root))?;
+        let inner = Arc::new(Inner {
+            root,
+            private,
+            origin: origin.to_string(),
+            _lock: lock,
+            _tessera_locks: tessera_locks,
+            adopted,
+            state: Mutex::new(committed),
+            commit_lock: Mutex::new(()),
+            dirs: Mutex::new(HashSet::new()),
+            gc: Mutex::new(Vec::new()),
+            publishing: Mutex::new(()),
+            tmp_seq: AtomicU64::new(0),
+            poisoned: AtomicBool::new(false),
+            sync_lock: Mutex::new(()),
+            root_dir,
+            pending: Mutex::new(Pending::default()),
+            flush_lock: Mutex::new(()),
+            flusher: Flusher::default(),
+            flushes_stopped: AtomicBool::new(false),
+        });
+        let flusher = std::thread::Builder::new()
+            .name("tlogd-posix-flush".into())
+            .spawn({
+                let inner = inner.clone();
+                move || inner.run_flusher()
+            })
+            .map_err(|e| OpenError::Io(inner.private.clone(), e))?;
         Ok(PosixStorage {
-            inner: Arc::new(Inner {
-                root,
-                private,
-                origin: origin.to_string(),
-                _lock: lock,
-                _tessera_locks: tessera_locks,
-                adopted,
-                state: Mutex::new(committed),
-                commit_lock: Mutex::new(()),
-                dirs: Mutex::new(HashSet::new()),
-                gc: Mutex::new(Vec::new()),
-                publishing: Mutex::new(()),
-                tmp_seq: AtomicU64::new(0),
-                poisoned: AtomicBool::new(false),
-                sync_lock: Mutex::new(()),
-            }),
+            inner,
+            flusher: Some(flusher),
         })
     }
 
@@ -383,9 +547,10 @@ enum LoadError {
     Origin(String),
 }
 
-/// The newest valid state slot, or an empty log when none was ever written.
-fn load_committed(private: &Path, origin: &str) -> Result<Committed, LoadError> {
-    let mut best: Option<(PathBuf, String, Committed)> = None;
+/// The newest valid state slot and the full tiles it carries, or an empty log when none
+/// was ever written.
+fn load_committed(private: &Path, origin: &str) -> Result<(Committed, Carried), LoadError> {
+    let mut best: Option<(PathBuf, String, Committed, Carried)> = None;
     let mut unreadable = Vec::new();
     for name in SLOTS {
         let path = private.join(name);
@@ -396,7 +561,7 @@ fn load_committed(private: &Path, origin: &str) -> Result<Committed, LoadError> 
         };
         // An empty or torn slot is the one a crash interrupted: the other holds the
         // last commit.
-        let (found, c) = match decode_slot(&bytes) {
+        let (found, c, carried) = match decode_slot(&bytes) {
             Ok(v) => v,
             Err(why) => {
                 if !bytes.is_empty() {
@@ -405,14 +570,14 @@ fn load_committed(private: &Path, origin: &str) -> Result<Committed, LoadError> 
                 continue;
             }
         };
-        if best.as_ref().is_none_or(|(_, _, b)| c.seq > b.seq) {
-            best = Some((path, found, c));
+        if best.as_ref().is_none_or(|(_, _, b, _)| c.seq > b.seq) {
+            best = Some((path, found, c, carried));
         }
     }
     let v1 = private.join("state");
     match best {
-        Some((_, found, _)) if found != origin => Err(LoadError::Origin(found)),
-        Some((_, _, c)) => Ok(c),
+        Some((_, found, _, _)) if found != origin => Err(LoadError::Origin(found)),
+        Some((_, _, c, carried)) => Ok((c, carried)),
         None => {
             // Only the first commit (sequence 1, slot 1) can leave no valid slot
             // behind: anything else unreadable is damage, and starting a new tree over
@@ -433,11 +598,14 @@ fn load_committed(private: &Path, origin: &str) -> Result<Committed, LoadError> 
                     ),
                 ));
             }
-            Ok(Committed {
-                tree: None,
-                edge: Arc::new(Vec::new()),
-                seq: 0,
-            })
+            Ok((
+                Committed {
+                    tree: None,
+                    edge: Arc::new(Vec::new()),
+                    seq: 0,
+                },
+                None,
+            ))
         }
     }
 }
@@ -649,10 +817,18 @@ fn tile_level(id: &TileId) -> u8 {
 }
 
 /// A state slot's record: magic, the record's length, origin, sequence number, size,
-/// root, the edge tiles, and the SHA-256 of all that. Integers are big-endian.
-fn encode_slot(origin: &str, seq: u64, tree: &TreeState, edge: &[(TileId, Vec<u8>)]) -> Vec<u8> {
-    let edge_bytes: usize = edge.iter().map(|(_, b)| 15 + b.len()).sum();
-    let mut out = Vec::with_capacity(SLOT_MAGIC.len() + origin.len() + 94 + edge_bytes);
+/// root, the edge tiles, the carried full tiles (committed, public file not yet known
+/// durable), and the SHA-256 of all that. Integers are big-endian.
+fn encode_slot(
+    origin: &str,
+    seq: u64,
+    tree: &TreeState,
+    edge: &[(TileId, Vec<u8>)],
+    carried: &[(&TileId, &[u8])],
+) -> Vec<u8> {
+    let tiles_bytes: usize = edge.iter().map(|(_, b)| 15 + b.len()).sum::<usize>()
+        + carried.iter().map(|(_, b)| 15 + b.len()).sum::<usize>();
+    let mut out = Vec::with_capacity(SLOT_MAGIC.len() + origin.len() + 98 + tiles_bytes);
     out.extend_from_slice(SLOT_MAGIC);
     // The length, filled in below.
     out.extend_from_slice(&[0; 4]);
@@ -662,11 +838,11 @@ fn encode_slot(origin: &str, seq: u64, tree: &TreeState, edge: &[(TileId, Vec<u8
     out.extend_from_slice(&tree.to_bytes());
     out.push(edge.len() as u8);
     for (id, bytes) in edge {
-        out.push(tile_level(id));
-        out.extend_from_slice(&id.index.to_be_bytes());
-        out.extend_from_slice(&id.width.to_be_bytes());
-        out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
-        out.extend_from_slice(bytes);
+        encode_tile(&mut out, id, bytes);
+    }
+    out.extend_from_slice(&(carried.len() as u32).to_be_bytes());
+    for (id, bytes) in carried {
+        encode_tile(&mut out, id, bytes);
     }
     let len = (out.len() + 32) as u32;
     out[SLOT_MAGIC.len()..SLOT_MAGIC.len() + 4].copy_from_slice(&len.to_be_bytes());
@@ -675,13 +851,40 @@ fn encode_slot(origin: &str, seq: u64, tree: &TreeState, edge: &[(TileId, Vec<u8
     out
 }
 
-/// Inverse of [`encode_slot`] for a slot file's bytes (a v3 record and what follows it,
-/// or a v2 record alone); checks the checksum and that the edge is exactly the set of
-/// partial tiles of the tree's size.
-fn decode_slot(b: &[u8]) -> Result<(String, Committed), String> {
-    let (record, fields) = if let Some(rest) = b.strip_prefix(SLOT_MAGIC) {
-        let len: [u8; 4] = rest
-            .get(..4)
+/// A tile in a slot record: level (255 for a bundle), index, width, length, bytes.
+fn encode_tile(out: &mut Vec<u8>, id: &TileId, bytes: &[u8]) {
+    out.push(tile_level(id));
+    out.extend_from_slice(&id.index.to_be_bytes());
+    out.extend_from_slice(&id.width.to_be_bytes());
+    out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+    out.extend_from_slice(bytes);
+}
+
+fn decode_tile(r: &mut Reader<'_>) -> Result<(TileId, Vec<u8>), String> {
+    let [level]: [u8; 1] = r.take()?;
+    let index = u64::from_be_bytes(r.take()?);
+    let width = u16::from_be_bytes(r.take()?);
+    let len = u32::from_be_bytes(r.take()?) as usize;
+    let id = match level {
+        u8::MAX => TileId::entries(index, width),
+        l => TileId::hash(l, index, width),
+    };
+    Ok((id, r.bytes(len)?.to_vec()))
+}
+
+/// A decoded slot: its origin, the committed state and edge, and the full tiles it
+/// carries (`None` for a record of an earlier format, which carries none).
+type Slot = (String, Committed, Option<Vec<(TileId, Vec<u8>)>>);
+
+/// Inverse of [`encode_slot`] for a slot file's bytes (a v4 or v3 record and what
+/// follows it, or a v2 record alone); checks the checksum, that the edge is exactly the
+/// set of partial tiles of the tree's size, and that carried tiles are full and inside
+/// the tree.
+fn decode_slot(b: &[u8]) -> Result<Slot, String> {
+    let v4 = b.starts_with(SLOT_MAGIC);
+    let (record, fields) = if v4 || b.starts_with(SLOT_MAGIC_V3) {
+        let len: [u8; 4] = b
+            .get(SLOT_MAGIC.len()..SLOT_MAGIC.len() + 4)
             .ok_or("truncated")?
             .try_into()
             .map_err(|_| "length")?;
@@ -711,16 +914,26 @@ fn decode_slot(b: &[u8]) -> Result<(String, Committed), String> {
     let n: [u8; 1] = r.take()?;
     let mut edge = Vec::with_capacity(n[0] as usize);
     for _ in 0..n[0] {
-        let [level]: [u8; 1] = r.take()?;
-        let index = u64::from_be_bytes(r.take()?);
-        let width = u16::from_be_bytes(r.take()?);
-        let len = u32::from_be_bytes(r.take()?) as usize;
-        let id = match level {
-            u8::MAX => TileId::entries(index, width),
-            l => TileId::hash(l, index, width),
-        };
-        edge.push((id, r.bytes(len)?.to_vec()));
+        edge.push(decode_tile(&mut r)?);
     }
+    let carried = if v4 {
+        let n = u32::from_be_bytes(r.take()?);
+        let mut carried = Vec::new();
+        for _ in 0..n {
+            let (id, bytes) = decode_tile(&mut r)?;
+            if !id.is_full() || tile_end(&id) > tree.size {
+                return Err(format!(
+                    "carried tile {} is not a full tile of size {}",
+                    id.path(),
+                    tree.size
+                ));
+            }
+            carried.push((id, bytes));
+        }
+        Some(carried)
+    } else {
+        None
+    };
     if !r.0.is_empty() {
         return Err("trailing bytes".into());
     }
@@ -735,6 +948,7 @@ fn decode_slot(b: &[u8]) -> Result<(String, Committed), String> {
             edge: Arc::new(edge),
             seq,
         },
+        carried,
     ))
 }
 
@@ -864,13 +1078,7 @@ impl Inner {
     }
 
     fn syncfs(&self) -> io::Result<()> {
-        let f = File::open(&self.root)?;
-        // SAFETY: valid fd.
-        let rc = unsafe { libc::syncfs(f.as_raw_fd()) };
-        if rc == -1 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        syncfs(&self.root_dir)
     }
 
     fn check_poisoned(&self) -> Result<(), StorageError> {
@@ -909,12 +1117,14 @@ impl Inner {
                 StorageError::from_io(format!("writing {}: {e}", path.display()), &e)
             })?;
         }
-        // 2. One sync point for all of them.
-        if !full.is_empty() {
-            self.sync_all_files()?;
+        // 2. The flusher fell far behind: catch up first, so a slot stays small.
+        if self.pending.lock().unwrap_or_else(|e| e.into_inner()).bytes > PENDING_LIMIT {
+            self.flush()?;
         }
-        // 3. The commit point: the new state and edge in the older slot. A partial the
-        //    batch did not change is the same tile as before.
+        // 3. The commit point: the new state, its edge and every full tile not yet
+        //    durable at its public path (this batch's and those still pending) in the
+        //    older slot, made durable by the slot's one `fdatasync`. A partial the batch
+        //    did not change is the same tile as before.
         let mut edge = Vec::new();
         for id in edge_ids(batch.next.size) {
             let bytes = batch
@@ -934,65 +1144,180 @@ impl Inner {
         }
         let seq = seq + 1;
         let slot = self.private.join(SLOTS[(seq % 2) as usize]);
+        let record = {
+            let pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            let carried: Vec<(&TileId, &[u8])> = pending
+                .tiles
+                .iter()
+                .map(|(id, b)| (id, &b[..]))
+                .chain(full.iter().map(|(id, b)| (id, &b[..])))
+                .collect();
+            encode_slot(&self.origin, seq, &batch.next, &edge, &carried)
+        };
         // A failed write leaves this (older) slot torn and the newer one intact: the
-        // next commit rewrites it. A failed sync poisons.
-        let f = write_in_place(&slot, &encode_slot(&self.origin, seq, &batch.next, &edge))
+        // next commit rewrites it. A failed sync poisons. Not under the sync lock: what
+        // this commit needs durable is all in this one file, whose own error cursor
+        // reports any failure of its pages, and a flush's `syncfs` must not delay it.
+        let f = write_in_place(&slot, &record)
             .map_err(|e| StorageError::from_io(format!("writing {}: {e}", slot.display()), &e))?;
-        self.synced(|| f.sync_data(), &slot)?;
+        f.sync_data().map_err(|e| self.poison(e, &slot))?;
         *self.state.lock().unwrap_or_else(|e| e.into_inner()) = Committed {
             tree: Some(batch.next),
             edge: Arc::new(edge),
             seq,
         };
-        // 4. Publish the completed tiles. A failure here leaves a committed tile
-        //    unserved: stop (the restart's recovery renames it) rather than go on.
-        for (id, _) in &full {
+        // 4. Hand the completed tiles to the flusher (step 5); until then they are
+        //    served from memory.
+        if !full.is_empty() {
+            let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            for (id, bytes) in &full {
+                pending.bytes += bytes.len();
+                pending.tiles.push((*id, Arc::from(&bytes[..])));
+            }
+            drop(pending);
+            self.flusher
+                .state
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .wanted = true;
+            self.flusher.wake.notify_one();
+        }
+        // 6. Collect the partials of tiles a flush has made public since the last
+        //    commit: the engine has acknowledged the commits that completed them and
+        //    serves the full tiles, so a reader falling back from a partial always
+        //    finds the full one. Not while the publisher writes partials (it may be
+        //    writing into one of these directories): they wait for the next commit then.
+        self.collect_partials();
+        Ok(())
+    }
+
+    /// Delete the partial directories in [`Inner::gc`], unless the publisher is
+    /// writing partials (see commit protocol step 6).
+    fn collect_partials(&self) {
+        let publishing = match self.publishing.try_lock() {
+            Ok(guard) => guard,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return,
+        };
+        let collect = std::mem::take(&mut *self.gc.lock().unwrap_or_else(|e| e.into_inner()));
+        if !collect.is_empty() {
+            let mut dirs = self.dirs.lock().unwrap_or_else(|e| e.into_inner());
+            for dir in collect {
+                let _ = fs::remove_dir_all(&dir);
+                dirs.remove(&dir);
+            }
+        }
+        drop(publishing);
+    }
+
+    /// Poison the store after a failed sync of `what` (see [`Inner::synced`]).
+    fn poison(&self, e: io::Error, what: &Path) -> StorageError {
+        self.poisoned.store(true, Ordering::Release);
+        tracing::error!(error = %e, path = %what.display(), "sync failed; no more commits until restart");
+        StorageError::Backend(format!(
+            "sync of {}: {e}; restart tlogd to re-read the log from disk",
+            what.display()
+        ))
+    }
+
+    /// 5. Flush: make the pending tiles durable at their staging paths (one `syncfs`),
+    ///    rename them to their public paths, and stop carrying them. The rename need not
+    ///    be durable yet: a crash that loses it leaves the synced staged file, which the
+    ///    next open renames (see [`recover`]).
+    ///
+    ///    Returns how many tiles it published.
+    fn flush(&self) -> Result<usize, StorageError> {
+        let _flush = self.flush_lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.check_poisoned()?;
+        if self.flushes_stopped.load(Ordering::Acquire) {
+            return Err(StorageError::Backend("flushing was stopped".into()));
+        }
+        // Only commits append, and only flushes (serialized) remove from the front.
+        let tiles: Vec<TileId> = {
+            let pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            pending.tiles.iter().map(|(id, _)| *id).collect()
+        };
+        if tiles.is_empty() {
+            return Ok(0);
+        }
+        self.sync_all_files()?;
+        let mut partials = Vec::with_capacity(tiles.len());
+        let mut failed = None;
+        for id in &tiles {
             let public = self.tile_path(id);
             let moved = public
                 .parent()
                 .map_or(Ok(()), |d| self.ensure_dir(d))
-                .and_then(|()| fs::rename(self.staged_path(id), &public));
+                .and_then(|()| fs::rename(self.staged_path(id), &public))
+                .or_else(|e| {
+                    // Renamed by an earlier attempt whose error was a lie (NFS).
+                    if e.kind() == io::ErrorKind::NotFound && public.exists() {
+                        Ok(())
+                    } else {
+                        Err(e)
+                    }
+                });
             if let Err(e) = moved {
-                self.poisoned.store(true, Ordering::Release);
-                return Err(StorageError::Backend(format!(
-                    "publishing {}: {e}; restart tlogd to finish the committed batch",
-                    public.display()
-                )));
+                // This tile and the ones after it stay staged and carried: the next
+                // flush tries again, and until then no checkpoint names them. If it
+                // never succeeds, commits are refused at [`PENDING_LIMIT`].
+                failed = Some(StorageError::from_io(
+                    format!("publishing {}: {e}", public.display()),
+                    &e,
+                ));
+                break;
+            }
+            let mut p = public.into_os_string();
+            p.push(".p");
+            partials.push(PathBuf::from(p));
+        }
+        let published = partials.len();
+        {
+            let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            let freed: usize = pending.tiles[..published]
+                .iter()
+                .map(|(_, b)| b.len())
+                .sum();
+            pending.tiles.drain(..published);
+            pending.bytes -= freed;
+        }
+        self.gc
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(partials);
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(published),
+        }
+    }
+
+    /// The flusher thread: a flush whenever a commit handed over tiles, and one last
+    /// one when the storage is dropped.
+    fn run_flusher(&self) {
+        loop {
+            let stop = {
+                let mut st = self.flusher.state.lock().unwrap_or_else(|e| e.into_inner());
+                while !st.wanted && !st.stop {
+                    st = self
+                        .flusher
+                        .wake
+                        .wait(st)
+                        .unwrap_or_else(|e| e.into_inner());
+                }
+                st.wanted = false;
+                st.stop
+            };
+            if let Err(e) = self.flush()
+                && !stop
+            {
+                tracing::warn!(error = %e, "flushing committed tiles failed");
+            }
+            if stop {
+                // No commit follows to collect what the last flushes made public.
+                self.collect_partials();
+                return;
             }
         }
-        // 5. Partials of tiles that became full in the previous commit are no longer
-        //    needed: by now the engine has acknowledged that commit and serves the full
-        //    tiles, so a reader falling back from a partial always finds the full one.
-        let full_now: Vec<PathBuf> = batch
-            .tiles
-            .iter()
-            .filter(|(id, _)| id.is_full())
-            .map(|(id, _)| {
-                let mut p = self.tile_path(id).into_os_string();
-                p.push(".p");
-                PathBuf::from(p)
-            })
-            .collect();
-        //    Not while the publisher writes partials (it may be writing into one of
-        //    these directories): they wait for the next commit then.
-        let mut pending = self.gc.lock().unwrap_or_else(|e| e.into_inner());
-        let publishing = match self.publishing.try_lock() {
-            Ok(guard) => Some(guard),
-            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => None,
-        };
-        if publishing.is_none() {
-            pending.extend(full_now);
-            return Ok(());
-        }
-        let previous = std::mem::replace(&mut *pending, full_now);
-        drop(pending);
-        let mut dirs = self.dirs.lock().unwrap_or_else(|e| e.into_inner());
-        for dir in previous {
-            let _ = fs::remove_dir_all(&dir);
-            dirs.remove(&dir);
-        }
-        Ok(())
     }
 
     /// Write the partial tiles of a checkpoint of `size`, then the checkpoint.
@@ -1026,7 +1351,9 @@ impl Inner {
                 wrote = true;
             }
         }
-        if wrote {
+        // The full tiles of the checkpoint's tree go public too, and everything
+        // becomes durable before the checkpoint names it.
+        if self.flush()? > 0 || wrote {
             self.sync_all_files()?;
         }
         drop(publishing);
@@ -1099,6 +1426,12 @@ impl LogStorage for PosixStorage {
             if let Some(bytes) = edge_prefix(&edge, id) {
                 return Ok(Some(bytes));
             }
+        } else {
+            // Committed, not yet flushed to its public path.
+            let pending = self.inner.pending.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((_, bytes)) = pending.tiles.iter().find(|(t, _)| t == id) {
+                return Ok(Some(bytes.to_vec()));
+            }
         }
         read_optional(&self.inner.tile_path(id)).await
     }
@@ -1141,16 +1474,16 @@ mod tests {
         let edge: Vec<(TileId, Vec<u8>)> = edge_ids(3)
             .map(|id| (id, vec![seq as u8; id.width as usize * 32]))
             .collect();
-        (tree, encode_slot("example.com/log", seq, &tree, &edge))
+        (tree, encode_slot("example.com/log", seq, &tree, &edge, &[]))
     }
 
     #[test]
     fn a_slot_record_is_read_past_stale_bytes_and_a_torn_one_is_refused() {
         let (tree, record) = sample(7);
-        let (origin, c) = decode_slot(&record).unwrap();
+        let (origin, c, carried) = decode_slot(&record).unwrap();
         assert_eq!(
-            (origin.as_str(), c.seq, c.tree),
-            ("example.com/log", 7, Some(tree))
+            (origin.as_str(), c.seq, c.tree, carried),
+            ("example.com/log", 7, Some(tree), Some(Vec::new()))
         );
         // What a slot file holds after a shorter record overwrote a longer one.
         let mut file = record.clone();
@@ -1172,19 +1505,50 @@ mod tests {
     }
 
     #[test]
-    fn a_slot_of_the_previous_format_is_read() {
-        // v2: the same fields without the length, the checksum over them, nothing after.
+    fn slots_of_the_previous_formats_are_read() {
+        // v3: a v4 record without the carried tiles (not even their count); v2: the
+        // same fields without the length either, nothing after the checksum.
         let (tree, record) = sample(9);
-        let fields = &record[SLOT_MAGIC.len() + 4..record.len() - 32];
+        let fields = &record[SLOT_MAGIC.len() + 4..record.len() - 32 - 4];
+        let mut v3 = SLOT_MAGIC_V3.to_vec();
+        v3.extend_from_slice(&((SLOT_MAGIC_V3.len() + 4 + fields.len() + 32) as u32).to_be_bytes());
+        v3.extend_from_slice(fields);
+        let sum = Sha256::digest(&v3);
+        v3.extend_from_slice(&sum);
+        v3.extend_from_slice(&[7; 100]);
         let mut v2 = SLOT_MAGIC_V2.to_vec();
         v2.extend_from_slice(fields);
         let sum = Sha256::digest(&v2);
         v2.extend_from_slice(&sum);
-        let (_, c) = decode_slot(&v2).unwrap();
-        assert_eq!((c.seq, c.tree), (9, Some(tree)));
+        for old in [&v3, &v2] {
+            let (_, c, carried) = decode_slot(old).unwrap();
+            assert_eq!((c.seq, c.tree, carried), (9, Some(tree), None));
+        }
         let mut trailing = v2.clone();
         trailing.push(0);
         assert!(decode_slot(&trailing).is_err());
+    }
+
+    #[test]
+    fn a_slot_carries_full_tiles_of_its_tree_only() {
+        let tree = TreeState {
+            size: 600,
+            root: [1; 32],
+        };
+        let edge: Vec<(TileId, Vec<u8>)> = edge_ids(600)
+            .map(|id| (id, vec![2; id.width as usize * 32]))
+            .collect();
+        let (t1, b1) = (TileId::hash(0, 1, 256), vec![3u8; 256 * 32]);
+        let (t2, b2) = (TileId::entries(0, 256), vec![4u8; 999]);
+        let record = encode_slot("o", 5, &tree, &edge, &[(&t1, &b1), (&t2, &b2)]);
+        let (_, c, carried) = decode_slot(&record).unwrap();
+        assert_eq!(c.tree, Some(tree));
+        assert_eq!(carried, Some(vec![(t1, b1.clone()), (t2, b2)]));
+        // A partial tile, or a full one beyond the tree, is not a committed tile.
+        for bad in [TileId::hash(0, 2, 88), TileId::entries(2, 256)] {
+            let record = encode_slot("o", 5, &tree, &edge, &[(&bad, &b1)]);
+            assert!(decode_slot(&record).is_err(), "{}", bad.path());
+        }
     }
 
     #[test]

@@ -227,6 +227,75 @@ async fn a_crash_leaves_staged_tiles_which_reopen_publishes_or_discards() {
 }
 
 #[tokio::test]
+async fn committed_tiles_a_crash_left_only_in_the_state_slot_are_published_at_open() {
+    // Commit protocol steps 3-5: the full tiles of a batch are durable in its state
+    // slot first; a later flush syncs their staged files and renames them into place.
+    // A crash before any flush: staged files torn (written, never synced), no full
+    // tile public, and the newest slot torn as well, so the previous slot must carry
+    // every tile not yet flushed.
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(64);
+    cfg.checkpoint_interval = Duration::from_secs(3600);
+    {
+        let storage = Arc::new(open(dir.path(), ORIGIN).unwrap());
+        storage.stop_flushing();
+        let (log, tasks) = Log::open(storage.clone(), None, cfg.clone()).await.unwrap();
+        let entries = (0..700).map(|i| Bytes::from(format!("c{i}"))).collect();
+        add_in_order(&log, entries, 0).await;
+        log.shutdown();
+        tasks.join().await;
+    }
+    for rel in [
+        "tile/entries/000",
+        "tile/entries/001",
+        "tile/0/000",
+        "tile/0/001",
+    ] {
+        assert!(!dir.path().join(rel).exists(), "{rel} was flushed");
+    }
+    let staged = dir.path().join(".tlogd/staged");
+    let staged_files = files(&staged);
+    assert!(staged_files.len() >= 4, "{staged_files:?}");
+    for f in &staged_files {
+        let p = staged.join(f);
+        let b = std::fs::read(&p).unwrap();
+        std::fs::write(&p, &b[..b.len() / 2]).unwrap();
+    }
+    let slots: Vec<_> = ["state.0", "state.1"]
+        .iter()
+        .map(|n| dir.path().join(".tlogd").join(n))
+        .collect();
+    let newest = slots
+        .iter()
+        .max_by_key(|p| std::fs::metadata(p).unwrap().modified().unwrap())
+        .unwrap();
+    std::fs::write(newest, b"tlogd-posix-state v4\n").unwrap();
+    let storage = Arc::new(open(dir.path(), ORIGIN).unwrap());
+    let size = storage.load_state().await.unwrap().unwrap().size;
+    assert!((512..700).contains(&size), "recovered size {size}");
+    assert!(files(&staged).is_empty(), "staged files left behind");
+    for rel in [
+        "tile/entries/000",
+        "tile/entries/001",
+        "tile/0/000",
+        "tile/0/001",
+    ] {
+        assert!(dir.path().join(rel).exists(), "{rel} was not published");
+    }
+    // The whole tree, read from the public files, and the log goes on from there.
+    let verifier = NoteSigner::from_skey(SKEY).unwrap().verifier();
+    let r = check_log(&*storage, ORIGIN, &verifier, None).await.unwrap();
+    assert_eq!(r.state.size, size);
+    let (log, tasks) = Log::open(storage.clone(), None, cfg).await.unwrap();
+    let more = (0..300).map(|i| Bytes::from(format!("d{i}"))).collect();
+    add_in_order(&log, more, size).await;
+    log.shutdown();
+    tasks.join().await;
+    let r = check_log(&*storage, ORIGIN, &verifier, None).await.unwrap();
+    assert_eq!((r.state.size, r.checkpoint_size), (size + 300, size + 300));
+}
+
+#[tokio::test]
 async fn a_batch_whose_state_does_not_commit_publishes_nothing() {
     // Engine invariant 1: a public path only ever holds committed bytes. Make the
     // state write fail (both slots replaced by directories) after the batch's full
@@ -1105,7 +1174,9 @@ async fn partial_directories_are_kept_while_a_checkpoint_is_being_written() {
             "a partial directory was deleted while the publisher was writing"
         );
     }
-    // The next commit collects them.
+    // Once a flush has made tile 0 public (the publisher flushes; so does a
+    // background thread, at its own pace), the next commit collects them.
+    storage.publish_checkpoint(&cp(264)).await.unwrap();
     add_in_order(&log, batch(264, 8), 264).await;
     assert!(!partial.exists());
     assert!(!dir.path().join("tile/0/000.p").exists());
