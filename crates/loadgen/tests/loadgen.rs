@@ -67,6 +67,13 @@ async fn serve_log_opts(
         None
     };
     let (log, _tasks) = Log::open(storage.clone(), index, cfg).await.unwrap();
+    // The first checkpoint is published by a task: a run starting before it finds none
+    // (seen once when the machine was busy).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while log.published_size().is_none() {
+        assert!(std::time::Instant::now() < deadline, "no first checkpoint");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
     let app = wrap(tlogd::http::router(log.clone()));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

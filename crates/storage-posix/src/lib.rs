@@ -153,6 +153,7 @@ type Carried = Option<Vec<(TileId, Vec<u8>)>>;
 /// `syncfs` then makes it all durable, before anything is served or committed.
 fn recover(
     root: &Path,
+    root_dir: &File,
     private: &Path,
     size: u64,
     carried: &[(TileId, Vec<u8>)],
@@ -193,22 +194,35 @@ fn recover(
             }
         }
     }
-    for (id, bytes) in carried {
+    // Written to temp files and synced before any is renamed: a crash in the middle
+    // must not leave a torn file at a public path either.
+    let mut renames = Vec::new();
+    for (i, (id, bytes)) in carried.iter().enumerate() {
         let public = root.join(id.path());
-        if fs::read(&public).is_ok_and(|b| b == *bytes) {
-            continue;
+        match fs::read(&public) {
+            Ok(b) if b == *bytes => continue,
+            Ok(_) => tracing::warn!(
+                path = %public.display(),
+                "a public tile differs from the committed one the state carries; replacing it"
+            ),
+            Err(_) => {}
         }
         if let Some(parent) = public.parent() {
             fs::create_dir_all(parent).map_err(io_err(parent))?;
         }
-        let tmp = private.join("tmp").join("recovered");
+        let tmp = private.join("tmp").join(format!("recovered-{i}"));
         fs::write(&tmp, bytes).map_err(io_err(&tmp))?;
-        fs::rename(&tmp, &public).map_err(io_err(&public))?;
-        changed += 1;
+        renames.push((tmp, public));
     }
+    if !renames.is_empty() {
+        syncfs(root_dir).map_err(io_err(root))?;
+    }
+    for (tmp, public) in &renames {
+        fs::rename(tmp, public).map_err(io_err(public))?;
+    }
+    changed += renames.len() as u64;
     if changed > 0 || !carried.is_empty() {
-        let dir = File::open(root).map_err(io_err(root))?;
-        syncfs(&dir).map_err(io_err(root))?;
+        syncfs(root_dir).map_err(io_err(root))?;
     }
     if changed > 0 {
         tracing::warn!(
@@ -341,6 +355,9 @@ struct Inner {
     flush_lock: Mutex<()>,
     /// Wakes the flusher thread.
     flusher: Flusher,
+    /// A flush renamed tiles into place since the last `syncfs` began: the publisher
+    /// syncs before its checkpoint names them.
+    renamed_unsynced: AtomicBool,
     /// Set by [`PosixStorage::stop_flushing`] (tests): flushes fail, so committed tiles
     /// stay staged and carried, as a crash right after their commit leaves them.
     flushes_stopped: AtomicBool,
@@ -355,7 +372,7 @@ struct Pending {
 
 /// Above this many bytes of carried tiles (the flusher fell behind), a commit flushes
 /// before it writes its slot, so a slot record stays small.
-const PENDING_LIMIT: usize = 8 << 20;
+const PENDING_LIMIT: usize = 1 << 20;
 
 #[derive(Default)]
 struct Flusher {
@@ -444,8 +461,10 @@ impl PosixStorage {
             adopted = committed.tree;
         }
         let size = committed.tree.map_or(0, |t| t.size);
+        let root_dir = File::open(&root).map_err(io_err(&root))?;
         recover(
             &root,
+            &root_dir,
             &private,
             size,
             carried.as_deref().unwrap_or_default(),
@@ -465,7 +484,9 @@ impl PosixStorage {
                 .and_then(|d| d.sync_all())
                 .map_err(io_err(&private))?;
         }
-        let root_dir = File::open(&root).map_err(io_err(&root))?;
+        if carried.is_none() && committed.seq > 0 {
+            upgrade_slots(&private, origin, &mut committed)?;
+        }
         let inner = Arc::new(Inner {
             root,
             private,
@@ -485,6 +506,7 @@ impl PosixStorage {
             pending: Mutex::new(Pending::default()),
             flush_lock: Mutex::new(()),
             flusher: Flusher::default(),
+            renamed_unsynced: AtomicBool::new(false),
             flushes_stopped: AtomicBool::new(false),
         });
         let flusher = std::thread::Builder::new()
@@ -537,6 +559,29 @@ fn ofd_lock(f: &File) -> io::Result<()> {
     if rc == -1 {
         return Err(io::Error::last_os_error());
     }
+    Ok(())
+}
+
+/// Rewrite both slots of a log last committed by an earlier release in this release's
+/// format, holding the committed state: a downgraded binary then refuses the log
+/// (it reads neither slot) instead of falling back to an older commit in the slot the
+/// first new commit did not overwrite.
+fn upgrade_slots(private: &Path, origin: &str, committed: &mut Committed) -> Result<(), OpenError> {
+    let Some(tree) = committed.tree else {
+        return Ok(());
+    };
+    for _ in SLOTS {
+        let seq = committed.seq + 1;
+        let slot = private.join(SLOTS[(seq % 2) as usize]);
+        write_in_place(
+            &slot,
+            &encode_slot(origin, seq, &tree, &committed.edge, &[]),
+        )
+        .and_then(|f| f.sync_data())
+        .map_err(io_err(&slot))?;
+        committed.seq = seq;
+    }
+    tracing::info!("state slots rewritten in this release's format");
     Ok(())
 }
 
@@ -928,6 +973,16 @@ fn decode_slot(b: &[u8]) -> Result<Slot, String> {
                     tree.size
                 ));
             }
+            if matches!(id.kind, TileKind::Hash { .. }) && bytes.len() != 32 * id.width as usize {
+                return Err(format!(
+                    "carried tile {} has {} bytes",
+                    id.path(),
+                    bytes.len()
+                ));
+            }
+            if carried.iter().any(|(c, _)| *c == id) {
+                return Err(format!("tile {} carried twice", id.path()));
+            }
             carried.push((id, bytes));
         }
         Some(carried)
@@ -1006,23 +1061,6 @@ impl Inner {
         Ok(())
     }
 
-    /// Temp file + rename, without fsync (the caller makes it durable).
-    fn put(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
-        if let Some(dir) = path.parent() {
-            self.ensure_dir(dir)?;
-        }
-        let tmp = self.temp_path();
-        let written = File::create(&tmp).and_then(|mut f| f.write_all(bytes));
-        if let Err(e) = written {
-            // A full disk must not also fill up with half-written temp files.
-            let _ = fs::remove_file(&tmp);
-            return Err(e);
-        }
-        fs::rename(&tmp, path).inspect_err(|_| {
-            let _ = fs::remove_file(&tmp);
-        })
-    }
-
     /// Temp file, fsync, rename, fsync the directory. A failed sync poisons the store.
     fn put_durable(&self, path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
         let tmp = self.temp_path();
@@ -1057,7 +1095,13 @@ impl Inner {
 
     /// `syncfs` the log's filesystem; see [`Inner::synced`].
     fn sync_all_files(&self) -> Result<(), StorageError> {
-        self.synced(|| self.syncfs(), &self.root)
+        self.synced(
+            || {
+                self.renamed_unsynced.store(false, Ordering::Release);
+                self.syncfs()
+            },
+            &self.root,
+        )
     }
 
     /// Run one sync under the sync lock; a failure poisons the store. Under the lock,
@@ -1144,16 +1188,18 @@ impl Inner {
         }
         let seq = seq + 1;
         let slot = self.private.join(SLOTS[(seq % 2) as usize]);
-        let record = {
-            let pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-            let carried: Vec<(&TileId, &[u8])> = pending
-                .tiles
-                .iter()
-                .map(|(id, b)| (id, &b[..]))
-                .chain(full.iter().map(|(id, b)| (id, &b[..])))
-                .collect();
-            encode_slot(&self.origin, seq, &batch.next, &edge, &carried)
-        };
+        let still_pending = self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .tiles
+            .clone();
+        let carried: Vec<(&TileId, &[u8])> = still_pending
+            .iter()
+            .map(|(id, b)| (id, &b[..]))
+            .chain(full.iter().map(|(id, b)| (id, &b[..])))
+            .collect();
+        let record = encode_slot(&self.origin, seq, &batch.next, &edge, &carried);
         // A failed write leaves this (older) slot torn and the newer one intact: the
         // next commit rewrites it. A failed sync poisons. Not under the sync lock: what
         // this commit needs durable is all in this one file, whose own error cursor
@@ -1161,20 +1207,21 @@ impl Inner {
         let f = write_in_place(&slot, &record)
             .map_err(|e| StorageError::from_io(format!("writing {}: {e}", slot.display()), &e))?;
         f.sync_data().map_err(|e| self.poison(e, &slot))?;
-        *self.state.lock().unwrap_or_else(|e| e.into_inner()) = Committed {
-            tree: Some(batch.next),
-            edge: Arc::new(edge),
-            seq,
-        };
         // 4. Hand the completed tiles to the flusher (step 5); until then they are
-        //    served from memory.
+        //    served from memory, from before the new state is visible.
         if !full.is_empty() {
             let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
             for (id, bytes) in &full {
                 pending.bytes += bytes.len();
                 pending.tiles.push((*id, Arc::from(&bytes[..])));
             }
-            drop(pending);
+        }
+        *self.state.lock().unwrap_or_else(|e| e.into_inner()) = Committed {
+            tree: Some(batch.next),
+            edge: Arc::new(edge),
+            seq,
+        };
+        if !full.is_empty() {
             self.flusher
                 .state
                 .lock()
@@ -1272,6 +1319,9 @@ impl Inner {
             partials.push(PathBuf::from(p));
         }
         let published = partials.len();
+        if published > 0 {
+            self.renamed_unsynced.store(true, Ordering::Release);
+        }
         {
             let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
             let freed: usize = pending.tiles[..published]
@@ -1307,10 +1357,8 @@ impl Inner {
                 st.wanted = false;
                 st.stop
             };
-            if let Err(e) = self.flush()
-                && !stop
-            {
-                tracing::warn!(error = %e, "flushing committed tiles failed");
+            if let Err(e) = self.flush() {
+                tracing::warn!(error = %e, "flushing committed tiles failed; the state slots still carry them");
             }
             if stop {
                 // No commit follows to collect what the last flushes made public.
@@ -1339,21 +1387,44 @@ impl Inner {
             .unwrap_or_else(|e| e.into_inner())
             .edge
             .clone();
-        let mut wrote = false;
+        // Temp files first, synced before any is renamed over a public path, so a
+        // crash never leaves a torn partial where a checkpoint names one.
+        let mut partials = Vec::new();
         for id in edge_ids(size) {
             // Not in the edge: the position was completed since, and its full tile is
             // what readers fall back to.
             if let Some(bytes) = edge_prefix(&edge, &id) {
                 let path = self.tile_path(&id);
-                self.put(&path, &bytes).map_err(|e| {
-                    StorageError::from_io(format!("writing {}: {e}", path.display()), &e)
-                })?;
-                wrote = true;
+                let tmp = self.temp_path();
+                if let Err(e) = File::create(&tmp).and_then(|mut f| f.write_all(&bytes)) {
+                    let _ = fs::remove_file(&tmp);
+                    for (t, _) in &partials {
+                        let _ = fs::remove_file(t);
+                    }
+                    return Err(StorageError::from_io(
+                        format!("writing {}: {e}", path.display()),
+                        &e,
+                    ));
+                }
+                partials.push((tmp, path));
             }
         }
-        // The full tiles of the checkpoint's tree go public too, and everything
+        if !partials.is_empty() {
+            self.sync_all_files()?;
+            for (tmp, path) in &partials {
+                path.parent()
+                    .map_or(Ok(()), |d| self.ensure_dir(d))
+                    .and_then(|()| fs::rename(tmp, path))
+                    .map_err(|e| {
+                        StorageError::from_io(format!("writing {}: {e}", path.display()), &e)
+                    })?;
+            }
+            self.renamed_unsynced.store(true, Ordering::Release);
+        }
+        // The full tiles of the checkpoint's tree go public too, and every rename
         // becomes durable before the checkpoint names it.
-        if self.flush()? > 0 || wrote {
+        self.flush()?;
+        if self.renamed_unsynced.load(Ordering::Acquire) {
             self.sync_all_files()?;
         }
         drop(publishing);

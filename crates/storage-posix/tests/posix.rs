@@ -34,6 +34,21 @@ fn open(root: impl AsRef<std::path::Path>, origin: &str) -> Result<PosixStorage,
     }
 }
 
+/// The state slot the last commit wrote: the one with the higher sequence number
+/// (magic, length, origin length, origin, then the sequence number, big-endian).
+fn newest_slot(root: &std::path::Path) -> std::path::PathBuf {
+    let seq = |p: &std::path::Path| {
+        let b = std::fs::read(p).unwrap();
+        let at = 21 + 4 + 2 + u16::from_be_bytes([b[25], b[26]]) as usize;
+        u64::from_be_bytes(b[at..at + 8].try_into().unwrap())
+    };
+    ["state.0", "state.1"]
+        .iter()
+        .map(|n| root.join(".tlogd").join(n))
+        .max_by_key(|p| seq(p))
+        .unwrap()
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn seventy_thousand_entries_match_the_go_reference_byte_for_byte() {
     let want_dir = vectors().join("tessera-70k");
@@ -230,46 +245,41 @@ async fn a_crash_leaves_staged_tiles_which_reopen_publishes_or_discards() {
 async fn committed_tiles_a_crash_left_only_in_the_state_slot_are_published_at_open() {
     // Commit protocol steps 3-5: the full tiles of a batch are durable in its state
     // slot first; a later flush syncs their staged files and renames them into place.
-    // A crash before any flush: staged files torn (written, never synced), no full
-    // tile public, and the newest slot torn as well, so the previous slot must carry
-    // every tile not yet flushed.
+    // Tile 0 is flushed; then a crash before any further flush: staged files torn
+    // (written, never synced), no later full tile public, and the newest slot torn as
+    // well, so the previous slot must carry every tile not yet flushed.
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(64);
     cfg.checkpoint_interval = Duration::from_secs(3600);
     {
         let storage = Arc::new(open(dir.path(), ORIGIN).unwrap());
-        storage.stop_flushing();
         let (log, tasks) = Log::open(storage.clone(), None, cfg.clone()).await.unwrap();
-        let entries = (0..700).map(|i| Bytes::from(format!("c{i}"))).collect();
+        let entries = (0..300).map(|i| Bytes::from(format!("c{i}"))).collect();
         add_in_order(&log, entries, 0).await;
+        // The flusher runs on its own; wait until tile 0 is public.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !dir.path().join("tile/entries/000").exists() {
+            assert!(std::time::Instant::now() < deadline, "tile 0 never flushed");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        storage.stop_flushing();
+        let entries = (300..700).map(|i| Bytes::from(format!("c{i}"))).collect();
+        add_in_order(&log, entries, 300).await;
         log.shutdown();
         tasks.join().await;
     }
-    for rel in [
-        "tile/entries/000",
-        "tile/entries/001",
-        "tile/0/000",
-        "tile/0/001",
-    ] {
+    for rel in ["tile/entries/001", "tile/0/001"] {
         assert!(!dir.path().join(rel).exists(), "{rel} was flushed");
     }
     let staged = dir.path().join(".tlogd/staged");
     let staged_files = files(&staged);
-    assert!(staged_files.len() >= 4, "{staged_files:?}");
+    assert!(staged_files.len() >= 2, "{staged_files:?}");
     for f in &staged_files {
         let p = staged.join(f);
         let b = std::fs::read(&p).unwrap();
         std::fs::write(&p, &b[..b.len() / 2]).unwrap();
     }
-    let slots: Vec<_> = ["state.0", "state.1"]
-        .iter()
-        .map(|n| dir.path().join(".tlogd").join(n))
-        .collect();
-    let newest = slots
-        .iter()
-        .max_by_key(|p| std::fs::metadata(p).unwrap().modified().unwrap())
-        .unwrap();
-    std::fs::write(newest, b"tlogd-posix-state v4\n").unwrap();
+    std::fs::write(newest_slot(dir.path()), b"tlogd-posix-state v4\n").unwrap();
     let storage = Arc::new(open(dir.path(), ORIGIN).unwrap());
     let size = storage.load_state().await.unwrap().unwrap().size;
     assert!((512..700).contains(&size), "recovered size {size}");
@@ -293,6 +303,59 @@ async fn committed_tiles_a_crash_left_only_in_the_state_slot_are_published_at_op
     tasks.join().await;
     let r = check_log(&*storage, ORIGIN, &verifier, None).await.unwrap();
     assert_eq!((r.state.size, r.checkpoint_size), (size + 300, size + 300));
+}
+
+#[tokio::test]
+async fn a_log_of_the_previous_release_is_read_and_both_slots_are_upgraded() {
+    use sha2::Digest;
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let storage = Arc::new(open(dir.path(), ORIGIN).unwrap());
+        let (log, tasks) = Log::open(storage, None, config(64)).await.unwrap();
+        let entries = (0..200).map(|i| Bytes::from(format!("v{i}"))).collect();
+        add_in_order(&log, entries, 0).await;
+        log.shutdown();
+        tasks.join().await;
+    }
+    // Both slots as the previous release wrote them: a v4 record carrying nothing is
+    // a v3 record plus the (zero) count of carried tiles.
+    let slots = ["state.0", "state.1"].map(|n| dir.path().join(".tlogd").join(n));
+    for p in &slots {
+        let b = std::fs::read(p).unwrap();
+        let len = u32::from_be_bytes(b[21..25].try_into().unwrap()) as usize;
+        let body = &b[..len - 32];
+        assert_eq!(
+            &body[body.len() - 4..],
+            &[0; 4],
+            "{} carries tiles",
+            p.display()
+        );
+        let mut v3 = b"tlogd-posix-state v3\n".to_vec();
+        v3.extend_from_slice(&((len - 4) as u32).to_be_bytes());
+        v3.extend_from_slice(&body[25..body.len() - 4]);
+        let sum = sha2::Sha256::digest(&v3);
+        v3.extend_from_slice(&sum);
+        std::fs::write(p, v3).unwrap();
+    }
+    let storage = Arc::new(open(dir.path(), ORIGIN).unwrap());
+    assert_eq!(storage.load_state().await.unwrap().unwrap().size, 200);
+    // An earlier release can no longer read either slot, so it refuses the log
+    // rather than fall back to an older commit.
+    for p in &slots {
+        assert!(
+            std::fs::read(p)
+                .unwrap()
+                .starts_with(b"tlogd-posix-state v4\n")
+        );
+    }
+    let (log, tasks) = Log::open(storage.clone(), None, config(64)).await.unwrap();
+    let more = (200..300).map(|i| Bytes::from(format!("v{i}"))).collect();
+    add_in_order(&log, more, 200).await;
+    log.shutdown();
+    tasks.join().await;
+    let verifier = NoteSigner::from_skey(SKEY).unwrap().verifier();
+    let r = check_log(&*storage, ORIGIN, &verifier, None).await.unwrap();
+    assert_eq!((r.state.size, r.checkpoint_size), (300, 300));
 }
 
 #[tokio::test]
@@ -401,18 +464,11 @@ async fn a_torn_state_slot_falls_back_to_the_previous_commit() {
     }
     // The newest slot, written by the last commit (to size 110), torn by a crash: the
     // commit never returned, so it was never acknowledged.
-    let slots: Vec<_> = ["state.0", "state.1"]
-        .iter()
-        .map(|n| dir.path().join(".tlogd").join(n))
-        .collect();
-    let newest = slots
-        .iter()
-        .max_by_key(|p| std::fs::metadata(p).unwrap().modified().unwrap())
-        .unwrap();
+    let newest = newest_slot(dir.path());
     // Only its first bytes reached the disk. (Slot files are padded: the record is a
     // prefix of the file, so half the file could still hold all of it.)
-    let bytes = std::fs::read(newest).unwrap();
-    std::fs::write(newest, &bytes[..100]).unwrap();
+    let bytes = std::fs::read(&newest).unwrap();
+    std::fs::write(&newest, &bytes[..100]).unwrap();
     // The checkpoint (size 110) now names a tree the log does not hold; remove it as
     // it would not have been written before that commit.
     std::fs::remove_file(dir.path().join("checkpoint")).unwrap();
