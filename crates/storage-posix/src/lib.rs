@@ -364,11 +364,7 @@ struct Inner {
 }
 
 /// See [`Inner::pending`].
-#[derive(Default)]
-struct Pending {
-    tiles: Vec<(TileId, Arc<[u8]>)>,
-    bytes: usize,
-}
+type Pending = Vec<(TileId, Arc<[u8]>)>;
 
 /// Above this many bytes of carried tiles (the flusher fell behind), a commit flushes
 /// before it writes its slot, so a slot record stays small.
@@ -503,7 +499,7 @@ impl PosixStorage {
             poisoned: AtomicBool::new(false),
             sync_lock: Mutex::new(()),
             root_dir,
-            pending: Mutex::new(Pending::default()),
+            pending: Mutex::new(Vec::new()),
             flush_lock: Mutex::new(()),
             flusher: Flusher::default(),
             renamed_unsynced: AtomicBool::new(false),
@@ -919,7 +915,7 @@ fn decode_tile(r: &mut Reader<'_>) -> Result<(TileId, Vec<u8>), String> {
 
 /// A decoded slot: its origin, the committed state and edge, and the full tiles it
 /// carries (`None` for a record of an earlier format, which carries none).
-type Slot = (String, Committed, Option<Vec<(TileId, Vec<u8>)>>);
+type Slot = (String, Committed, Carried);
 
 /// Inverse of [`encode_slot`] for a slot file's bytes (a v4 or v3 record and what
 /// follows it, or a v2 record alone); checks the checksum, that the edge is exactly the
@@ -1162,7 +1158,11 @@ impl Inner {
             })?;
         }
         // 2. The flusher fell far behind: catch up first, so a slot stays small.
-        if self.pending.lock().unwrap_or_else(|e| e.into_inner()).bytes > PENDING_LIMIT {
+        let pending_bytes: usize = (self.pending.lock().unwrap_or_else(|e| e.into_inner()))
+            .iter()
+            .map(|(_, b)| b.len())
+            .sum();
+        if pending_bytes > PENDING_LIMIT {
             self.flush()?;
         }
         // 3. The commit point: the new state, its edge and every full tile not yet
@@ -1192,7 +1192,6 @@ impl Inner {
             .pending
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .tiles
             .clone();
         let carried: Vec<(&TileId, &[u8])> = still_pending
             .iter()
@@ -1211,10 +1210,7 @@ impl Inner {
         //    served from memory, from before the new state is visible.
         if !full.is_empty() {
             let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-            for (id, bytes) in &full {
-                pending.bytes += bytes.len();
-                pending.tiles.push((*id, Arc::from(&bytes[..])));
-            }
+            pending.extend(full.iter().map(|(id, bytes)| (*id, Arc::from(&bytes[..]))));
         }
         *self.state.lock().unwrap_or_else(|e| e.into_inner()) = Committed {
             tree: Some(batch.next),
@@ -1282,7 +1278,7 @@ impl Inner {
         // Only commits append, and only flushes (serialized) remove from the front.
         let tiles: Vec<TileId> = {
             let pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-            pending.tiles.iter().map(|(id, _)| *id).collect()
+            pending.iter().map(|(id, _)| *id).collect()
         };
         if tiles.is_empty() {
             return Ok(0);
@@ -1322,15 +1318,10 @@ impl Inner {
         if published > 0 {
             self.renamed_unsynced.store(true, Ordering::Release);
         }
-        {
-            let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-            let freed: usize = pending.tiles[..published]
-                .iter()
-                .map(|(_, b)| b.len())
-                .sum();
-            pending.tiles.drain(..published);
-            pending.bytes -= freed;
-        }
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..published);
         self.gc
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -1500,7 +1491,7 @@ impl LogStorage for PosixStorage {
         } else {
             // Committed, not yet flushed to its public path.
             let pending = self.inner.pending.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some((_, bytes)) = pending.tiles.iter().find(|(t, _)| t == id) {
+            if let Some((_, bytes)) = pending.iter().find(|(t, _)| t == id) {
                 return Ok(Some(bytes.to_vec()));
             }
         }
