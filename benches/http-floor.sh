@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The floor under tlogd's CPU per append, beside tlogd, under one loadgen (256 writers,
-# HTTP/1.1 keep-alive unless the loadgen flags say otherwise), runs alternated:
+# The floor under tlogd's CPU per append, beside tlogd, under one loadgen (256 writers
+# unless FLOOR_WRITERS says otherwise, HTTP/1.1 keep-alive unless the loadgen flags say
+# otherwise), runs alternated:
 #
 #   null    the daemon's HTTP server answering POST /add at once (example http_floor)
 #   memory  tlogd's router and engine over the in-memory store, commits blocking a
@@ -77,7 +78,7 @@ run() { # mode, loadgen flags...
     sleep 0.1
   done
   "$bin/tlog-loadgen" --log-url "http://127.0.0.1:$port" "${key[@]}" \
-    --writers 256 --duration "${secs}s" --log-pid "$srv" --quiet \
+    --writers "${FLOOR_WRITERS:-256}" --duration "${secs}s" --log-pid "$srv" --quiet \
     --report-json "$work/r.json" "$@" >/dev/null || true
   kill "$srv"; wait "$srv" 2>/dev/null || true
   rm -rf "$dir"

@@ -37,7 +37,7 @@ ticks_pid() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 ticks_of() { awk -v n="($1)" '$2 == n { s += $14 + $15 } END { print s + 0 }' /proc/[0-9]*/stat 2>/dev/null; }
 
 # A private MariaDB with durable commits (the MySQL rows of benches/README.md) in
-# directory $1 on a free port: sets `myport`, adds the server to `pids`, returns once it
+# directory $1 on a free port: sets `myport` and `mypid`, adds the server to `pids`, returns once it
 # answers.
 start_mariadb() {
   local dir=$1
@@ -46,7 +46,8 @@ start_mariadb() {
   mariadbd --no-defaults --user=root --datadir="$dir" --port="$myport" --bind-address=127.0.0.1 --socket="$dir/s.sock" \
     --skip-log-bin --innodb-buffer-pool-size=1G --innodb-log-file-size=512M --innodb-flush-log-at-trx-commit=1 \
     --max-connections=500 --max-allowed-packet=64M >"$dir.log" 2>&1 &
-  pids+=($!)
+  mypid=$!
+  pids+=("$mypid")
   for _ in $(seq 100); do mariadb -h 127.0.0.1 -P "$myport" -u root -e 'select 1' >/dev/null 2>&1 && return 0; sleep 0.2; done
   echo "MariaDB did not start (see $dir.log)" >&2
   return 1

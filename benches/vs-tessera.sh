@@ -19,6 +19,7 @@
 # Needs the release binaries (cargo build --release --workspace --all-targets) and Go;
 # the Tessera servers are built once with `go install` into $TESSERA_BIN (default
 # ~/.cache/tlogd-tools/tessera). TLOGD_BIN overrides the tlogd binary (old vs new).
+# VS_WRITERS sets the loadgen's writers for both servers (default 256).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -44,6 +45,10 @@ if [ "$mode" = mysql ]; then
   [ -f "$schema" ] || { echo "no $schema (go install should have fetched it)" >&2; exit 1; }
   start_mariadb "$work/my"
 fi
+
+# CPU ticks of this script's own MariaDB (0 without one): by PID, since a MariaDB of an
+# earlier run of this script may still be exiting.
+db_ticks() { if [ -n "${mypid:-}" ]; then ticks_pid "$mypid"; else echo 0; fi; }
 
 run() { # which (go|go-antispam|tlogd), loadgen flags...
   local which=$1; shift
@@ -71,11 +76,11 @@ run() { # which (go|go-antispam|tlogd), loadgen flags...
   pids+=("$server")
   # Go Tessera publishes its first checkpoint within a second or so.
   for _ in $(seq 200); do curl -sf "http://127.0.0.1:$port/checkpoint" >/dev/null && break; sleep 0.1; done
-  s0=$(ticks_of mariadbd)
+  s0=$(db_ticks)
   "$bin/tlog-loadgen" --log-url "http://127.0.0.1:$port" --log-public-key "$(cat "$work/vkey")" \
-    --writers 256 --duration "${secs}s" --log-pid "$server" --quiet \
+    --writers "${VS_WRITERS:-256}" --duration "${secs}s" --log-pid "$server" --quiet \
     --report-json "$work/r.json" "$@" >/dev/null || true
-  s1=$(ticks_of mariadbd)
+  s1=$(db_ticks)
   kill "$server"; wait "$server" 2>/dev/null || true
   rm -rf "$dir"
   python3 - "$work/r.json" "$label" $((s1 - s0)) "$(getconf CLK_TCK)" <<'EOF'
