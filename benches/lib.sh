@@ -37,8 +37,8 @@ ticks_pid() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 ticks_of() { awk -v n="($1)" '$2 == n { s += $14 + $15 } END { print s + 0 }' /proc/[0-9]*/stat 2>/dev/null; }
 
 # A private MariaDB with durable commits (the MySQL rows of benches/README.md) in
-# directory $1 on a free port: sets `myport` and `mypid`, adds the server to `pids`, returns once it
-# answers.
+# directory $1 on a free port: sets `myport` and `mypid`, adds the server to `pids`,
+# returns once it answers.
 start_mariadb() {
   local dir=$1
   myport=$(free_port)
