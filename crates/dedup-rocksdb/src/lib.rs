@@ -25,7 +25,9 @@
 //! * Memory: the in-memory map (~47 bytes per entry, reserved up front, two maps while a
 //!   table is being written), the block cache (see [`DedupOptions`]), and the tables'
 //!   Bloom filters and indexes, ~1.3 bytes per entry.
-//! * Disk is ~49 bytes per entry in the tables plus a bounded overhead: RocksDB's
+//! * Disk is ~49 bytes per entry in the tables, and while a merge runs (universal
+//!   compaction, see `entries_options`) its output beside its input, at most the
+//!   index's size again; plus a bounded overhead: RocksDB's
 //!   defaults preallocate a 4 MiB MANIFEST and a write-ahead log block of 1.1 times
 //!   the write buffer per log file, so a fresh index took 36 MiB after 10 entries (a
 //!   48 MiB filesystem was full after 2). The MANIFEST's preallocation and size, the
@@ -41,8 +43,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 
 use rocksdb::{
-    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DB, IngestExternalFileOptions, MergeOperands,
-    Options, ReadOptions, SstFileWriter, WriteOptions,
+    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DB, DBCompactionStyle,
+    IngestExternalFileOptions, MergeOperands, Options, ReadOptions, SstFileWriter, WriteOptions,
 };
 use tlogd_core::engine::{DedupError, DedupIndex, EntryHash};
 
@@ -171,7 +173,7 @@ fn insert_first(map: &mut EntryMap, hash: EntryHash, index: u64) {
         .or_insert(index);
 }
 
-fn entries_options(block_cache_bytes: usize) -> Options {
+fn entries_options(block_cache_bytes: usize, compaction: DBCompactionStyle) -> Options {
     let cache = Cache::new_lru_cache(block_cache_bytes);
     let mut table = BlockBasedOptions::default();
     table.set_block_cache(&cache);
@@ -192,15 +194,26 @@ fn entries_options(block_cache_bytes: usize) -> Options {
     entries.set_merge_operator("keep_first", keep_first, keep_first);
     // The table writer's own files are written back as they grow too (see below).
     entries.set_bytes_per_sync(WRITEBACK_BYTES);
-    // Level 0 takes every table the writer ingests (random keys overlap every other
-    // table), and each compaction out of it rewrites the whole base level it overlaps.
-    // RocksDB's default compacts at 4 tables (~45 MiB): the base level was rewritten
-    // every ~26 s at 35k adds/s. Lookups rarely reach RocksDB now that the filter in
-    // front of it answers misses, so level 0 may hold more tables: at 24, the byte
-    // bound (`max_bytes_for_level_base`, 256 MiB, ~23 of the writer's tables) starts
-    // the compaction first. Paced at 35k entries/s to 50M (examples/growth.rs), the
-    // process wrote 21.0 GiB with the default, 12.5 GiB at 12 tables, and less again
-    // at 24 (benches/README.md). Writes slow down and stop only far beyond that.
+    // Universal compaction. The keys are random hashes, so every table the writer
+    // ingests overlaps every other. Leveled compaction (RocksDB's default) then
+    // rewrote the whole base level each time level 0 was compacted, and further levels
+    // again as they filled. Universal compaction merges sorted runs of similar size,
+    // so each entry is rewritten about once per doubling of the index. Lookups
+    // rarely reach the tables now that the filter in front of them answers misses, so
+    // the extra sorted runs cost little. Measured to 50M entries
+    // (`benches/at-scale.sh`, benches/README.md): leveled 57.8k appends/s at 17.9 µs
+    // of tlogd CPU per append, the last five minutes at 88 % of the first five;
+    // universal 60.5k/s at 16.5 µs, 90 %. The price is space while a merge runs: its
+    // input and output coexist, up to twice the index's size at the largest merge.
+    // An index written with leveled compaction (releases before this one) opens as it
+    // is, and its levels are merged as sorted runs from then on.
+    entries.set_compaction_style(compaction);
+    // Level 0 takes every table the writer ingests. RocksDB compacts at 4 tables by
+    // default: with leveled compaction the base level was rewritten every ~26 s at 35k
+    // adds/s, and the process wrote 21.0 GiB to reach 50M entries, 12.5 GiB at 12
+    // tables and less again at 24 (`examples/growth.rs`). For universal
+    // compaction this is the number of sorted runs that starts a merge. Writes slow
+    // down and stop only far beyond it.
     entries.set_level_zero_file_num_compaction_trigger(LEVEL0_TABLES);
     entries.set_level_zero_slowdown_writes_trigger(LEVEL0_TABLES * 3);
     entries.set_level_zero_stop_writes_trigger(LEVEL0_TABLES * 5);
@@ -220,7 +233,17 @@ const WRITEBACK_BYTES: u64 = 1 << 20;
 impl RocksDedup {
     /// Open or create the index at `path`.
     pub fn open(path: &Path, opts: &DedupOptions) -> Result<Self, DedupError> {
-        let entries = entries_options(opts.block_cache_bytes);
+        Self::open_with(path, opts, DBCompactionStyle::Universal)
+    }
+
+    /// [`RocksDedup::open`] with a compaction style (tests open an index the way an
+    /// earlier release wrote it).
+    fn open_with(
+        path: &Path,
+        opts: &DedupOptions,
+        compaction: DBCompactionStyle,
+    ) -> Result<Self, DedupError> {
+        let entries = entries_options(opts.block_cache_bytes, compaction);
         let mut meta = Options::default();
         meta.set_write_buffer_size(1 << 20);
 
@@ -851,6 +874,73 @@ mod tests {
         assert!(map.capacity() < n + n / 7 + 1, "{}", map.capacity());
         assert!(n * 8 / 7 * SLOT_BYTES <= 16 << 20);
         assert_eq!(DedupOptions::recent_entries_within(0), 14);
+    }
+
+    #[test]
+    fn an_index_of_the_leveled_release_opens_and_keeps_its_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dedup");
+        let opts = DedupOptions {
+            recent_entries: 4,
+            ..DedupOptions::default()
+        };
+        let n = 200u64;
+        {
+            // As the previous release wrote it: leveled, with tables below level 0.
+            let idx = RocksDedup::open_with(&path, &opts, DBCompactionStyle::Level).unwrap();
+            for i in (0..n).step_by(4) {
+                let batch: Vec<_> = (i..i + 4).map(|j| (hash(j), j)).collect();
+                idx.put_batch(&batch, i + 4).unwrap();
+            }
+            let cf = idx.db.cf_handle(CF_ENTRIES).unwrap();
+            idx.db.compact_range_cf(&cf, None::<&[u8]>, None::<&[u8]>);
+            let below_level_0: u64 = (1..7)
+                .map(|l| {
+                    idx.db
+                        .property_int_value_cf(
+                            &cf,
+                            format!("rocksdb.num-files-at-level{l}").as_str(),
+                        )
+                        .unwrap()
+                        .unwrap()
+                })
+                .sum();
+            assert!(below_level_0 > 0, "no table below level 0");
+        }
+        let idx = open_ready(&path, &opts);
+        assert_eq!(idx.indexed_up_to().unwrap(), n);
+        for j in 0..n {
+            assert_eq!(idx.get(&hash(j)).unwrap(), Some(j));
+        }
+        // It goes on: new tables, and the first index still wins.
+        for i in (n..2 * n).step_by(4) {
+            let batch: Vec<_> = (i..i + 4).map(|j| (hash(j - n), j)).collect();
+            idx.put_batch(&batch, i + 4).unwrap();
+        }
+        let cf = idx.db.cf_handle(CF_ENTRIES).unwrap();
+        idx.db.compact_range_cf(&cf, None::<&[u8]>, None::<&[u8]>);
+        drop(idx);
+        // The index now runs with universal compaction (RocksDB records the options
+        // it opened with).
+        let mut options_files: Vec<_> = std::fs::read_dir(&path)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.starts_with("OPTIONS-"))
+            .collect();
+        options_files.sort_by_key(|n| n[8..].parse::<u64>().unwrap_or(0));
+        let newest = std::fs::read_to_string(path.join(options_files.last().unwrap())).unwrap();
+        let entries_section = newest.split("[CFOptions \"entries\"]").nth(1).unwrap();
+        let style = entries_section
+            .lines()
+            .find(|l| l.trim_start().starts_with("compaction_style="))
+            .unwrap();
+        assert!(style.contains("kCompactionStyleUniversal"), "{style}");
+        let idx = open_ready(&path, &opts);
+        assert_eq!(idx.indexed_up_to().unwrap(), 2 * n);
+        for j in 0..n {
+            assert_eq!(idx.get(&hash(j)).unwrap(), Some(j));
+        }
+        assert_eq!(idx.get(&hash(2 * n)).unwrap(), None);
     }
 
     #[test]
