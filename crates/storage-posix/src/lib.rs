@@ -233,6 +233,22 @@ fn recover(
     Ok(())
 }
 
+/// Whether the running kernel's `syncfs` reports writeback errors, as Linux does from
+/// 5.8 (module docs, "Sync failures stop commits"); `None` if its release is unreadable.
+fn syncfs_reports_errors() -> Option<bool> {
+    let release = fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+    release_at_least(&release, (5, 8))
+}
+
+/// Whether a kernel release string ("4.18.0-553.el8_10.x86_64") is at least `want`
+/// (major, minor).
+fn release_at_least(release: &str, want: (u32, u32)) -> Option<bool> {
+    let mut numbers = release.trim().split(|c: char| !c.is_ascii_digit());
+    let major = numbers.next()?.parse::<u32>().ok()?;
+    let minor = numbers.next()?.parse::<u32>().ok()?;
+    Some((major, minor) >= want)
+}
+
 /// `syncfs(2)` of the filesystem holding `dir`.
 fn syncfs(dir: &File) -> io::Result<()> {
     // SAFETY: valid fd.
@@ -429,6 +445,13 @@ impl PosixStorage {
             .truncate(false)
             .open(&lock_path)
             .map_err(io_err(&lock_path))?;
+        if syncfs_reports_errors() == Some(false) {
+            tracing::warn!(
+                "this kernel's syncfs does not report write errors (Linux 5.8 and later do): a \
+                 disk error while flushing completed tiles goes unnoticed until a reader or \
+                 `tlogd verify` finds a bad tile"
+            );
+        }
         ofd_lock(&lock).map_err(|e| {
             if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EACCES)) {
                 OpenError::Locked(root.clone(), lock_path.clone())
@@ -1627,5 +1650,22 @@ mod tests {
         assert_eq!((&b[..10], &b[10..100]), (&[2; 10][..], &[1; 90][..]));
         write_in_place(&path, &vec![3; SLOT_GROWTH + 1]).unwrap();
         assert_eq!(len(), 2 * SLOT_GROWTH as u64);
+    }
+
+    #[test]
+    fn kernels_before_5_8_are_told_apart() {
+        let cases = [
+            ("4.18.0-553.el8_10.x86_64", Some(false)),
+            ("5.4.0-200-generic\n", Some(false)),
+            ("5.8.0", Some(true)),
+            ("5.10.0-33-amd64", Some(true)),
+            ("6.18.44-fc-v669", Some(true)),
+            ("10.0", Some(true)),
+            ("", None),
+            ("linux", None),
+        ];
+        for (release, want) in cases {
+            assert_eq!(release_at_least(release, (5, 8)), want, "{release:?}");
+        }
     }
 }
