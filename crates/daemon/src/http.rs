@@ -229,7 +229,11 @@ async fn read_entry(headers: &HeaderMap, body: Body, timeout: Duration) -> Resul
     }
     let limited = Limited::new(body, MAX_ENTRY_SIZE + 1);
     match tokio::time::timeout(timeout, limited.collect()).await {
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        // Copied out: hyper hands the body over as a slice of the connection's read
+        // buffer (8 KiB or more), and the entry is held until its batch commits and its
+        // bundle fills. Kept as a slice, every pending entry would pin a whole buffer,
+        // and hyper would allocate a fresh one for every request.
+        Ok(Ok(collected)) => Ok(Bytes::copy_from_slice(&collected.to_bytes())),
         Err(_) => {
             let mut resp = text(
                 StatusCode::REQUEST_TIMEOUT,

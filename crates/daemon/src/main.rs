@@ -29,6 +29,25 @@ use tlogd::server::ServeOptions;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// mimalloc's `mi_option_purge_delay` (`mi_option_reset_delay` before 2.1): the same
+/// index in its v2 and v3 headers; libmimalloc-sys names no constant for it.
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
+/// Keep memory the daemon frees for reuse instead of handing it back to the kernel,
+/// unless `MIMALLOC_PURGE_DELAY` in the environment says otherwise. By default mimalloc
+/// returns ("purges") memory that stayed free for a while, and the next allocation
+/// faults it back in, zeroed; at ~1000 writers that churn cost the append rate 6–10 %,
+/// much of it on the integrator's critical path (benches/README.md, "2026-11-25
+/// (evening)"). The price: resident memory stays near its high-water mark, which the
+/// queue's and the caches' limits bound.
+fn keep_freed_memory() {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+        // SAFETY: sets one of the allocator's options, which it reads atomically; any
+        // thread may do so at any time.
+        unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) }
+    }
+}
+
 /// A C2SP tlog-tiles transparency log daemon.
 ///
 /// Quick start:
@@ -120,6 +139,7 @@ struct ServeArgs {
 }
 
 fn main() -> anyhow::Result<()> {
+    keep_freed_memory();
     let cli = Cli::parse();
     match cli.command {
         Command::Keygen { origin, out } => keygen(&origin, &out),
@@ -529,5 +549,30 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {},
         _ = term.recv() => {},
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MI_OPTION_PURGE_DELAY;
+
+    fn purge_delay() -> std::ffi::c_long {
+        // SAFETY: reads one of the allocator's options.
+        unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) }
+    }
+
+    /// The option index really is the purge delay (mimalloc v3's default for it is
+    /// 1000 ms; the options next to it default to 1 and 0), and the daemon turns
+    /// purging off unless the environment chose a delay.
+    #[test]
+    fn freed_memory_is_kept_unless_the_environment_says_otherwise() {
+        let chosen = std::env::var("MIMALLOC_PURGE_DELAY").ok();
+        let before = chosen.as_deref().map_or(Ok(1000), str::parse);
+        assert_eq!(Ok(purge_delay()), before);
+        super::keep_freed_memory();
+        assert_eq!(
+            Ok(purge_delay()),
+            if chosen.is_some() { before } else { Ok(-1) }
+        );
     }
 }
