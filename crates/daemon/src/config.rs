@@ -283,7 +283,7 @@ impl Default for WitnessingConfig {
 pub struct HttpConfig {
     /// A request's headers must arrive within this; a new connection's first request
     /// too. For HTTP/1.1 it also bounds the wait for the next request on a keep-alive
-    /// connection (hyper runs one timer for both).
+    /// connection (one deadline, from the previous response, covers both).
     pub header_read_timeout_ms: u64,
     /// `POST /add`: the whole body must arrive within this once the headers have
     /// (`408` otherwise).

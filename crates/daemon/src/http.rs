@@ -230,9 +230,10 @@ async fn read_entry(headers: &HeaderMap, body: Body, timeout: Duration) -> Resul
     let limited = Limited::new(body, MAX_ENTRY_SIZE + 1);
     match tokio::time::timeout(timeout, limited.collect()).await {
         // Copied out: hyper hands the body over as a slice of the connection's read
-        // buffer (8 KiB or more), and the entry is held until its batch commits and its
-        // bundle fills. Kept as a slice, every pending entry would pin a whole buffer,
-        // and hyper would allocate a fresh one for every request.
+        // buffer (8 KiB or more), and the entry is held until its batch commits. Kept
+        // as a slice, every queued entry would pin a whole buffer (the queue's byte
+        // limit counting a small fraction of it), and hyper would allocate a fresh one for the
+        // connection's next request.
         Ok(Ok(collected)) => Ok(Bytes::copy_from_slice(&collected.to_bytes())),
         Err(_) => {
             let mut resp = text(

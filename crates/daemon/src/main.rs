@@ -36,10 +36,10 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// Keep memory the daemon frees for reuse instead of handing it back to the kernel,
 /// unless `MIMALLOC_PURGE_DELAY` in the environment says otherwise. By default mimalloc
 /// returns ("purges") memory that stayed free for a while, and the next allocation
-/// faults it back in, zeroed; at ~1000 writers that churn cost the append rate 6–10 %,
-/// much of it on the integrator's critical path (benches/README.md, "2026-11-25
-/// (evening)"). The price: resident memory stays near its high-water mark, which the
-/// queue's and the caches' limits bound.
+/// faults it back in, zeroed, some of it on the integrator's thread between commits; at
+/// 1024 writers that cost ~4 % of the append rate and ~1 µs of CPU per append
+/// (benches/README.md, "2026-11-25 (late night)"). The price: resident memory stays
+/// near its high-water mark, which the queue's and the caches' limits bound.
 fn keep_freed_memory() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
         // SAFETY: sets one of the allocator's options, which it reads atomically; any

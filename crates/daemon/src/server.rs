@@ -6,11 +6,14 @@
 //! runs): a client that sends half a request and stops would hold its connection, its
 //! task and a file descriptor forever. What bounds what:
 //!
-//! * **Header read** (`header_read_timeout`): hyper's HTTP/1.1 timer, which also runs
-//!   while a keep-alive connection waits for its next request; and, for every
-//!   connection, the first request must start within it (this also covers a client that
-//!   connects and sends nothing, or a few bytes of the HTTP/2 preface, which hyper would
-//!   wait on forever while telling the two protocols apart).
+//! * **Header read** (`header_read_timeout`): for every connection, the first request
+//!   must start within it (this also covers a client that connects and sends nothing,
+//!   or a few bytes of the HTTP/2 preface, which hyper would wait on forever while
+//!   telling the two protocols apart); on HTTP/1.1, each next request's headers must
+//!   arrive within it of the previous response, which also bounds a keep-alive
+//!   connection's wait for its next request. The connection's own timer checks this,
+//!   not hyper's: hyper's sets, polls and cancels a timer for every request (boxed, in
+//!   tokio's timer wheel), ~3 % of the daemon's CPU under load.
 //! * **Idle** (`idle_timeout`): a connection with no request in flight for this long
 //!   is shut down gracefully (HTTP/2: `GOAWAY`). A request counts as in flight until
 //!   its response body has been handed to the connection, so a long add waiting for its
@@ -88,7 +91,8 @@ pub async fn serve(
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(opts.header_read_timeout)
+        // Checked by `connection` instead (see the module's doc).
+        .header_read_timeout(None)
         .keep_alive(true);
     builder
         .http2()
@@ -167,6 +171,8 @@ async fn accept_error(e: std::io::Error, listener: &'static str) {
 /// Requests in flight on one connection and when the last one ended.
 struct Activity {
     epoch: Instant,
+    /// The connection speaks HTTP/2 (known from its first request).
+    http2: std::sync::atomic::AtomicBool,
     in_flight: AtomicUsize,
     /// Milliseconds after `epoch` when a request last ended; `u64::MAX` before the
     /// first request started.
@@ -177,21 +183,30 @@ impl Activity {
     fn new() -> Self {
         Activity {
             epoch: Instant::now(),
+            http2: std::sync::atomic::AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
             last_end_ms: AtomicU64::new(u64::MAX),
         }
     }
 
-    /// When the connection may be closed for idleness (`None` while a request is in
-    /// flight): before any request, `header_read` after it opened; then `idle` after
-    /// the last request ended.
-    fn deadline(&self, header_read: Duration, idle: Duration) -> Option<Instant> {
+    /// When the connection may be closed, and whether for a header read (`None` while
+    /// a request is in flight): before any request, `header_read` after it opened;
+    /// then on HTTP/1.1 the sooner of `header_read` and `idle` after the last request
+    /// ended (the next request's headers are read from then on), on HTTP/2 `idle`.
+    fn deadline(&self, header_read: Duration, idle: Duration) -> Option<(Instant, bool)> {
         if self.in_flight.load(Ordering::Acquire) > 0 {
             return None;
         }
         match self.last_end_ms.load(Ordering::Acquire) {
-            u64::MAX => Some(self.epoch + header_read),
-            ms => Some(self.epoch + Duration::from_millis(ms) + idle),
+            u64::MAX => Some((self.epoch + header_read, true)),
+            ms => {
+                let end = self.epoch + Duration::from_millis(ms);
+                if !self.http2.load(Ordering::Relaxed) && header_read < idle {
+                    Some((end + header_read, true))
+                } else {
+                    Some((end + idle, false))
+                }
+            }
         }
     }
 }
@@ -247,6 +262,9 @@ async fn connection(
     let service = {
         let activity = activity.clone();
         hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+            if req.version() == hyper::Version::HTTP_2 {
+                activity.http2.store(true, Ordering::Relaxed);
+            }
             let guard = InFlight::new(&activity);
             let call = app.clone().call(Request::from(req.map(Body::new)));
             async move {
@@ -266,8 +284,9 @@ async fn connection(
     let first = activity.epoch + opts.header_read_timeout;
     let check = tokio::time::sleep_until(first.into());
     let mut check = std::pin::pin!(check);
+    let recheck = opts.header_read_timeout.min(opts.idle_timeout);
     let mut closing = false;
-    let mut idle_closed = false;
+    let mut closed_for: Option<&'static str> = None;
     let error = loop {
         tokio::select! {
             done = conn.as_mut() => match done {
@@ -281,14 +300,23 @@ async fn connection(
             () = &mut check => {
                 let now = Instant::now();
                 match activity.deadline(opts.header_read_timeout, opts.idle_timeout) {
-                    // Busy: look again in a while.
-                    None => check.as_mut().reset((now + opts.idle_timeout).into()),
-                    Some(d) if d > now => check.as_mut().reset(d.into()),
+                    // Busy: look again in a while (so a deadline that starts when
+                    // the request ends is at most that late).
+                    None => check.as_mut().reset((now + recheck).into()),
+                    Some((d, _)) if d > now => check.as_mut().reset(d.into()),
                     // Asked to close before and still idle: the peer did not go away.
                     Some(_) if closing => break None,
-                    Some(_) => {
+                    // No request (or its headers) in time: nothing is in flight to
+                    // finish, and hyper would go on waiting for a head it has begun
+                    // to read, so the connection is dropped.
+                    Some((_, true)) => {
+                        closed_for = Some("header_timeout");
+                        break None;
+                    }
+                    Some((_, false)) => {
                         conn.as_mut().graceful_shutdown();
-                        (closing, idle_closed) = (true, true);
+                        closing = true;
+                        closed_for = Some("idle");
                         // Give a request that raced the shutdown time to finish.
                         check.as_mut().reset((now + opts.idle_timeout).into());
                     }
@@ -296,15 +324,11 @@ async fn connection(
             }
         }
     };
-    // One count per connection that the daemon closed: hyper's header timeout, another
-    // connection error, or idleness (which includes no first request in time).
-    // Closing a connection that is still telling HTTP/1.1 from HTTP/2 apart ends it
-    // with an error: that is the idle close too.
-    let reason = match (error, idle_closed) {
-        (Some("header_timeout"), _) => Some("header_timeout"),
-        (_, true) => Some("idle"),
-        (e, false) => e,
-    };
+    // One count per connection that the daemon closed: a header read (or a first
+    // request) that did not come in time, idleness, or a connection error. Closing a
+    // connection that is still telling HTTP/1.1 from HTTP/2 apart ends it with an
+    // error: that is the timeout's close too.
+    let reason = closed_for.or(error);
     if let Some(r) = reason {
         metrics::counter!("tlogd_http_connections_closed_total", "listener" => name, "reason" => r)
             .increment(1);
