@@ -232,8 +232,8 @@ async fn read_entry(headers: &HeaderMap, body: Body, timeout: Duration) -> Resul
         // Copied out: hyper hands the body over as a slice of the connection's read
         // buffer (8 KiB or more), and the entry is held until its batch commits. Kept
         // as a slice, every queued entry would pin a whole buffer (the queue's byte
-        // limit counting a small fraction of it), and hyper would allocate a fresh one for the
-        // connection's next request.
+        // limit counting a small fraction of it), and hyper would allocate a fresh
+        // one for the connection's next request.
         Ok(Ok(collected)) => Ok(Bytes::copy_from_slice(&collected.to_bytes())),
         Err(_) => {
             let mut resp = text(

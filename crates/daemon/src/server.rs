@@ -234,20 +234,6 @@ impl Drop for InFlight {
     }
 }
 
-/// Why a connection ended, for `tlogd_http_connections_closed_total{reason}`.
-fn close_reason(e: &(dyn std::error::Error + 'static)) -> &'static str {
-    let mut cur = Some(e);
-    while let Some(e) = cur {
-        if let Some(h) = e.downcast_ref::<hyper::Error>()
-            && h.is_timeout()
-        {
-            return "header_timeout";
-        }
-        cur = e.source();
-    }
-    "error"
-}
-
 async fn connection(
     builder: Arc<auto::Builder<TokioExecutor>>,
     stream: TcpStream,
@@ -291,7 +277,9 @@ async fn connection(
         tokio::select! {
             done = conn.as_mut() => match done {
                 Ok(()) => break None,
-                Err(e) => break Some(close_reason(&*e)),
+                // hyper times nothing out here (the header-read deadline is
+                // checked below, see `serve`): any error is the connection's.
+                Err(_) => break Some("error"),
             },
             _ = close_rx.changed(), if !closing => {
                 conn.as_mut().graceful_shutdown();
