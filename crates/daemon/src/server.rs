@@ -90,8 +90,8 @@ pub async fn serve(
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
-        .timer(TokioTimer::new())
-        // Checked by `connection` instead (see the module's doc).
+        // No timer: the header-read deadline is checked by `connection` instead (see
+        // the module's doc), and hyper's HTTP/1.1 connections time nothing else.
         .header_read_timeout(None)
         .keep_alive(true);
     builder
