@@ -326,12 +326,46 @@ fn is_executable(p: &Path) -> bool {
     std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-/// A free TCP port on 127.0.0.1.
+/// A free TCP port on 127.0.0.1 for a server a test starts, below the kernel's
+/// ephemeral range.
+///
+/// A port the kernel hands out for `bind(0)` comes from the ephemeral range
+/// (`net.ipv4.ip_local_port_range`, 32768-60999 by default), the range every outgoing
+/// connection's local port comes from too. Between this function releasing such a port
+/// and the server binding it, a client socket of a busy test (the crash tests open
+/// thousands) could take it, and the server failed with "Address already in use". Ports
+/// 20000-32767 are never handed out that way: one is picked at random, checked free by
+/// binding it, and never given twice in one process (tests run on parallel threads).
 pub fn free_port() -> u16 {
-    TcpListener::bind(("127.0.0.1", 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("finding a free port: {e}"))
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+    use std::time::{SystemTime, UNIX_EPOCH};
+    static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    const LOW: u32 = 20000;
+    const HIGH: u32 = 32768;
+    let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
+    let given = given.get_or_insert_with(HashSet::new);
+    // A small xorshift seeded by the clock and the process id: test binaries run one
+    // after another and in parallel with servers from other processes.
+    let mut x = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64)
+        ^ (u64::from(std::process::id()) << 32)
+        | 1;
+    for _ in 0..1000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let port = (LOW + (x % u64::from(HIGH - LOW)) as u32) as u16;
+        if given.contains(&port) {
+            continue;
+        }
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.insert(port);
+            return port;
+        }
+    }
+    panic!("no free TCP port on 127.0.0.1 between {LOW} and {HIGH} after 1000 tries");
 }
 
 fn clone_file(f: &File) -> File {

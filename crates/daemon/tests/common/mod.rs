@@ -5,7 +5,6 @@ pub mod frontends;
 pub mod objects;
 
 use std::collections::HashMap;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -30,11 +29,7 @@ pub fn verifier() -> NoteVerifier {
 }
 
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    tlogd_storage_object::testsupport::free_port()
 }
 
 /// Extra ways to start a daemon.
