@@ -3,7 +3,9 @@
 # HTTP/1.1, every entry verified) until GOAL entries or MINUTES: every 60 s one CSV row of
 # tree size, appends/s over the last minute, tlogd's RSS, the disk taken by the log and
 # by the dedup index, the index's lag and the adds refused so far, tlogd's CPU per append
-# over the minute and the kernel's page cache, to see whether the rate holds as the index
+# over the minute (and the part of it on the dedup index's RocksDB threads, its
+# compactions), the loadgen's CPU per append, the mean commit (ms) and batch (entries)
+# over the minute from tlogd's metrics, and the kernel's page cache, to see whether the rate holds as the index
 # grows (and whether the data still fits in memory when it does not).
 #
 #   benches/at-scale.sh [GOAL entries, default 50000000] [MINUTES, default 45] [DIR, default a temp dir]
@@ -37,8 +39,13 @@ size() { curl -sf --max-time 10 "http://127.0.0.1:$port/checkpoint" | sed -n 2p 
 # but an index so far (503 pushback when the index lags by more than dedup.max_lag),
 # from one scrape of tlogd's metrics.
 scrape() { curl -sf --max-time 10 "http://127.0.0.1:$mport/metrics" || true; }
-echo "minute,tree_size,appends_per_s,tlogd_rss_mib,log_disk_mib,dedup_disk_mib,dedup_lag,adds_refused,tlogd_us_per_append,page_cache_mib"
-last=$(size); m=0; last_ticks=$(ticks_pid "$tl"); hz=$(getconf CLK_TCK)
+echo "minute,tree_size,appends_per_s,tlogd_rss_mib,log_disk_mib,dedup_disk_mib,dedup_lag,adds_refused,tlogd_us_per_append,rocksdb_us_per_append,loadgen_us_per_append,commit_ms,batch,page_cache_mib"
+last=$(size); m=0; hz=$(getconf CLK_TCK)
+# The commit histogram's sum and count, from one scrape: "SUM COUNT".
+commits() { awk '$1 ~ /^tlogd_commit_duration_seconds_sum/ {s = $2} $1 ~ /^tlogd_commit_duration_seconds_count/ {c = $2} END {printf "%s %d", s + 0, c}'; }
+read -r last_csum last_ccount <<< "$(scrape | commits)"
+last_ticks=$(ticks_pid "$tl"); last_rocks=$(ticks_threads "$tl" rocksdb); last_lg=$(ticks_pid "$lg")
+per_append() { awk -v t="$1" -v n="$2" -v hz="$hz" 'BEGIN {if (n > 0) printf "%.1f", t / hz * 1e6 / n}'; }
 while kill -0 "$lg" 2>/dev/null; do
   for _ in $(seq 60); do kill -0 "$lg" 2>/dev/null || break; sleep 1; done
   kill -0 "$lg" 2>/dev/null || break
@@ -52,11 +59,13 @@ while kill -0 "$lg" 2>/dev/null; do
   lag=$(awk '$1 == "tlogd_dedup_lag" {printf "%d", $2}' <<< "$metrics")
   refused=$(awk 'index($1, "tlogd_add_requests_total{") == 1 && $1 !~ /outcome="(ok|duplicate)"/ {s += $NF}
     END {printf "%d", s}' <<< "$metrics")
-  ticks=$(ticks_pid "$tl")
-  cpu=$(awk -v t=$((ticks - last_ticks)) -v n=$((now - last)) -v hz="$hz" 'BEGIN {if (n > 0) printf "%.1f", t / hz * 1e6 / n}')
+  ticks=$(ticks_pid "$tl"); rocks=$(ticks_threads "$tl" rocksdb); lgt=$(ticks_pid "$lg" 2>/dev/null || echo "$last_lg")
   cache=$(awk '/^Cached:/ {print int($2 / 1024)}' /proc/meminfo)
-  echo "$m,$now,$(( (now - last) / 60 )),$rss,$logmb,$dedup,$lag,$refused,$cpu,$cache"
-  last=$now; last_ticks=$ticks
+  read -r csum ccount <<< "$(commits <<< "$metrics")"
+  commit=$(awk -v s="$csum" -v ps="$last_csum" -v c="$ccount" -v pc="$last_ccount" -v n=$((now - last)) \
+    'BEGIN {if (c > pc) printf "%.3f,%.0f", (s - ps) / (c - pc) * 1000, n / (c - pc); else printf ","}')
+  echo "$m,$now,$(( (now - last) / 60 )),$rss,$logmb,$dedup,$lag,$refused,$(per_append $((ticks - last_ticks)) $((now - last))),$(per_append $((rocks - last_rocks)) $((now - last))),$(per_append $((lgt - last_lg)) $((now - last))),$commit,$cache"
+  last=$now; last_ticks=$ticks; last_rocks=$rocks; last_lg=$lgt; last_csum=$csum; last_ccount=$ccount
 done
 wait "$lg" || true
 # Stopped as an operator would (SIGTERM): the dedup index writes out its newest entries

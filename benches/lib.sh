@@ -33,6 +33,10 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 # utime+stime (clock ticks) of process $1.
 ticks_pid() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
+# utime+stime (clock ticks) of process $1's live threads whose name starts with $2
+# (RocksDB's compaction and flush threads are `rocksdb:low` and `rocksdb:high`).
+ticks_threads() { awk -v p="($2" 'index($2, p) == 1 { s += $14 + $15 } END { print s + 0 }' /proc/"$1"/task/[0-9]*/stat 2>/dev/null; }
+
 # utime+stime (clock ticks) of every process whose command name is $1.
 ticks_of() { awk -v n="($1)" '$2 == n { s += $14 + $15 } END { print s + 0 }' /proc/[0-9]*/stat 2>/dev/null; }
 
