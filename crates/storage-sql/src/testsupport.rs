@@ -337,14 +337,13 @@ fn is_executable(p: &Path) -> bool {
 /// 20000-32767 are never handed out that way: one is picked at random, checked free by
 /// binding it, and never given twice in one process (tests run on parallel threads).
 pub fn free_port() -> u16 {
-    use std::collections::HashSet;
+    use std::collections::BTreeSet;
     use std::sync::Mutex;
     use std::time::{SystemTime, UNIX_EPOCH};
-    static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
     const LOW: u32 = 20000;
     const HIGH: u32 = 32768;
     let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
-    let given = given.get_or_insert_with(HashSet::new);
     // A small xorshift seeded by the clock and the process id: test binaries run one
     // after another and in parallel with servers from other processes.
     let mut x = SystemTime::now()
