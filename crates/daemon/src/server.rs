@@ -24,7 +24,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -172,7 +172,7 @@ async fn accept_error(e: std::io::Error, listener: &'static str) {
 struct Activity {
     epoch: Instant,
     /// The connection speaks HTTP/2 (known from its first request).
-    http2: std::sync::atomic::AtomicBool,
+    http2: AtomicBool,
     in_flight: AtomicUsize,
     /// Milliseconds after `epoch` when a request last ended; `u64::MAX` before the
     /// first request started.
@@ -183,7 +183,7 @@ impl Activity {
     fn new() -> Self {
         Activity {
             epoch: Instant::now(),
-            http2: std::sync::atomic::AtomicBool::new(false),
+            http2: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
             last_end_ms: AtomicU64::new(u64::MAX),
         }
