@@ -429,10 +429,11 @@ impl RocksDedup {
     ///
     /// Why not merge operands throughout: every compaction carries an operand through
     /// the merge operator's machinery, and one that reaches the oldest sorted run calls
-    /// `keep_first` across the FFI and allocates its result. A full compaction of 9.2M
-    /// entries took 0.54–0.63 µs of CPU per entry as operands and 0.31–0.36 µs as values
-    /// (`examples/compaction.rs`); at 32M entries the index's one full merge ran for
-    /// 22 s on a two-core machine serving the log. Knowing a hash is absent costs the
+    /// `keep_first` across the FFI and allocates its result. A full compaction of
+    /// 9.2M entries took 0.54–0.63 µs of CPU per entry as operands and 0.31–0.36 µs
+    /// as values (`examples/compaction.rs`, two sittings); to 50M entries the index's
+    /// compactions took 41.7–43.7 s of CPU with operands and 31.3 s with values, for
+    /// the same 4.18 GB written (benches/README.md). Knowing a hash is absent costs the
     /// filter's probe, and a read of the tables for the few hashes it answers "maybe"
     /// to (~0.1 % per filter generation), read together in key order.
     ///
