@@ -186,11 +186,12 @@ enum Record {
     Merge(u64),
 }
 
-/// A stored index: 8 bytes big-endian.
-fn decode_index(v: &[u8]) -> Result<u64, DedupError> {
+/// A stored number (an index, or the marker): 8 bytes big-endian; `what` names it in
+/// the error.
+fn decode_u64(v: &[u8], what: &str) -> Result<u64, DedupError> {
     let b: [u8; 8] = v
         .try_into()
-        .map_err(|_| err("corrupt value in dedup index"))?;
+        .map_err(|_| err(format!("corrupt {what} in dedup index")))?;
     Ok(u64::from_be_bytes(b))
 }
 
@@ -349,13 +350,7 @@ impl RocksDedup {
             .map_err(err)?
         {
             None => Ok(None),
-            Some(v) => {
-                let b: [u8; 8] = v
-                    .as_ref()
-                    .try_into()
-                    .map_err(|_| err(format!("corrupt {what} in dedup index")))?;
-                Ok(Some(u64::from_be_bytes(b)))
-            }
+            Some(v) => decode_u64(&v, what).map(Some),
         }
     }
 
@@ -471,7 +466,7 @@ impl RocksDedup {
         for ((h, i), maybe) in sorted.into_iter().zip(maybe) {
             let older = if maybe {
                 match stored.next() {
-                    Some(Ok(Some(v))) => Some(decode_index(&v)?),
+                    Some(Ok(Some(v))) => Some(decode_u64(&v, "value")?),
                     Some(Ok(None)) => None,
                     Some(Err(e)) => return Err(err(e)),
                     None => return Err(err("dedup index: a table lookup went unanswered")),
