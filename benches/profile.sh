@@ -8,6 +8,11 @@
 #
 #   benches/profile.sh [label, default tlogd] [extra tlogd serve flags...]
 #   TLOGD_BIN=/tmp/tlogd-old LGFLAGS=--h2c benches/profile.sh old --no-dedup
+#   PROFILE_BACKEND=mysql PROFILE_WRITERS=1024 benches/profile.sh mysql
+#
+# PROFILE_BACKEND=mysql serves from a private MariaDB (durable commits, as
+# benches/vs-tessera.sh mysql) instead of POSIX files; PROFILE_WRITERS sets the
+# loadgen's writers (default 256).
 #
 # Needs perf (linux-perf) and the release binaries (cargo build --release --workspace
 # --all-targets). The stages are heuristics over symbol names: good for before/after on
@@ -23,14 +28,21 @@ source benches/lib.sh
 bench_work tlogd-profile
 port=$(free_port)
 "$bin/tlogd" keygen --origin bench.example/log --out "$work/key" > "$work/vkey" 2>/dev/null
-"$tlogd" serve --storage-dir "$work/log" --origin bench.example/log --private-key-file "$work/key" \
+if [ "${PROFILE_BACKEND:-posix}" = mysql ]; then
+  start_mariadb "$work/my"
+  mariadb -h 127.0.0.1 -P "$myport" -u root -e "create database bench"
+  storage=(--backend mysql --database-url "mysql://root@127.0.0.1:$myport/bench" --dedup-path "$work/dedup")
+else
+  storage=(--storage-dir "$work/log")
+fi
+"$tlogd" serve "${storage[@]}" --origin bench.example/log --private-key-file "$work/key" \
   --listen "127.0.0.1:$port" --metrics-listen "" "$@" 2>"$work/tlogd.log" &
 tl=$!
 pids+=("$tl")
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/checkpoint" >/dev/null && break; sleep 0.1; done
 read -r -a lgflags <<< "${LGFLAGS:-}"
 "$bin/tlog-loadgen" --log-url "http://127.0.0.1:$port" --log-public-key "$(cat "$work/vkey")" \
-  --writers 256 --duration 30s --log-pid "$tl" --quiet --report-json "$work/r.json" "${lgflags[@]}" >/dev/null &
+  --writers "${PROFILE_WRITERS:-256}" --duration 30s --log-pid "$tl" --quiet --report-json "$work/r.json" "${lgflags[@]}" >/dev/null &
 lg=$!
 pids+=("$lg")
 size() { curl -sf "http://127.0.0.1:$port/checkpoint" | sed -n 2p; }
@@ -56,6 +68,7 @@ def stage(comm, dso, kernel, sym):
     if 'sha2' in sym: return 'hashing (SHA-256)'
     if re.search(r'hyper|h2::|http::|httparse|http_body|axum|tower', sym): return 'HTTP parse/route/respond (hyper, axum)'
     if 'metrics' in sym: return 'metrics'
+    if re.search(r'sqlx|mysql', sym): return 'SQL backend (sqlx, MySQL protocol)'
     if 'tokio' in sym: return 'tokio: task scheduling, timers, I/O readiness'
     if kernel:
         if re.search(NET, sym): return 'kernel: sockets and syscalls'
