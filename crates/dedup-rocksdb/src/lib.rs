@@ -30,9 +30,16 @@
 //! * Memory: the in-memory map (~47 bytes per entry, reserved up front, two maps while a
 //!   table is being written), the block cache (see [`DedupOptions`]), and the tables'
 //!   Bloom filters and indexes, ~1.3 bytes per entry.
+//! * **Generations.** Tables go to one column family until it holds
+//!   [`DedupOptions::generation_entries`] (8M, or an eighth of the index if that is
+//!   more), then to a new one, and RocksDB merges the full one down to two sorted
+//!   runs. Merges happen within a column family, so none rewrites more than one
+//!   generation: in a single family universal compaction's largest merges grew with
+//!   the index (1.6 GB at 33M entries, ~13 s on one core). A lookup the filter cannot
+//!   answer asks every generation.
 //! * Disk is ~49 bytes per entry in the tables, and while a merge runs (universal
-//!   compaction, see `entries_options`) its output beside its input, at most the
-//!   index's size again; plus a bounded overhead: RocksDB's
+//!   compaction, see `entries_options`) its output beside its input, at most one
+//!   generation's size again; plus a bounded overhead: RocksDB's
 //!   defaults preallocate a 4 MiB MANIFEST and a write-ahead log block of 1.1 times
 //!   the write buffer per log file, so a fresh index took 36 MiB after 10 entries (a
 //!   48 MiB filesystem was full after 2). The MANIFEST's preallocation and size, the
@@ -48,14 +55,19 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 
 use rocksdb::{
-    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DB, DBCompactionStyle,
-    IngestExternalFileOptions, MergeOperands, Options, ReadOptions, SstFileWriter, WriteOptions,
+    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DBCompactionStyle, DBWithThreadMode,
+    IngestExternalFileOptions, MergeOperands, MultiThreaded, Options, ReadOptions, SstFileWriter,
+    WriteOptions,
 };
 use tlogd_core::engine::{DedupError, DedupIndex, EntryHash};
 
 use filter::TableFilter;
 
+/// The oldest generation of the entries (see [`DedupOptions::generation_entries`]); the
+/// later ones are `entries.1`, `entries.2`, ...
 const CF_ENTRIES: &str = "entries";
+/// What a later generation's name starts with.
+const GENERATION_PREFIX: &str = "entries.";
 const CF_META: &str = "meta";
 const MARKER: &[u8] = b"indexed_up_to";
 /// Tables being written, below the index directory (RocksDB ignores subdirectories).
@@ -76,6 +88,16 @@ pub struct DedupOptions {
     pub recent_entries: usize,
     /// Write-ahead log kept on disk, all files together (only the marker is logged).
     pub max_wal_bytes: u64,
+    /// Entries per generation: once the newest generation (a column family of its
+    /// own) holds this many, or an eighth of the whole index if that is more, the
+    /// next table starts a new one. RocksDB merges sorted runs within a column
+    /// family only, so no merge rewrites more than one generation: in one family,
+    /// universal compaction's size-amplification merges came at ~5.5M, ~33M and
+    /// ~100M entries, the one at 33M rewriting 1.6 GB on one core for ~13 s with its
+    /// input and output both on disk (benches/README.md). The eighth keeps the count
+    /// of generations, which a lookup the filter cannot answer reads one by one, to
+    /// ~30 at a billion entries.
+    pub generation_entries: u64,
 }
 
 /// Bytes per slot of the in-memory map: a 32-byte key, an 8-byte index and the hash
@@ -104,6 +126,7 @@ impl Default for DedupOptions {
             block_cache_bytes: 32 << 20,
             recent_entries: DedupOptions::recent_entries_within(16 << 20),
             max_wal_bytes: 2 << 20,
+            generation_entries: 8 << 20,
         }
     }
 }
@@ -122,9 +145,16 @@ struct Recent {
     writing: Option<Arc<EntryMap>>,
 }
 
+/// RocksDB with column families created while open (a new generation).
+type Db = DBWithThreadMode<MultiThreaded>;
+
 /// The RocksDB index.
 pub struct RocksDedup {
-    db: Arc<DB>,
+    db: Arc<Db>,
+    /// The entries' column families, oldest generation first; tables go to the last.
+    generations: RwLock<Vec<String>>,
+    /// See [`DedupOptions::generation_entries`].
+    generation_entries: u64,
     write_opts: WriteOptions,
     /// Built once: every add's lookup would otherwise allocate and free a default.
     read_opts: ReadOptions,
@@ -151,6 +181,10 @@ struct Marks {
     persisted: u64,
     /// What the tables and the in-memory entries cover.
     latest: u64,
+    /// Records in the newest generation's tables (estimated by RocksDB at open).
+    newest_records: u64,
+    /// Records in all the tables (likewise).
+    all_records: u64,
 }
 
 fn keep_first(_key: &[u8], existing: Option<&[u8]>, operands: &MergeOperands) -> Option<Vec<u8>> {
@@ -226,7 +260,8 @@ fn entries_options(block_cache_bytes: usize, compaction: DBCompactionStyle) -> O
     // (`benches/at-scale.sh`, benches/README.md): leveled 57.8k appends/s at 17.9 µs
     // of tlogd CPU per append, the last five minutes at 88 % of the first five;
     // universal 60.5k/s at 16.5 µs, 90 %. The price is space while a merge runs: its
-    // input and output coexist, up to twice the index's size at the largest merge.
+    // input and output coexist, up to twice a generation's size (see
+    // `DedupOptions::generation_entries`).
     // An index written with leveled compaction (releases before this one) opens as it
     // is, and its levels are merged as sorted runs from then on.
     entries.set_compaction_style(compaction);
@@ -286,15 +321,16 @@ impl RocksDedup {
         db_opts.set_db_write_buffer_size(4 << 20);
         db_opts.set_bytes_per_sync(WRITEBACK_BYTES);
         db_opts.set_wal_bytes_per_sync(WRITEBACK_BYTES);
-        let db = DB::open_cf_descriptors(
-            &db_opts,
-            path,
-            vec![
-                ColumnFamilyDescriptor::new(CF_ENTRIES, entries.clone()),
-                ColumnFamilyDescriptor::new(CF_META, meta),
-            ],
-        )
-        .map_err(|e| DedupError(format!("opening {}: {e}", path.display())))?;
+        // Every generation there is (none yet in a new index, one in an index of a
+        // release before generations).
+        let generations = generations_in(Db::list_cf(&db_opts, path).unwrap_or_default());
+        let mut families: Vec<_> = generations
+            .iter()
+            .map(|g| ColumnFamilyDescriptor::new(g, entries.clone()))
+            .collect();
+        families.push(ColumnFamilyDescriptor::new(CF_META, meta));
+        let db = Db::open_cf_descriptors(&db_opts, path, families)
+            .map_err(|e| DedupError(format!("opening {}: {e}", path.display())))?;
         // A table left half-written by a crash: its entries are re-indexed from the log
         // (the marker never covered them).
         let ingest_dir = path.join(INGEST_DIR);
@@ -306,16 +342,24 @@ impl RocksDedup {
         let recent_entries = opts.recent_entries.max(1);
         let db = Arc::new(db);
         let filter_path = path.join(FILTER_FILE);
+        for full in &generations[..generations.len() - 1] {
+            // Options set on a running database are not what the next open passes.
+            seal(&db, full);
+        }
+        let records: Vec<u64> = generations.iter().map(|g| records_in(&db, g)).collect();
+        let all_records: u64 = records.iter().sum();
         let (filter, filter_scan) = match load_filter(&db, &filter_path) {
             Some(saved) => (Arc::new(saved), None),
             None => {
-                let filter = Arc::new(TableFilter::new(estimated_entries(&db)));
-                let scan = spawn_filter_scan(db.clone(), filter.clone())?;
+                let filter = Arc::new(TableFilter::new(all_records + all_records / 4));
+                let scan = spawn_filter_scan(db.clone(), generations.clone(), filter.clone())?;
                 (filter, Some(scan))
             }
         };
         let idx = RocksDedup {
             db,
+            generations: RwLock::new(generations),
+            generation_entries: opts.generation_entries.max(1),
             write_opts,
             read_opts: ReadOptions::default(),
             table_opts: entries,
@@ -334,6 +378,8 @@ impl RocksDedup {
         *idx.writer.lock().unwrap_or_else(|e| e.into_inner()) = Marks {
             persisted: marker,
             latest: marker,
+            newest_records: records.last().copied().unwrap_or(0),
+            all_records,
         };
         Ok(idx)
     }
@@ -358,8 +404,47 @@ impl RocksDedup {
         Ok(self.read_u64(CF_META, MARKER, "marker")?.unwrap_or(0))
     }
 
+    /// The index stored for `hash`: the oldest, should more than one generation hold
+    /// it (tables written before the filter was filled hold what they were given).
     fn stored_get(&self, hash: &EntryHash) -> Result<Option<u64>, DedupError> {
-        self.read_u64(CF_ENTRIES, hash, "value")
+        let generations = self.generations.read().unwrap_or_else(|e| e.into_inner());
+        let mut first: Option<u64> = None;
+        for g in generations.iter() {
+            if let Some(i) = self.read_u64(g, hash, "value")? {
+                first = Some(first.map_or(i, |f| f.min(i)));
+            }
+        }
+        Ok(first)
+    }
+
+    /// The column family the next table goes to: the newest generation, or a new one
+    /// once that holds [`DedupOptions::generation_entries`] (or an eighth of the index).
+    fn generation_for_next_table(&self, marks: &mut Marks) -> Result<String, DedupError> {
+        let mut generations = self.generations.write().unwrap_or_else(|e| e.into_inner());
+        let limit = self.generation_entries.max(marks.all_records / 8);
+        if let Some(newest) = generations.last()
+            && marks.newest_records < limit
+        {
+            return Ok(newest.clone());
+        }
+        let name = format!(
+            "{GENERATION_PREFIX}{}",
+            generations.last().map_or(0, |g| generation_number(g)) + 1
+        );
+        self.db
+            .create_cf(&name, &self.table_opts)
+            .map_err(|e| err(format!("creating dedup index generation {name}: {e}")))?;
+        if let Some(full) = generations.last() {
+            seal(&self.db, full);
+        }
+        tracing::info!(
+            generation = %name,
+            records = marks.all_records,
+            "dedup index: a new generation"
+        );
+        generations.push(name.clone());
+        marks.newest_records = 0;
+        Ok(name)
     }
 
     /// Write the in-memory entries as one table, ingest it, then persist `marker`. The
@@ -383,7 +468,7 @@ impl RocksDedup {
         };
         let started = std::time::Instant::now();
         let written = match &frozen {
-            Some(entries) => self.ingest(entries, marker),
+            Some(entries) => self.ingest(entries, marker, marks),
             None => Ok(()),
         };
         let took = started.elapsed();
@@ -438,7 +523,6 @@ impl RocksDedup {
     /// only written over nothing.
     fn table_records<'a>(
         &self,
-        cf: &impl rocksdb::AsColumnFamilyRef,
         sorted: Vec<(&'a EntryHash, &u64)>,
     ) -> Result<Vec<(&'a EntryHash, Record)>, DedupError> {
         // Asked before this table's hashes go into the filter: after, all say "maybe".
@@ -458,22 +542,35 @@ impl RocksDedup {
             .filter(|(_, m)| **m)
             .map(|((h, _), _)| *h)
             .collect();
-        let mut stored = self
-            .db
-            .batched_multi_get_cf_opt(cf, asked.iter().copied(), true, &self.read_opts)
-            .into_iter();
+        // The oldest index any generation holds for each hash asked about.
+        let mut stored: Vec<Option<u64>> = vec![None; asked.len()];
+        for g in self
+            .generations
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            let cf = self
+                .db
+                .cf_handle(g)
+                .ok_or_else(|| err("missing column family"))?;
+            let found =
+                self.db
+                    .batched_multi_get_cf_opt(&cf, asked.iter().copied(), true, &self.read_opts);
+            if found.len() != asked.len() {
+                return Err(err("dedup index: a table lookup went unanswered"));
+            }
+            for (first, v) in stored.iter_mut().zip(found) {
+                if let Some(v) = v.map_err(err)? {
+                    let i = decode_u64(&v, "value")?;
+                    *first = Some(first.map_or(i, |f| f.min(i)));
+                }
+            }
+        }
+        let mut stored = stored.into_iter();
         let mut records = Vec::with_capacity(sorted.len());
         for ((h, i), maybe) in sorted.into_iter().zip(maybe) {
-            let older = if maybe {
-                match stored.next() {
-                    Some(Ok(Some(v))) => Some(decode_u64(&v, "value")?),
-                    Some(Ok(None)) => None,
-                    Some(Err(e)) => return Err(err(e)),
-                    None => return Err(err("dedup index: a table lookup went unanswered")),
-                }
-            } else {
-                None
-            };
+            let older = if maybe { stored.next().flatten() } else { None };
             match older {
                 // The older index stays; this one adds nothing.
                 Some(o) if o <= *i => {}
@@ -485,18 +582,14 @@ impl RocksDedup {
         Ok(records)
     }
 
-    /// Sort `entries` into a table file and ingest it into the entries column family.
-    fn ingest(&self, entries: &EntryMap, marker: u64) -> Result<(), DedupError> {
-        let cf = self
-            .db
-            .cf_handle(CF_ENTRIES)
-            .ok_or_else(|| err("missing column family"))?;
+    /// Sort `entries` into a table file and ingest it into the newest generation.
+    fn ingest(&self, entries: &EntryMap, marker: u64, marks: &mut Marks) -> Result<(), DedupError> {
         let mut sorted: Vec<(&EntryHash, &u64)> = entries.iter().collect();
         // Byte order, compared first on the leading 16 bytes as one integer: the keys
         // are distinct digests, so that nearly always decides, without the call to
         // `memcmp` per comparison that sorting `[u8; 32]` keys costs.
         sorted.sort_unstable_by(|(a, _), (b, _)| prefix(a).cmp(&prefix(b)).then_with(|| a.cmp(b)));
-        let records = self.table_records(&cf, sorted)?;
+        let records = self.table_records(sorted)?;
         // Into the filter before the table is visible: a lookup the filter turns away
         // must not be for a hash in a table. (The bits are relaxed stores; a lookup
         // sees them because it reads `recent` under its lock first: either it finds the
@@ -507,6 +600,12 @@ impl RocksDedup {
             // Every hash was in a table already (RocksDB refuses an empty table).
             return Ok(());
         }
+        let generation = self.generation_for_next_table(marks)?;
+        let cf = self
+            .db
+            .cf_handle(&generation)
+            .ok_or_else(|| err("missing column family"))?;
+        let written = records.len() as u64;
         let path = self.ingest_dir.join(format!("{marker}.sst"));
         let ingested = (|| {
             let mut w = SstFileWriter::create(&self.table_opts);
@@ -525,6 +624,9 @@ impl RocksDedup {
         })();
         if ingested.is_err() {
             let _ = std::fs::remove_file(&path);
+        } else {
+            marks.newest_records += written;
+            marks.all_records += written;
         }
         ingested.map_err(|e| DedupError(format!("writing {}: {e}", path.display())))
     }
@@ -629,13 +731,13 @@ impl RocksDedup {
 
 /// The SHA-256 of the sorted names of the entries' table files. RocksDB never reuses a
 /// file number, so the same names mean the same keys.
-fn table_fingerprint(db: &DB) -> Result<[u8; 32], DedupError> {
+fn table_fingerprint(db: &Db) -> Result<[u8; 32], DedupError> {
     use sha2::{Digest, Sha256};
     let mut names: Vec<String> = db
         .live_files()
         .map_err(err)?
         .into_iter()
-        .filter(|f| f.column_family_name == CF_ENTRIES)
+        .filter(|f| is_generation(&f.column_family_name))
         .map(|f| f.name)
         .collect();
     names.sort_unstable();
@@ -649,7 +751,7 @@ fn table_fingerprint(db: &DB) -> Result<[u8; 32], DedupError> {
 
 /// The filter saved by the last clean close, if it covers exactly the tables there are
 /// now. The file is deleted either way: once tables change it no longer describes them.
-fn load_filter(db: &DB, path: &Path) -> Option<TableFilter> {
+fn load_filter(db: &Db, path: &Path) -> Option<TableFilter> {
     let loaded = table_fingerprint(db).and_then(|tables| {
         TableFilter::load(path, &tables)
             .map_err(|e| DedupError(format!("reading {}: {e}", path.display())))
@@ -678,15 +780,61 @@ fn load_filter(db: &DB, path: &Path) -> Option<TableFilter> {
     }
 }
 
-/// What the tables hold, as RocksDB estimates it from their properties.
-fn estimated_entries(db: &DB) -> u64 {
-    db.cf_handle(CF_ENTRIES)
+/// Whether a column family holds entries: a generation.
+fn is_generation(name: &str) -> bool {
+    name == CF_ENTRIES || name.starts_with(GENERATION_PREFIX)
+}
+
+/// A generation's number: 0 for [`CF_ENTRIES`], n for `entries.n`.
+fn generation_number(name: &str) -> u64 {
+    name.strip_prefix(GENERATION_PREFIX)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The generations among a database's column families, oldest first; [`CF_ENTRIES`]
+/// always (a new index creates it).
+fn generations_in(families: Vec<String>) -> Vec<String> {
+    let mut generations: Vec<String> = families
+        .into_iter()
+        .filter(|f| f.starts_with(GENERATION_PREFIX) && generation_number(f) > 0)
+        .collect();
+    generations.sort_by_key(|g| generation_number(g));
+    generations.insert(0, CF_ENTRIES.to_string());
+    generations
+}
+
+/// Options of a generation no table goes to any more: RocksDB's universal compaction
+/// merges its sorted runs down to two, once. A lookup the filter cannot answer (a
+/// duplicate, or one of its ~0.1 % "maybe"s per filter generation) reads every sorted
+/// run of every generation, ~0.6 µs each (~14 µs across two dozen, benches/README.md):
+/// a full 8M generation is one run of 5.5M entries (its merge at 24 tables) and up to
+/// a dozen tables, which this makes one run of ~2.5M, ~0.9 s of one core
+/// (`examples/compaction.rs`). Merging the two as well would cost the whole
+/// generation again for one run less.
+const SEALED_OPTIONS: [(&str, &str); 1] = [("level0_file_num_compaction_trigger", "2")];
+
+/// Apply [`SEALED_OPTIONS`] to a full generation. A failure costs only lookups that
+/// reach the tables: logged, not returned.
+fn seal(db: &Db, generation: &str) {
+    let sealed = db
+        .cf_handle(generation)
+        .ok_or_else(|| err("missing column family"))
+        .and_then(|cf| db.set_options_cf(&cf, &SEALED_OPTIONS).map_err(err));
+    if let Err(e) = sealed {
+        tracing::warn!(error = %e, %generation, "dedup index: a full generation is not merged into one run; lookups that reach the tables read more runs");
+    }
+}
+
+/// What a generation's tables hold, as RocksDB estimates it from their properties.
+fn records_in(db: &Db, generation: &str) -> u64 {
+    db.cf_handle(generation)
         .and_then(|cf| {
             db.property_int_value_cf(&cf, "rocksdb.estimate-num-keys")
                 .ok()
                 .flatten()
         })
-        .map_or(0, |n| n + n / 4)
+        .unwrap_or(0)
 }
 
 /// Fill `filter` with every hash in the tables on a thread of its own, then mark it
@@ -694,7 +842,8 @@ fn estimated_entries(db: &DB) -> u64 {
 /// in the scan's view of the database or already in the filter. If the scan fails the
 /// filter stays "maybe" for everything: lookups cost what they did without it.
 fn spawn_filter_scan(
-    db: Arc<DB>,
+    db: Arc<Db>,
+    generations: Vec<String>,
     filter: Arc<TableFilter>,
 ) -> Result<(JoinHandle<()>, Arc<AtomicBool>), DedupError> {
     let stop = Arc::new(AtomicBool::new(false));
@@ -703,7 +852,7 @@ fn spawn_filter_scan(
         .name("dedup-filter".into())
         .spawn(move || {
             let started = std::time::Instant::now();
-            match scan_tables(&db, &filter, &stopped) {
+            match scan_tables(&db, &generations, &filter, &stopped) {
                 Ok(Some(n)) => {
                     filter.set_ready();
                     let (generations, bytes) = filter.size();
@@ -726,41 +875,44 @@ fn spawn_filter_scan(
     Ok((scan, stop))
 }
 
-/// Insert every key of the entries column family into `filter`: the number of keys,
-/// or `None` if `stop` was raised first.
+/// Insert every key of the `generations` into `filter`: the number of keys, or `None`
+/// if `stop` was raised first.
 fn scan_tables(
-    db: &DB,
+    db: &Db,
+    generations: &[String],
     filter: &TableFilter,
     stop: &AtomicBool,
 ) -> Result<Option<u64>, DedupError> {
     const BATCH: usize = 8192;
-    let cf = db
-        .cf_handle(CF_ENTRIES)
-        .ok_or_else(|| err("missing column family"))?;
-    let mut opts = ReadOptions::default();
-    // A one-off pass: keep the cache for lookups' blocks.
-    opts.fill_cache(false);
-    opts.set_readahead_size(2 << 20);
-    let mut it = db.raw_iterator_cf_opt(&cf, opts);
-    it.seek_to_first();
     let mut batch: Vec<EntryHash> = Vec::with_capacity(BATCH);
     let mut n = 0u64;
-    while let Some(key) = it.key() {
-        let hash: EntryHash = key
-            .try_into()
-            .map_err(|_| err(format!("corrupt key of {} bytes in dedup index", key.len())))?;
-        batch.push(hash);
-        if batch.len() == BATCH {
-            if stop.load(Ordering::Relaxed) {
-                return Ok(None);
+    for g in generations {
+        let cf = db
+            .cf_handle(g)
+            .ok_or_else(|| err("missing column family"))?;
+        let mut opts = ReadOptions::default();
+        // A one-off pass: keep the cache for lookups' blocks.
+        opts.fill_cache(false);
+        opts.set_readahead_size(2 << 20);
+        let mut it = db.raw_iterator_cf_opt(&cf, opts);
+        it.seek_to_first();
+        while let Some(key) = it.key() {
+            let hash: EntryHash = key
+                .try_into()
+                .map_err(|_| err(format!("corrupt key of {} bytes in dedup index", key.len())))?;
+            batch.push(hash);
+            if batch.len() == BATCH {
+                if stop.load(Ordering::Relaxed) {
+                    return Ok(None);
+                }
+                filter.insert_all(batch.iter());
+                n += batch.len() as u64;
+                batch.clear();
             }
-            filter.insert_all(batch.iter());
-            n += batch.len() as u64;
-            batch.clear();
+            it.next();
         }
-        it.next();
+        it.status().map_err(err)?;
     }
-    it.status().map_err(err)?;
     filter.insert_all(batch.iter());
     Ok(Some(n + batch.len() as u64))
 }
@@ -1008,8 +1160,10 @@ mod tests {
             let batch: Vec<_> = (i..i + 4).map(|j| (hash(j - n), j)).collect();
             idx.put_batch(&batch, i + 4).unwrap();
         }
-        let cf = idx.db.cf_handle(CF_ENTRIES).unwrap();
-        idx.db.compact_range_cf(&cf, None::<&[u8]>, None::<&[u8]>);
+        {
+            let cf = idx.db.cf_handle(CF_ENTRIES).unwrap();
+            idx.db.compact_range_cf(&cf, None::<&[u8]>, None::<&[u8]>);
+        }
         drop(idx);
         // The index now runs with universal compaction (RocksDB records the options
         // it opened with).
@@ -1154,5 +1308,109 @@ mod tests {
         assert_eq!(idx.get(&b).unwrap(), Some(1));
         assert_eq!(idx.get(&[3u8; 32]).unwrap(), None);
         assert_eq!(idx.indexed_up_to().unwrap(), 6);
+    }
+
+    /// Sorted runs per generation, oldest first: each level-0 table is one, and each
+    /// other level holding tables one.
+    fn sorted_runs(idx: &RocksDedup) -> Vec<u64> {
+        let generations = idx.generations.read().unwrap().clone();
+        let number = |cf: &Arc<rocksdb::BoundColumnFamily>, name: String| {
+            idx.db
+                .property_int_value_cf(cf, name.as_str())
+                .unwrap()
+                .unwrap()
+        };
+        generations
+            .iter()
+            .map(|g| {
+                let cf = idx.db.cf_handle(g).unwrap();
+                number(&cf, "rocksdb.num-files-at-level0".into())
+                    + (1..7)
+                        .filter(|l| number(&cf, format!("rocksdb.num-files-at-level{l}")) > 0)
+                        .count() as u64
+            })
+            .collect()
+    }
+
+    /// Records per generation, oldest first.
+    fn generation_records(idx: &RocksDedup) -> Vec<u64> {
+        let generations = idx.generations.read().unwrap().clone();
+        generations.iter().map(|g| records_in(&idx.db, g)).collect()
+    }
+
+    #[test]
+    fn a_full_generation_is_followed_by_a_new_one_and_lookups_span_them_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dedup");
+        let opts = DedupOptions {
+            recent_entries: 100,
+            generation_entries: 1000,
+            ..DedupOptions::default()
+        };
+        let put = |idx: &RocksDedup, range: std::ops::Range<u64>, offset: u64| {
+            for b in range.step_by(100) {
+                let batch: Vec<_> = (b..b + 100).map(|i| (hash(i - offset), i)).collect();
+                idx.put_batch(&batch, b + 100).unwrap();
+            }
+        };
+        let n = 10_000;
+        {
+            let idx = open_ready(&path, &opts);
+            put(&idx, 0..n, 0);
+            // 10,000 records in tables of 100: 1,000 per generation until an eighth of
+            // the index is more. The ninth, started at 8,000, takes 1,200: at 9,200
+            // records an eighth is 1,150.
+            let records = generation_records(&idx);
+            assert_eq!(
+                records,
+                [1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1200, 800]
+            );
+            // Every full generation is merged down to two sorted runs at most (from
+            // ten or twelve tables); the newest is not.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            while sorted_runs(&idx)[..9].iter().any(|&r| r > 2) {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "{:?}",
+                    sorted_runs(&idx)
+                );
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            assert!(sorted_runs(&idx)[9] > 1, "{:?}", sorted_runs(&idx));
+            for i in 0..n {
+                assert_eq!(idx.get(&hash(i)).unwrap(), Some(i), "entry {i}");
+            }
+            // Resubmitted: every generation is asked, and the first index wins.
+            put(&idx, n..n + 2000, n);
+            assert_eq!(generation_records(&idx).iter().sum::<u64>(), n);
+            for i in 0..2000 {
+                assert_eq!(idx.get(&hash(i)).unwrap(), Some(i), "entry {i}");
+            }
+        }
+        // Reopened without the saved filter (a crash): the scan reads every generation;
+        // a generation it missed would have its entries turned away by the filter.
+        std::fs::remove_file(path.join(FILTER_FILE)).unwrap();
+        let idx = open_ready(&path, &opts);
+        assert_eq!(idx.generations.read().unwrap().len(), 10);
+        for i in 0..n {
+            assert_eq!(idx.get(&hash(i)).unwrap(), Some(i), "entry {i}");
+        }
+        assert_eq!(idx.get(&hash(n)).unwrap(), None);
+        // The newest generation goes on after the reopen (its 800 records estimated by
+        // RocksDB), and a new one follows it once it holds an eighth of the index.
+        put(&idx, n + 2000..n + 2100, 0);
+        assert_eq!(idx.generations.read().unwrap().len(), 10);
+        put(&idx, n + 2100..n + 3000, 0);
+        assert_eq!(generation_records(&idx)[9..], [1400, 400]);
+        assert_eq!(idx.get(&hash(n + 2000)).unwrap(), Some(n + 2000));
+        assert_eq!(idx.get(&hash(n + 2999)).unwrap(), Some(n + 2999));
+        // Two generations holding one hash (a table written before the filter was
+        // filled is written blind): the older index wins.
+        let newest = idx.generations.read().unwrap().last().unwrap().clone();
+        let cf = idx.db.cf_handle(&newest).unwrap();
+        idx.db
+            .put_cf(&cf, hash(7), (n + 5000).to_be_bytes())
+            .unwrap();
+        assert_eq!(idx.get(&hash(7)).unwrap(), Some(7));
     }
 }
