@@ -2,7 +2,9 @@
 //! one lookup of a fresh hash (what a non-duplicate add costs) and one insert, in
 //! batches as the engine's indexer sends them, on one thread; RocksDB compacts on its
 //! own threads. Every `GROWTH_EVERY` entries (default 5M) it prints the process's CPU
-//! per entry over that stretch, the share of it on RocksDB's threads, and the size.
+//! per entry over that stretch, the share of it on RocksDB's threads, the size, and
+//! the wall time of one lookup of a hash never indexed (`miss_ns`, a new add) and of
+//! one the tables hold (`hit_ns`, a duplicate).
 //!
 //!     cargo build --release --workspace --all-targets
 //!     GROWTH_N=50000000 $CARGO_TARGET_DIR/release/examples/growth DIR
@@ -93,6 +95,24 @@ fn miss_ns(idx: &RocksDedup, from: u64) -> Result<f64, Box<dyn std::error::Error
     Ok(start.elapsed().as_nanos() as f64 / MISS_SAMPLE as f64)
 }
 
+/// Wall-clock nanoseconds per lookup of a hash the index's tables hold (what a
+/// duplicate add asks), over `HIT_SAMPLE` of the first `indexed` keys, spread evenly.
+fn hit_ns(idx: &RocksDedup, indexed: u64) -> Result<f64, Box<dyn std::error::Error>> {
+    const HIT_SAMPLE: u64 = 20_000;
+    // Clear of the newest entries, which may still be in memory.
+    let tables = indexed.saturating_sub(2 * DedupOptions::default().recent_entries as u64);
+    let step = (tables / HIT_SAMPLE).max(1);
+    let start = Instant::now();
+    let mut n = 0u64;
+    for i in (0..tables).step_by(step as usize).take(HIT_SAMPLE as usize) {
+        if idx.get(&hash(i))? != Some(i) {
+            return Err(format!("key {i} indexed but not found").into());
+        }
+        n += 1;
+    }
+    Ok(start.elapsed().as_nanos() as f64 / n.max(1) as f64)
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let env = |k: &str, d: u64| {
         std::env::var(k)
@@ -116,7 +136,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
     println!(
-        "entries\tseconds\tentries/s\tcpu_us_per_entry\trocksdb_us_per_entry\twrite_mib\tindex_mib\tmiss_ns"
+        "entries\tseconds\tentries/s\tcpu_us_per_entry\trocksdb_us_per_entry\twrite_mib\tindex_mib\tmiss_ns\thit_ns"
     );
     let started = Instant::now();
     let (mut t0, mut c0, mut w0) = (started, cpu_seconds(), written_bytes());
@@ -140,9 +160,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         if (i + 1) % every == 0 {
             let (t1, c1, w1) = (Instant::now(), cpu_seconds(), written_bytes());
             let miss = miss_ns(&idx, n + i)?;
+            let hit = hit_ns(&idx, i + 1)?;
             let secs = t1.duration_since(t0).as_secs_f64();
             println!(
-                "{}\t{:.1}\t{:.0}\t{:.2}\t{:.2}\t{:.0}\t{:.0}\t{:.0}",
+                "{}\t{:.1}\t{:.0}\t{:.2}\t{:.2}\t{:.0}\t{:.0}\t{:.0}\t{:.0}",
                 i + 1,
                 secs,
                 every as f64 / secs,
@@ -151,6 +172,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 (w1 - w0) as f64 / (1 << 20) as f64,
                 allocated_bytes(&path)? as f64 / (1 << 20) as f64,
                 miss,
+                hit,
             );
             (t0, c0, w0) = (Instant::now(), cpu_seconds(), written_bytes());
         }

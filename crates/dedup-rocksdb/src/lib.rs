@@ -246,6 +246,11 @@ fn entries_options(block_cache_bytes: usize, compaction: DBCompactionStyle) -> O
     entries.set_compression_type(rocksdb::DBCompressionType::None);
     // Entries arrive as ingested tables, never through the memtable.
     entries.set_write_buffer_size(1 << 20);
+    // RocksDB rewrites every table of a universal-compaction column family after 30
+    // days by default (for data that expires or changes): this index's keys never do,
+    // and it would rewrite the whole index each month.
+    entries.set_periodic_compaction_seconds(0);
+    entries.set_ttl(0);
     // Partial merges combine operands only; the oldest wins there too.
     entries.set_merge_operator("keep_first", keep_first, keep_first);
     // The table writer's own files are written back as they grow too (see below).
@@ -321,12 +326,25 @@ impl RocksDedup {
         db_opts.set_db_write_buffer_size(4 << 20);
         db_opts.set_bytes_per_sync(WRITEBACK_BYTES);
         db_opts.set_wal_bytes_per_sync(WRITEBACK_BYTES);
-        // Every generation there is (none yet in a new index, one in an index of a
-        // release before generations).
-        let generations = generations_in(Db::list_cf(&db_opts, path).unwrap_or_default());
+        // Every generation there is: `entries` alone in a new index and in one written
+        // by a release before generations.
+        let families = if path.join("CURRENT").exists() {
+            Db::list_cf(&db_opts, path)
+                .map_err(|e| DedupError(format!("opening {}: {e}", path.display())))?
+        } else {
+            Vec::new()
+        };
+        let generations = generations_in(families)?;
+        let mut sealed = entries.clone();
+        sealed.set_level_zero_file_num_compaction_trigger(SEALED_LEVEL0_TABLES);
+        let newest = generations.len() - 1;
         let mut families: Vec<_> = generations
             .iter()
-            .map(|g| ColumnFamilyDescriptor::new(g, entries.clone()))
+            .enumerate()
+            .map(|(n, g)| {
+                let full = if n < newest { &sealed } else { &entries };
+                ColumnFamilyDescriptor::new(g, full.clone())
+            })
             .collect();
         families.push(ColumnFamilyDescriptor::new(CF_META, meta));
         let db = Db::open_cf_descriptors(&db_opts, path, families)
@@ -342,10 +360,6 @@ impl RocksDedup {
         let recent_entries = opts.recent_entries.max(1);
         let db = Arc::new(db);
         let filter_path = path.join(FILTER_FILE);
-        for full in &generations[..generations.len() - 1] {
-            // Options set on a running database are not what the next open passes.
-            seal(&db, full);
-        }
         let records: Vec<u64> = generations.iter().map(|g| records_in(&db, g)).collect();
         let all_records: u64 = records.iter().sum();
         let (filter, filter_scan) = match load_filter(&db, &filter_path) {
@@ -404,37 +418,47 @@ impl RocksDedup {
         Ok(self.read_u64(CF_META, MARKER, "marker")?.unwrap_or(0))
     }
 
-    /// The index stored for `hash`: the oldest, should more than one generation hold
-    /// it (tables written before the filter was filled hold what they were given).
+    /// The index stored for `hash`, from the oldest generation holding it. Tables are
+    /// written in log order, so a newer generation can hold the hash too (a table
+    /// written before the filter was filled holds what it was given) but never with
+    /// an older index.
     fn stored_get(&self, hash: &EntryHash) -> Result<Option<u64>, DedupError> {
         let generations = self.generations.read().unwrap_or_else(|e| e.into_inner());
-        let mut first: Option<u64> = None;
         for g in generations.iter() {
             if let Some(i) = self.read_u64(g, hash, "value")? {
-                first = Some(first.map_or(i, |f| f.min(i)));
+                return Ok(Some(i));
             }
         }
-        Ok(first)
+        Ok(None)
     }
 
     /// The column family the next table goes to: the newest generation, or a new one
     /// once that holds [`DedupOptions::generation_entries`] (or an eighth of the index).
+    /// Called only by the table writer (`marks` is its lock), so `generations` changes
+    /// nowhere else meanwhile. While RocksDB creates the column family (a MANIFEST and
+    /// an OPTIONS file written, once per generation), rust-rocksdb holds its map of
+    /// families, and lookups that reach the tables wait.
     fn generation_for_next_table(&self, marks: &mut Marks) -> Result<String, DedupError> {
-        let mut generations = self.generations.write().unwrap_or_else(|e| e.into_inner());
+        let newest = self
+            .generations
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .last()
+            .cloned();
         let limit = self.generation_entries.max(marks.all_records / 8);
-        if let Some(newest) = generations.last()
+        if let Some(newest) = &newest
             && marks.newest_records < limit
         {
             return Ok(newest.clone());
         }
         let name = format!(
             "{GENERATION_PREFIX}{}",
-            generations.last().map_or(0, |g| generation_number(g)) + 1
+            newest.as_deref().map_or(0, generation_number) + 1
         );
         self.db
             .create_cf(&name, &self.table_opts)
             .map_err(|e| err(format!("creating dedup index generation {name}: {e}")))?;
-        if let Some(full) = generations.last() {
+        if let Some(full) = &newest {
             seal(&self.db, full);
         }
         tracing::info!(
@@ -442,7 +466,10 @@ impl RocksDedup {
             records = marks.all_records,
             "dedup index: a new generation"
         );
-        generations.push(name.clone());
+        self.generations
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(name.clone());
         marks.newest_records = 0;
         Ok(name)
     }
@@ -794,33 +821,50 @@ fn generation_number(name: &str) -> u64 {
 
 /// The generations among a database's column families, oldest first; [`CF_ENTRIES`]
 /// always (a new index creates it).
-fn generations_in(families: Vec<String>) -> Vec<String> {
-    let mut generations: Vec<String> = families
-        .into_iter()
-        .filter(|f| f.starts_with(GENERATION_PREFIX) && generation_number(f) > 0)
-        .collect();
+fn generations_in(families: Vec<String>) -> Result<Vec<String>, DedupError> {
+    let mut generations = Vec::new();
+    for f in families {
+        if !f.starts_with(GENERATION_PREFIX) {
+            continue;
+        }
+        if generation_number(&f) == 0 {
+            return Err(err(format!(
+                "unexpected column family {f:?} in the dedup index (not written by tlogd?)"
+            )));
+        }
+        generations.push(f);
+    }
     generations.sort_by_key(|g| generation_number(g));
     generations.insert(0, CF_ENTRIES.to_string());
-    generations
+    Ok(generations)
 }
 
-/// Options of a generation no table goes to any more: RocksDB's universal compaction
-/// merges its sorted runs down to two, once. A lookup the filter cannot answer (a
+/// Level-0 tables (sorted runs, for universal compaction) that start a merge in a
+/// generation no table goes to any more: RocksDB's universal compaction merges its
+/// sorted runs down to two, once. A lookup the filter cannot answer (a
 /// duplicate, or one of its ~0.1 % "maybe"s per filter generation) reads every sorted
 /// run of every generation, ~0.6 µs each (~14 µs across two dozen, benches/README.md):
 /// a full 8M generation is one run of 5.5M entries (its merge at 24 tables) and up to
 /// a dozen tables, which this makes one run of ~2.5M, ~0.9 s of one core
 /// (`examples/compaction.rs`). Merging the two as well would cost the whole
 /// generation again for one run less.
-const SEALED_OPTIONS: [(&str, &str); 1] = [("level0_file_num_compaction_trigger", "2")];
+const SEALED_LEVEL0_TABLES: i32 = 2;
 
-/// Apply [`SEALED_OPTIONS`] to a full generation. A failure costs only lookups that
-/// reach the tables: logged, not returned.
+/// Apply [`SEALED_LEVEL0_TABLES`] to a generation that just became full (the next open
+/// passes it with the generation's options). A failure costs only lookups that reach
+/// the tables: logged, not returned.
 fn seal(db: &Db, generation: &str) {
+    let trigger = SEALED_LEVEL0_TABLES.to_string();
     let sealed = db
         .cf_handle(generation)
         .ok_or_else(|| err("missing column family"))
-        .and_then(|cf| db.set_options_cf(&cf, &SEALED_OPTIONS).map_err(err));
+        .and_then(|cf| {
+            db.set_options_cf(
+                &cf,
+                &[("level0_file_num_compaction_trigger", trigger.as_str())],
+            )
+            .map_err(err)
+        });
     if let Err(e) = sealed {
         tracing::warn!(error = %e, %generation, "dedup index: a full generation is not merged into one run; lookups that reach the tables read more runs");
     }
@@ -1167,25 +1211,55 @@ mod tests {
         drop(idx);
         // The index now runs with universal compaction (RocksDB records the options
         // it opened with).
-        let mut options_files: Vec<_> = std::fs::read_dir(&path)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .filter(|n| n.starts_with("OPTIONS-"))
-            .collect();
-        options_files.sort_by_key(|n| n[8..].parse::<u64>().unwrap_or(0));
-        let newest = std::fs::read_to_string(path.join(options_files.last().unwrap())).unwrap();
-        let entries_section = newest.split("[CFOptions \"entries\"]").nth(1).unwrap();
-        let style = entries_section
-            .lines()
-            .find(|l| l.trim_start().starts_with("compaction_style="))
-            .unwrap();
-        assert!(style.contains("kCompactionStyleUniversal"), "{style}");
+        let style = stored_option(&path, CF_ENTRIES, "compaction_style");
+        assert_eq!(style, "kCompactionStyleUniversal");
         let idx = open_ready(&path, &opts);
         assert_eq!(idx.indexed_up_to().unwrap(), 2 * n);
         for j in 0..n {
             assert_eq!(idx.get(&hash(j)).unwrap(), Some(j));
         }
         assert_eq!(idx.get(&hash(2 * n)).unwrap(), None);
+    }
+
+    /// The value of `option` in column family `cf` of the newest OPTIONS file RocksDB
+    /// wrote (what it last opened or set).
+    fn stored_option(path: &Path, cf: &str, option: &str) -> String {
+        let mut options_files: Vec<_> = std::fs::read_dir(path)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.starts_with("OPTIONS-"))
+            .collect();
+        options_files.sort_by_key(|n| n[8..].parse::<u64>().unwrap_or(0));
+        let newest = std::fs::read_to_string(path.join(options_files.last().unwrap())).unwrap();
+        let section = newest
+            .split(&format!("[CFOptions \"{cf}\"]"))
+            .nth(1)
+            .unwrap_or_else(|| panic!("no column family {cf}"));
+        let prefix = format!("{option}=");
+        section
+            .lines()
+            .find_map(|l| l.trim_start().strip_prefix(prefix.as_str()))
+            .unwrap_or_else(|| panic!("no {option} for {cf}"))
+            .to_string()
+    }
+
+    #[test]
+    fn generations_are_ordered_by_number_and_strangers_refused() {
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            generations_in(names(&[
+                "default",
+                "meta",
+                "entries",
+                "entries.10",
+                "entries.2"
+            ]))
+            .unwrap(),
+            names(&["entries", "entries.2", "entries.10"])
+        );
+        assert_eq!(generations_in(Vec::new()).unwrap(), names(&["entries"]));
+        assert!(generations_in(names(&["entries", "entries.x"])).is_err());
+        assert!(generations_in(names(&["entries", "entries.0"])).is_err());
     }
 
     /// A number from the entries' aggregated table properties, e.g. "# merge operands".
@@ -1392,6 +1466,14 @@ mod tests {
         std::fs::remove_file(path.join(FILTER_FILE)).unwrap();
         let idx = open_ready(&path, &opts);
         assert_eq!(idx.generations.read().unwrap().len(), 10);
+        // Full generations open sealed; the newest takes tables as before.
+        let trigger = |cf: &str| stored_option(&path, cf, "level0_file_num_compaction_trigger");
+        assert_eq!(trigger("entries.8"), SEALED_LEVEL0_TABLES.to_string());
+        assert_eq!(trigger("entries.9"), LEVEL0_TABLES.to_string());
+        assert_eq!(
+            stored_option(&path, "entries.9", "periodic_compaction_seconds"),
+            "0"
+        );
         for i in 0..n {
             assert_eq!(idx.get(&hash(i)).unwrap(), Some(i), "entry {i}");
         }
