@@ -1006,12 +1006,6 @@ mod tests {
             recent_entries: 1000,
             ..DedupOptions::default()
         };
-        let put = |idx: &RocksDedup, range: std::ops::Range<u64>| {
-            for b in range.step_by(100) {
-                let batch: Vec<_> = (b..b + 100).map(|i| (hash(i), i)).collect();
-                idx.put_batch(&batch, b + 100).unwrap();
-            }
-        };
         let all_found = |idx: &RocksDedup, n: u64| {
             for i in 0..n {
                 assert_eq!(idx.get(&hash(i)).unwrap(), Some(i), "entry {i}");
@@ -1026,7 +1020,7 @@ mod tests {
         let saved = path.join(FILTER_FILE);
         {
             let idx = open_ready(&path, &opts);
-            put(&idx, 0..20_000);
+            put(&idx, 0..20_000, 0);
             // Every entry went through a table, and the filter took each table's hashes.
             assert!(idx.recent.read().unwrap().map.is_empty());
             all_found(&idx, 20_000);
@@ -1045,7 +1039,7 @@ mod tests {
         std::fs::copy(&saved, &older).unwrap();
         {
             let idx = open_ready(&path, &opts);
-            put(&idx, 20_000..30_000);
+            put(&idx, 20_000..30_000, 0);
         }
         std::fs::copy(&older, &saved).unwrap();
         {
@@ -1406,6 +1400,15 @@ mod tests {
             .collect()
     }
 
+    /// Index log entries `range` in batches of 100 (as the engine's indexer does),
+    /// entry `i` with the hash of entry `i - offset` (a resubmission when `offset > 0`).
+    fn put(idx: &RocksDedup, range: std::ops::Range<u64>, offset: u64) {
+        for b in range.step_by(100) {
+            let batch: Vec<_> = (b..b + 100).map(|i| (hash(i - offset), i)).collect();
+            idx.put_batch(&batch, b + 100).unwrap();
+        }
+    }
+
     /// Records per generation, oldest first.
     fn generation_records(idx: &RocksDedup) -> Vec<u64> {
         let generations = idx.generations.read().unwrap().clone();
@@ -1420,12 +1423,6 @@ mod tests {
             recent_entries: 100,
             generation_entries: 1000,
             ..DedupOptions::default()
-        };
-        let put = |idx: &RocksDedup, range: std::ops::Range<u64>, offset: u64| {
-            for b in range.step_by(100) {
-                let batch: Vec<_> = (b..b + 100).map(|i| (hash(i - offset), i)).collect();
-                idx.put_batch(&batch, b + 100).unwrap();
-            }
         };
         let n = 10_000;
         {
