@@ -931,20 +931,31 @@ fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
+/// Tiles of entries the verifier checks at once. Each check waits for a bundle, a tile
+/// and maybe a proof from a log that is busy with the writers' adds; one at a time, a
+/// log appending 80k entries/s outran it (the backlog grew by ~20k entries/s, held in
+/// memory, and most of the checking happened after the run it belonged to).
+const VERIFY_IN_FLIGHT: usize = 8;
+
 /// Check each sampled entry's bytes in its bundle and its hash in its level-0 tile,
 /// the tile proven included in the newest verified checkpoint: one bundle, one tile
-/// and one proof per tile of entries, however many entries. Ends when the writers are
-/// done and everything was checked, or the run stops.
+/// and one proof per tile of entries, however many entries, [`VERIFY_IN_FLIGHT`] tiles
+/// at once (each with a reader of its own). Ends when the writers are done and
+/// everything was checked, or the run stops.
 async fn verify_entries(
     ctx: Arc<Ctx>,
     mut rx: mpsc::UnboundedReceiver<Vec<ToVerify>>,
     mut latest: watch::Receiver<Arc<Checkpoint>>,
 ) {
     let s = &ctx.stats;
-    let mut reader = match ctx.reader() {
-        Ok(r) => r,
-        Err(e) => return s.fail(e.to_string()),
-    };
+    let mut idle = Vec::with_capacity(VERIFY_IN_FLIGHT);
+    for _ in 0..VERIFY_IN_FLIGHT {
+        match ctx.reader() {
+            Ok(r) => idle.push(r),
+            Err(e) => return s.fail(e.to_string()),
+        }
+    }
+    let mut checking = tokio::task::JoinSet::new();
     // (index, arrival) -> the bytes and when the add was sent; an index may come
     // more than once (duplicates).
     let mut pending: BTreeMap<(u64, u64), (Bytes, Instant)> = BTreeMap::new();
@@ -967,35 +978,47 @@ async fn verify_entries(
                 }
             }
         }
-        if input_done && pending.is_empty() {
+        if input_done && pending.is_empty() && checking.is_empty() {
             return;
         }
         if ctx.stop_all.load(Ordering::Relaxed) {
             return;
         }
         let cp = latest.borrow_and_update().clone();
-        let t = match pending.first_key_value() {
-            Some(((first, _), _)) if *first < cp.size => first / TILE_WIDTH,
-            _ => {
-                // Nothing the newest checkpoint covers: wait for more entries or a
-                // newer checkpoint.
-                tokio::select! {
-                    v = rx.recv(), if !input_done => match v {
-                        Some(batch) => add(&mut pending, batch),
-                        None => input_done = true,
-                    },
-                    changed = latest.changed() => if changed.is_err() {
-                        // The follower is gone: the run is stopping.
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    },
-                }
-                continue;
-            }
+        let ready = match pending.first_key_value() {
+            Some(((first, _), _)) if *first < cp.size => Some(first / TILE_WIDTH),
+            _ => None,
         };
-        let end = ((t + 1) * TILE_WIDTH).min(cp.size);
-        let rest = pending.split_off(&(end, 0));
-        let group = std::mem::replace(&mut pending, rest);
-        verify_tile(&mut reader, s, &cp, t, group).await;
+        if let Some(t) = ready
+            && let Some(mut reader) = idle.pop()
+        {
+            let end = ((t + 1) * TILE_WIDTH).min(cp.size);
+            let rest = pending.split_off(&(end, 0));
+            let group = std::mem::replace(&mut pending, rest);
+            let ctx = ctx.clone();
+            checking.spawn(async move {
+                verify_tile(&mut reader, &ctx.stats, &cp, t, group).await;
+                reader
+            });
+            continue;
+        }
+        // Nothing the newest checkpoint covers, or every reader busy: wait for more
+        // entries, a newer checkpoint or a reader.
+        tokio::select! {
+            v = rx.recv(), if !input_done => match v {
+                Some(batch) => add(&mut pending, batch),
+                None => input_done = true,
+            },
+            changed = latest.changed(), if ready.is_none() => if changed.is_err() {
+                // The follower is gone: the run is stopping.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            },
+            done = checking.join_next(), if !checking.is_empty() => match done {
+                Some(Ok(reader)) => idle.push(reader),
+                Some(Err(e)) => return s.fail(format!("verifier: {e}")),
+                None => {}
+            },
+        }
     }
 }
 

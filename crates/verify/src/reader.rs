@@ -113,9 +113,7 @@ impl<F: Fetch> LogReader<F> {
         if let Some(h) = self.partials.get(id) {
             return Ok(h.clone());
         }
-        let (got, bytes) = self.raw(id).await?;
-        let hashes = parse_hash_tile(&bytes, got.width)
-            .map_err(|e| VerifyError::Invalid(format!("{}: {e}", got.path())))?;
+        let (got, hashes) = self.tile_uncached(id).await?;
         let (cache, limit) = if got.is_full() {
             (&mut self.cache, TILE_CACHE)
         } else {
@@ -126,6 +124,15 @@ impl<F: Fetch> LogReader<F> {
         }
         cache.insert(got, hashes.clone());
         Ok(hashes)
+    }
+
+    /// The hashes of tile `id` as read (or of the full tile, if the partial is gone),
+    /// and the id actually read; not cached.
+    async fn tile_uncached(&mut self, id: &TileId) -> Result<(TileId, Vec<Hash>), VerifyError> {
+        let (got, bytes) = self.raw(id).await?;
+        let hashes = parse_hash_tile(&bytes, got.width)
+            .map_err(|e| VerifyError::Invalid(format!("{}: {e}", got.path())))?;
+        Ok((got, hashes))
     }
 
     /// The entries of bundle `n` in a tree of `size` (exactly the width at that size).
@@ -232,11 +239,18 @@ impl<F: Fetch> LogReader<F> {
             )));
         }
         let id = TileId::hash(0, t, width_at(t, cp.size));
-        let mut hashes = self.tile(&id).await?;
+        // Not cached: a caller reads each level-0 tile once (the cache would fill
+        // with them, 8 KiB each, and evict the upper tiles every proof shares). The
+        // right edge's partial may be there already, read for an earlier proof.
+        let cached = (self.cache.get(&id.full())).or_else(|| self.partials.get(&id));
+        let mut hashes = match cached {
+            Some(h) => h.clone(),
+            None => self.tile_uncached(&id).await?.1,
+        };
         hashes.truncate(id.width as usize);
-        let mut tiles = self
-            .tiles(proof::inclusion_proof_tiles(first, cp.size).map_err(proof_err)?)
-            .await?;
+        let mut ids = proof::inclusion_proof_tiles(first, cp.size).map_err(proof_err)?;
+        ids.retain(|i| !(i.kind == id.kind && i.index == id.index));
+        let mut tiles = self.tiles(ids).await?;
         tiles.insert(id, hashes.clone());
         let p = proof::inclusion_proof(first, cp.size, &tiles).map_err(proof_err)?;
         let leaf = hashes
@@ -288,4 +302,91 @@ impl<F: Fetch> LogReader<F> {
 
 fn proof_err(e: proof::ProofError) -> VerifyError {
     VerifyError::Invalid(format!("proof: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use bytes::Bytes;
+    use tlogd_core::hash::leaf_hash;
+    use tlogd_core::merkle::TileTree;
+    use tlogd_core::note::generate_key;
+    use tlogd_core::tile::TileKind;
+
+    use super::*;
+
+    /// A log's tiles in memory; every path asked for is recorded.
+    #[derive(Clone, Default)]
+    struct MapFetch {
+        files: Arc<HashMap<String, Bytes>>,
+        asked: Arc<Mutex<Vec<String>>>,
+    }
+
+    impl Fetch for MapFetch {
+        async fn get(&self, path: &str) -> Result<Option<Bytes>, VerifyError> {
+            self.asked.lock().unwrap().push(path.to_string());
+            Ok(self.files.get(path).cloned())
+        }
+
+        fn location(&self) -> String {
+            "memory".into()
+        }
+    }
+
+    /// Each level-0 tile a caller proves is read once and not kept: the cache holds
+    /// only the upper tiles that every proof shares.
+    #[tokio::test]
+    async fn proven_level_0_tiles_are_read_once_and_not_cached() {
+        let size = 40 * TILE_WIDTH + 17;
+        let leaves: Vec<Hash> = (0..size).map(|i| leaf_hash(&i.to_le_bytes())).collect();
+        let mut tree = TileTree::empty();
+        let mut tiles = Vec::new();
+        tree.append(&leaves, &mut tiles);
+        let files = tiles
+            .into_iter()
+            .map(|(id, bytes)| (id.path(), Bytes::from(bytes)))
+            .collect();
+        let fetch = MapFetch {
+            files: Arc::new(files),
+            ..MapFetch::default()
+        };
+        let (_, vkey) = generate_key("example.com/log").unwrap();
+        let verifier = NoteVerifier::from_vkey(&vkey).unwrap();
+        let mut reader = LogReader::new(fetch.clone(), "example.com/log".into(), verifier);
+        let cp = Checkpoint {
+            origin: "example.com/log".into(),
+            size,
+            root: tree.root(),
+            extensions: Vec::new(),
+        };
+        for t in 0..=size / TILE_WIDTH {
+            let got = reader.proven_leaf_hashes(&cp, t).await.unwrap();
+            let first = (t * TILE_WIDTH) as usize;
+            assert_eq!(
+                got,
+                leaves[first..(first + TILE_WIDTH as usize).min(leaves.len())]
+            );
+        }
+        let level_0 = |p: &String| p.starts_with("tile/0/");
+        let asked = fetch.asked.lock().unwrap().clone();
+        assert_eq!(asked.iter().filter(|p| level_0(p)).count(), 41, "{asked:?}");
+        // Kept: tiles on the proofs' paths, here the level-1 tile and the right
+        // edge's partial level-0 tile; no full level-0 tile.
+        let cached: Vec<_> = reader.cache.keys().chain(reader.partials.keys()).collect();
+        assert!(
+            reader
+                .cache
+                .keys()
+                .all(|id| id.kind != TileKind::Hash { level: 0 }),
+            "{cached:?}"
+        );
+        assert_eq!(cached.len(), 2, "{cached:?}");
+        // A wrong root is still caught with the tile read this way.
+        let forged = Checkpoint {
+            root: [7; 32],
+            ..cp.clone()
+        };
+        assert!(reader.proven_leaf_hashes(&forged, 3).await.is_err());
+    }
 }
