@@ -6,8 +6,8 @@
 # over the minute (and the part of it on the dedup index's RocksDB threads, its
 # compactions), the loadgen's CPU per append, the mean commit (ms), batch (entries) and
 # add (ms, in tlogd from the body read to the answer) over the minute from tlogd's
-# metrics, the writers' mean round trip (ms, writers / appends per second), and the
-# kernel's page cache, to see whether the rate holds as the index
+# metrics, the writers' mean round trip (ms, writers / appends per second), the
+# kernel's page cache and the loadgen's RSS, to see whether the rate holds as the index
 # grows (and whether the data still fits in memory when it does not).
 #
 #   benches/at-scale.sh [GOAL entries, default 50000000] [MINUTES, default 45] [DIR, default a temp dir]
@@ -42,7 +42,7 @@ size() { curl -sf --max-time 10 "http://127.0.0.1:$port/checkpoint" | sed -n 2p 
 # but an index so far (503 pushback when the index lags by more than dedup.max_lag),
 # from one scrape of tlogd's metrics.
 scrape() { curl -sf --max-time 10 "http://127.0.0.1:$mport/metrics" || true; }
-echo "minute,tree_size,appends_per_s,tlogd_rss_mib,log_disk_mib,dedup_disk_mib,dedup_lag,adds_refused,tlogd_us_per_append,rocksdb_us_per_append,loadgen_us_per_append,commit_ms,batch,add_ms,round_trip_ms,page_cache_mib"
+echo "minute,tree_size,appends_per_s,tlogd_rss_mib,log_disk_mib,dedup_disk_mib,dedup_lag,adds_refused,tlogd_us_per_append,rocksdb_us_per_append,loadgen_us_per_append,commit_ms,batch,add_ms,round_trip_ms,page_cache_mib,loadgen_rss_mib"
 last=$(size); m=0; hz=$(getconf CLK_TCK)
 # The commit histogram's and the accepted adds' sums and counts, from one scrape:
 # "SUM COUNT ADD_SUM ADD_COUNT".
@@ -67,13 +67,14 @@ while kill -0 "$lg" 2>/dev/null; do
     END {printf "%d", s}' <<< "$metrics")
   ticks=$(ticks_pid "$tl"); rocks=$(ticks_threads "$tl" rocksdb); lgt=$(ticks_pid "$lg" 2>/dev/null || echo "$last_lg")
   cache=$(awk '/^Cached:/ {print int($2 / 1024)}' /proc/meminfo)
+  lgrss=$(awk '/VmRSS/ {print int($2 / 1024)}' "/proc/$lg/status" 2>/dev/null || true)
   read -r csum ccount asum acount <<< "$(commits <<< "$metrics")"
   commit=$(awk -v s="$csum" -v ps="$last_csum" -v c="$ccount" -v pc="$last_ccount" -v n=$((now - last)) \
     -v w="$writers" -v as="$asum" -v pas="$last_asum" -v ac="$acount" -v pac="$last_acount" \
     'BEGIN {if (c > pc) printf "%.3f,%.0f,", (s - ps) / (c - pc) * 1000, n / (c - pc); else printf ",,"
       if (ac > pac) printf "%.3f,", (as - pas) / (ac - pac) * 1000; else printf ","
       if (n > 0) printf "%.3f", w / (n / 60) * 1000}')
-  echo "$m,$now,$(( (now - last) / 60 )),$rss,$logmb,$dedup,$lag,$refused,$(per_append $((ticks - last_ticks)) $((now - last))),$(per_append $((rocks - last_rocks)) $((now - last))),$(per_append $((lgt - last_lg)) $((now - last))),$commit,$cache"
+  echo "$m,$now,$(( (now - last) / 60 )),$rss,$logmb,$dedup,$lag,$refused,$(per_append $((ticks - last_ticks)) $((now - last))),$(per_append $((rocks - last_rocks)) $((now - last))),$(per_append $((lgt - last_lg)) $((now - last))),$commit,$cache,$lgrss"
   last=$now; last_ticks=$ticks; last_rocks=$rocks; last_lg=$lgt; last_csum=$csum; last_ccount=$ccount; last_asum=$asum; last_acount=$acount
 done
 wait "$lg" || true
@@ -84,5 +85,6 @@ python3 - "$work/r.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 print(f"# loadgen: {r['writes_new']:,} new adds, tree growth {r['tree_growth_per_s']:,.0f}/s over {r['write_seconds']:.0f} s, "
-      f"tlogd {r['log_cpu_us_per_add']:.1f} µs CPU/add, ok={r['ok']} {'; '.join(r['failure_reasons'])[:300]}")
+      f"tlogd {r['log_cpu_us_per_add']:.1f} µs CPU/add, verify backlog max {r['verify_backlog_max']:,} "
+      f"(drained in {r['verify_drain_seconds']:.1f} s), ok={r['ok']} {'; '.join(r['failure_reasons'])[:300]}")
 PY

@@ -827,7 +827,8 @@ async fn follow_checkpoints(
 ) {
     let s = &ctx.stats;
     let mut reader = match ctx.reader() {
-        Ok(r) => r,
+        // Consistency proofs between successive checkpoints need right-edge tiles only.
+        Ok(r) => r.with_tile_cache(VERIFY_TILE_CACHE),
         Err(e) => return s.fail(e.to_string()),
     };
     let mut prev = start;
@@ -937,6 +938,9 @@ fn micros(d: Duration) -> u64 {
 /// memory, and most of the checking happened after the run it belonged to).
 const VERIFY_IN_FLIGHT: usize = 8;
 
+/// Full tiles each of the verifier's readers keeps (8 KiB each).
+const VERIFY_TILE_CACHE: usize = 64;
+
 /// Check each sampled entry's bytes in its bundle and its hash in its level-0 tile,
 /// the tile proven included in the newest verified checkpoint: one bundle, one tile
 /// and one proof per tile of entries, however many entries, [`VERIFY_IN_FLIGHT`] tiles
@@ -951,7 +955,10 @@ async fn verify_entries(
     let mut idle = Vec::with_capacity(VERIFY_IN_FLIGHT);
     for _ in 0..VERIFY_IN_FLIGHT {
         match ctx.reader() {
-            Ok(r) => idle.push(r),
+            // Tiles are checked near the log's right edge, in order: the upper tiles
+            // on their proofs' paths are few (a reader's default cache, 32 MiB, would
+            // fill with upper tiles never needed again over a long run).
+            Ok(r) => idle.push(r.with_tile_cache(VERIFY_TILE_CACHE)),
             Err(e) => return s.fail(e.to_string()),
         }
     }
