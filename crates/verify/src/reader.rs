@@ -117,10 +117,7 @@ impl<F: Fetch> LogReader<F> {
 
     /// The hashes of tile `id` (at least `id.width` of them).
     pub async fn tile(&mut self, id: &TileId) -> Result<Vec<Hash>, VerifyError> {
-        if let Some(h) = self.cache.get(&id.full()) {
-            return Ok(h.clone());
-        }
-        if let Some(h) = self.partials.get(id) {
+        if let Some(h) = self.cached(id) {
             return Ok(h.clone());
         }
         let (got, hashes) = self.tile_uncached(id).await?;
@@ -134,6 +131,11 @@ impl<F: Fetch> LogReader<F> {
         }
         cache.insert(got, hashes.clone());
         Ok(hashes)
+    }
+
+    /// The hashes of tile `id` if a cache holds them (its full tile's will do).
+    fn cached(&self, id: &TileId) -> Option<&Vec<Hash>> {
+        self.cache.get(&id.full()).or_else(|| self.partials.get(id))
     }
 
     /// The hashes of tile `id` as read (or of the full tile, if the partial is gone),
@@ -252,8 +254,7 @@ impl<F: Fetch> LogReader<F> {
         // Not cached: a caller reads each level-0 tile once (the cache would fill
         // with them, 8 KiB each, and evict the upper tiles every proof shares). The
         // right edge's partial may be there already, read for an earlier proof.
-        let cached = (self.cache.get(&id.full())).or_else(|| self.partials.get(&id));
-        let mut hashes = match cached {
+        let mut hashes = match self.cached(&id) {
             Some(h) => h.clone(),
             None => self.tile_uncached(&id).await?.1,
         };
