@@ -194,6 +194,12 @@ fn keep_first(_key: &[u8], existing: Option<&[u8]>, operands: &MergeOperands) ->
     }
 }
 
+/// The column family `name`, which open created or found.
+fn family<'a>(db: &'a Db, name: &str) -> Result<Arc<rocksdb::BoundColumnFamily<'a>>, DedupError> {
+    db.cf_handle(name)
+        .ok_or_else(|| err("missing column family"))
+}
+
 fn err(e: impl std::fmt::Display) -> DedupError {
     DedupError(e.to_string())
 }
@@ -400,10 +406,7 @@ impl RocksDedup {
 
     /// The 8-byte big-endian number at `key` in column family `cf`.
     fn read_u64(&self, cf: &str, key: &[u8], what: &str) -> Result<Option<u64>, DedupError> {
-        let handle = self
-            .db
-            .cf_handle(cf)
-            .ok_or_else(|| err("missing column family"))?;
+        let handle = family(&self.db, cf)?;
         match self
             .db
             .get_pinned_cf_opt(&handle, key, &self.read_opts)
@@ -508,10 +511,7 @@ impl RocksDedup {
             );
         }
         let result = written.and_then(|()| {
-            let meta = self
-                .db
-                .cf_handle(CF_META)
-                .ok_or_else(|| err("missing column family"))?;
+            let meta = family(&self.db, CF_META)?;
             self.db
                 .put_cf_opt(&meta, MARKER, marker.to_be_bytes(), &self.write_opts)
                 .map_err(err)
@@ -577,10 +577,7 @@ impl RocksDedup {
             .unwrap_or_else(|e| e.into_inner())
             .iter()
         {
-            let cf = self
-                .db
-                .cf_handle(g)
-                .ok_or_else(|| err("missing column family"))?;
+            let cf = family(&self.db, g)?;
             let found =
                 self.db
                     .batched_multi_get_cf_opt(&cf, asked.iter().copied(), true, &self.read_opts);
@@ -628,10 +625,7 @@ impl RocksDedup {
             return Ok(());
         }
         let generation = self.generation_for_next_table(marks)?;
-        let cf = self
-            .db
-            .cf_handle(&generation)
-            .ok_or_else(|| err("missing column family"))?;
+        let cf = family(&self.db, &generation)?;
         let written = records.len() as u64;
         let path = self.ingest_dir.join(format!("{marker}.sst"));
         let ingested = (|| {
@@ -855,16 +849,13 @@ const SEALED_LEVEL0_TABLES: i32 = 2;
 /// the tables: logged, not returned.
 fn seal(db: &Db, generation: &str) {
     let trigger = SEALED_LEVEL0_TABLES.to_string();
-    let sealed = db
-        .cf_handle(generation)
-        .ok_or_else(|| err("missing column family"))
-        .and_then(|cf| {
-            db.set_options_cf(
-                &cf,
-                &[("level0_file_num_compaction_trigger", trigger.as_str())],
-            )
-            .map_err(err)
-        });
+    let sealed = family(db, generation).and_then(|cf| {
+        db.set_options_cf(
+            &cf,
+            &[("level0_file_num_compaction_trigger", trigger.as_str())],
+        )
+        .map_err(err)
+    });
     if let Err(e) = sealed {
         tracing::warn!(error = %e, %generation, "dedup index: a full generation is not merged into one run; lookups that reach the tables read more runs");
     }
@@ -931,9 +922,7 @@ fn scan_tables(
     let mut batch: Vec<EntryHash> = Vec::with_capacity(BATCH);
     let mut n = 0u64;
     for g in generations {
-        let cf = db
-            .cf_handle(g)
-            .ok_or_else(|| err("missing column family"))?;
+        let cf = family(db, g)?;
         let mut opts = ReadOptions::default();
         // A one-off pass: keep the cache for lookups' blocks.
         opts.fill_cache(false);
