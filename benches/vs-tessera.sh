@@ -19,7 +19,8 @@
 # Needs the release binaries (cargo build --release --workspace --all-targets) and Go;
 # the Tessera servers are built once with `go install` into $TESSERA_BIN (default
 # ~/.cache/tlogd-tools/tessera). TLOGD_BIN overrides the tlogd binary (old vs new).
-# VS_WRITERS sets the loadgen's writers for both servers (default 256).
+# VS_WRITERS sets the loadgen's writers for both servers (default 256). Extra loadgen
+# flags go to both: Go's conformance servers speak h2c too (`--h2c --h2c-connections 4`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -100,6 +101,8 @@ EOF
 
 variants=(go tlogd)
 [ "$mode" = posix ] && [ "${GO_ANTISPAM:-0}" = 1 ] && variants=(go go-antispam tlogd)
+# VS_VARIANTS="tlogd" (any of go, go-antispam, tlogd) runs only those.
+[ -n "${VS_VARIANTS:-}" ] && read -ra variants <<<"$VS_VARIANTS"
 echo "| server | appends/s | server CPU/append | database CPU/append | loadgen CPU/add | add p50 / p99 | time to integrate p50 / p99 | |"
 echo "|---|---|---|---|---|---|---|---|"
 for i in $(seq "$pairs"); do

@@ -34,6 +34,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
+use tlog_verify::yield_first::YieldFirst;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tower_service::Service;
@@ -274,8 +275,10 @@ async fn connection(
     let mut closing = false;
     let mut closed_for: Option<&'static str> = None;
     let error = loop {
+        // Over HTTP/2, many streams' answers leave in one write (`YieldFirst`).
+        let polled = YieldFirst::new(conn.as_mut()).only_if(&activity.http2);
         tokio::select! {
-            done = conn.as_mut() => match done {
+            done = polled => match done {
                 Ok(()) => break None,
                 // hyper times nothing out here (the header-read deadline is
                 // checked below, see `serve`): any error is the connection's.

@@ -20,6 +20,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
 use crate::h1::PlainH1;
+use crate::yield_first::YieldFirst;
 
 /// A failed request.
 #[derive(Debug, thiserror::Error)]
@@ -212,7 +213,7 @@ impl H2cPool {
         let alive = Arc::new(AtomicBool::new(true));
         let flag = alive.clone();
         tokio::spawn(async move {
-            let _ = connection.await;
+            let _ = YieldFirst::new(connection).await;
             flag.store(false, Ordering::Release);
         });
         let conn = H2Conn { send, alive };
