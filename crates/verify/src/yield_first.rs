@@ -124,7 +124,6 @@ mod tests {
             }
             // Let the streams reach their await, then release them from one task (a
             // batch completing), as the engine answers a batch of adds.
-            tokio::task::yield_now().await;
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             tokio::spawn(async move {
                 for tx in senders {
