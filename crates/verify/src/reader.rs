@@ -372,13 +372,14 @@ mod tests {
             root: tree.root(),
             extensions: Vec::new(),
         };
+        // Tile t's leaf hashes, as the tree holds them.
+        let expected = |t: u64| {
+            let first = (t * TILE_WIDTH) as usize;
+            &leaves[first..(first + TILE_WIDTH as usize).min(leaves.len())]
+        };
         for t in 0..=size / TILE_WIDTH {
             let got = reader.proven_leaf_hashes(&cp, t).await.unwrap();
-            let first = (t * TILE_WIDTH) as usize;
-            assert_eq!(
-                got,
-                leaves[first..(first + TILE_WIDTH as usize).min(leaves.len())]
-            );
+            assert_eq!(got, expected(t));
         }
         let level_0 = |p: &String| p.starts_with("tile/0/");
         let asked = fetch.asked.lock().unwrap().clone();
@@ -404,11 +405,7 @@ mod tests {
         .with_tile_cache(1);
         for t in (0..=size / TILE_WIDTH).rev() {
             let got = small.proven_leaf_hashes(&cp, t).await.unwrap();
-            let first = (t * TILE_WIDTH) as usize;
-            assert_eq!(
-                got,
-                leaves[first..(first + TILE_WIDTH as usize).min(leaves.len())]
-            );
+            assert_eq!(got, expected(t));
             assert!(small.cache.len() <= 1);
         }
         // A wrong root is still caught with the tile read this way.
