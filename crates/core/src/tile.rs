@@ -65,6 +65,24 @@ impl TileId {
         self.width as u64 == TILE_WIDTH
     }
 
+    /// The smallest tree size that has this tile at this width: a level-`L` hash tile
+    /// holds the roots of 256^`L`-entry subtrees (tlog-tiles "Tiles"). Saturates at
+    /// `u64::MAX` for tiles no tree can reach.
+    pub fn min_tree_size(&self) -> u64 {
+        let shift = match self.kind {
+            TileKind::Hash { level } => 8 * level as u32,
+            TileKind::Entries => 0,
+        };
+        let n = self
+            .index
+            .saturating_mul(TILE_WIDTH)
+            .saturating_add(self.width as u64);
+        if shift >= 64 || n > u64::MAX >> shift {
+            return u64::MAX;
+        }
+        n << shift
+    }
+
     /// The same tile at full width.
     pub fn full(self) -> Self {
         TileId {

@@ -260,12 +260,7 @@ fn syncfs(dir: &File) -> io::Result<()> {
 
 /// The tree size at which a full tile is complete.
 fn tile_end(id: &TileId) -> u64 {
-    let level = match id.kind {
-        TileKind::Hash { level } => level as u32 + 1,
-        TileKind::Entries => 1,
-    };
-    let span = 1u64.checked_shl(8 * level).unwrap_or(u64::MAX);
-    id.index.saturating_add(1).saturating_mul(span)
+    id.full().min_tree_size()
 }
 
 /// Why the log directory could not be opened.
@@ -377,6 +372,8 @@ struct Inner {
     /// Set by [`PosixStorage::stop_flushing`] (tests): flushes fail, so committed tiles
     /// stay staged and carried, as a crash right after their commit leaves them.
     flushes_stopped: AtomicBool,
+    /// Set by [`PosixStorage::fail_next_slot_sync`] (tests).
+    fail_slot_sync: AtomicBool,
 }
 
 /// See [`Inner::pending`].
@@ -430,6 +427,14 @@ impl PosixStorage {
     #[doc(hidden)]
     pub fn stop_flushing(&self) {
         self.inner.flushes_stopped.store(true, Ordering::Release);
+    }
+
+    /// Make the next commit's state-slot `fdatasync` report `EIO` after the slot was
+    /// written, as a failing disk's would: the record is in the page cache and may yet
+    /// reach the disk. For tests of that outcome.
+    #[doc(hidden)]
+    pub fn fail_next_slot_sync(&self) {
+        self.inner.fail_slot_sync.store(true, Ordering::Release);
     }
 
     /// Open (or create) the log `origin` at `root`, taking its lock.
@@ -520,6 +525,7 @@ impl PosixStorage {
             publishing: Mutex::new(()),
             tmp_seq: AtomicU64::new(0),
             poisoned: AtomicBool::new(false),
+            fail_slot_sync: AtomicBool::new(false),
             sync_lock: Mutex::new(()),
             root_dir,
             pending: Mutex::new(Vec::new()),
@@ -1133,11 +1139,7 @@ impl Inner {
     ) -> Result<(), StorageError> {
         let _sync = self.sync_lock.lock().unwrap_or_else(|e| e.into_inner());
         self.check_poisoned()?;
-        sync().map_err(|e| {
-            self.poisoned.store(true, Ordering::Release);
-            tracing::error!(error = %e, path = %what.display(), "sync failed; no more commits until restart");
-            StorageError::Backend(format!("sync of {}: {e}; restart tlogd to re-read the log from disk", what.display()))
-        })
+        sync().map_err(|e| StorageError::Backend(self.poison(e, what)))
     }
 
     fn syncfs(&self) -> io::Result<()> {
@@ -1228,7 +1230,20 @@ impl Inner {
         // reports any failure of its pages, and a flush's `syncfs` must not delay it.
         let f = write_in_place(&slot, &record)
             .map_err(|e| StorageError::from_io(format!("writing {}: {e}", slot.display()), &e))?;
-        f.sync_data().map_err(|e| self.poison(e, &slot))?;
+        // A failed sync leaves the outcome open: the record is written, and a restart
+        // may find it on disk (the page cache may write it back yet), so the batch is
+        // "uncertain", never "not logged".
+        let synced = match self.fail_slot_sync.swap(false, Ordering::AcqRel) {
+            true => Err(io::Error::from_raw_os_error(libc::EIO)),
+            false => f.sync_data(),
+        };
+        synced.map_err(|e| {
+            StorageError::Unsettled(format!(
+                "{}; the batch to size {} may be logged",
+                self.poison(e, &slot),
+                batch.next.size
+            ))
+        })?;
         // 4. Hand the completed tiles to the flusher (step 5); until then they are
         //    served from memory, from before the new state is visible.
         if !full.is_empty() {
@@ -1276,14 +1291,15 @@ impl Inner {
         drop(publishing);
     }
 
-    /// Poison the store after a failed sync of `what` (see [`Inner::synced`]).
-    fn poison(&self, e: io::Error, what: &Path) -> StorageError {
+    /// Poison the store after a failed sync of `what` (see [`Inner::synced`]); the
+    /// error's message.
+    fn poison(&self, e: io::Error, what: &Path) -> String {
         self.poisoned.store(true, Ordering::Release);
         tracing::error!(error = %e, path = %what.display(), "sync failed; no more commits until restart");
-        StorageError::Backend(format!(
+        format!(
             "sync of {}: {e}; restart tlogd to re-read the log from disk",
             what.display()
-        ))
+        )
     }
 
     /// 5. Flush: make the pending tiles durable at their staging paths (one `syncfs`),

@@ -401,6 +401,39 @@ async fn a_batch_whose_state_does_not_commit_publishes_nothing() {
     tasks.join().await;
 }
 
+/// The state slot's `fdatasync` fails (a disk reporting `EIO`) after the slot was
+/// written: the page cache holds the record and may still write it to disk, so the
+/// batch's adds are answered "uncertain" (503: resubmit), not "not logged"; the store
+/// takes no more commits until a restart, which here finds the batch logged. (Its adds
+/// were answered "storage refuses writes", that is, not logged.)
+#[tokio::test]
+async fn a_failed_sync_of_the_state_slot_is_answered_uncertain() {
+    use tlogd_core::engine::AddError;
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let storage = Arc::new(open(dir.path(), ORIGIN).unwrap());
+        let (log, tasks) = Log::open(storage.clone(), None, config(64)).await.unwrap();
+        assert_eq!(log.add(Bytes::from("a0")).await.map(|o| o.index), Ok(0));
+        storage.fail_next_slot_sync();
+        assert_eq!(log.add(Bytes::from("a1")).await, Err(AddError::Uncertain));
+        // Poisoned: the next batch is refused, and truly not logged.
+        assert_eq!(
+            log.add(Bytes::from("a2")).await,
+            Err(AddError::WritesRefused)
+        );
+        log.shutdown();
+        tasks.join().await;
+    }
+    let storage = open(dir.path(), ORIGIN).unwrap();
+    let verifier = NoteSigner::from_skey(SKEY).unwrap().verifier();
+    let mut logged = Vec::new();
+    let mut visit = |_: u64, e: &[u8]| logged.push(e.to_vec());
+    check_log(&storage, ORIGIN, &verifier, Some(&mut visit))
+        .await
+        .unwrap();
+    assert_eq!(logged, [b"a0".to_vec(), b"a1".to_vec()]);
+}
+
 #[tokio::test]
 async fn partial_tiles_are_files_only_for_checkpointed_sizes() {
     let dir = tempfile::tempdir().unwrap();
@@ -1069,7 +1102,12 @@ async fn a_filesystem_turning_read_only_under_load_loses_nothing() {
                         Ok(out) => {
                             acked.lock().unwrap().insert(out.index, e);
                         }
-                        Err(tlogd_core::engine::AddError::WritesRefused) => {
+                        // A write refused (EROFS), or a slot's sync that failed
+                        // as the filesystem turned (its batch "uncertain").
+                        Err(
+                            tlogd_core::engine::AddError::WritesRefused
+                            | tlogd_core::engine::AddError::Uncertain,
+                        ) => {
                             refused.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
                             tokio::time::sleep(Duration::from_millis(5)).await;
                         }

@@ -15,9 +15,14 @@ pub enum Fault {
     FailButPersist,
     /// Persist the tiles but not the state, then return an error.
     FailAfterTiles,
-    /// Return an error without persisting, and persist the whole batch just before
-    /// the next commit is attempted: a `COMMIT` still on its way to the database (or a
-    /// conditional write still in flight) when the engine read the state back.
+    /// Persist everything, then return an error and make the store unreadable (a
+    /// partition right after the commit arrived) until
+    /// [`MemoryStorage::set_unreadable`]`(false)`.
+    PersistThenPartition,
+    /// Return [`StorageError::Unsettled`] without persisting, and persist the whole
+    /// batch just before the next commit is attempted: a `COMMIT` still on its way to
+    /// the database (or a conditional write still in flight) when the engine read the
+    /// state back, which the backend could not fence off.
     PersistLate,
 }
 
@@ -32,6 +37,7 @@ struct State {
     /// See [`MemoryStorage::set_commit_delay`].
     commit_delay: std::time::Duration,
     unwritable: bool,
+    unreadable: bool,
 }
 
 /// Everything in a `HashMap`, behind a mutex.
@@ -54,6 +60,12 @@ impl MemoryStorage {
     /// Make every write fail (true) or succeed again (false).
     pub fn set_unwritable(&self, unwritable: bool) {
         self.lock().unwritable = unwritable;
+    }
+
+    /// Make every read of the state and of tiles fail (true) or succeed again (false):
+    /// the engine cannot learn a commit's outcome meanwhile.
+    pub fn set_unreadable(&self, unreadable: bool) {
+        self.lock().unreadable = unreadable;
     }
 
     /// Overwrite a stored tile, as an attacker or a bit flip would.
@@ -89,7 +101,11 @@ impl LogStorage for MemoryStorage {
     }
 
     async fn load_state(&self) -> Result<Option<TreeState>, StorageError> {
-        Ok(self.lock().tree)
+        let s = self.lock();
+        if s.unreadable {
+            return Err(err("unreadable"));
+        }
+        Ok(s.tree)
     }
 
     async fn commit(&self, batch: CommitBatch) -> Result<(), StorageError> {
@@ -124,7 +140,9 @@ impl LogStorage for MemoryStorage {
         }
         if fault == Some(Fault::PersistLate) {
             s.late = Some(batch);
-            return Err(err("commit still in flight"));
+            return Err(StorageError::Unsettled(
+                "injected fault: commit still in flight".into(),
+            ));
         }
         // Tiles written before the state advanced may be rewritten (see the trait's
         // contract): only tiles under a committed state are immutable.
@@ -138,15 +156,19 @@ impl LogStorage for MemoryStorage {
         if fault == Some(Fault::FailButPersist) {
             return Err(err("commit persisted"));
         }
+        if fault == Some(Fault::PersistThenPartition) {
+            s.unreadable = true;
+            return Err(err("commit persisted, then a partition"));
+        }
         Ok(())
     }
 
     async fn read_tile(&self, id: &TileId) -> Result<Option<Vec<u8>>, StorageError> {
-        Ok(self
-            .lock()
-            .tiles
-            .get(&(id.kind, id.index, id.width))
-            .cloned())
+        let s = self.lock();
+        if s.unreadable {
+            return Err(err("unreadable"));
+        }
+        Ok(s.tiles.get(&(id.kind, id.index, id.width)).cloned())
     }
 
     async fn publish_checkpoint(&self, signed: &[u8]) -> Result<(), StorageError> {

@@ -78,6 +78,7 @@ pub use cosign::{BoxFuture, CheckpointCosigner, ConsistencyProver, StorageProver
 pub use dedup::{DedupError, DedupIndex, EntryHash, entry_hash};
 pub use storage::{CommitBatch, LogStorage, StorageError, TreeState};
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -92,7 +93,7 @@ use crate::hash::{Hash, leaf_hash};
 use crate::merkle::TileTree;
 use crate::note::NoteSigner;
 use crate::tile::{self, TILE_WIDTH, TileId, TileKind};
-use queue::{InFlight, PendingBatch, Pushed, Queue, QueueLimits};
+use queue::{InFlight, PendingBatch, Placed, Pushed, Queue, QueueLimits};
 
 /// Tuning and identity of one log.
 #[derive(Clone)]
@@ -474,17 +475,17 @@ impl<S: LogStorage> Log<S> {
         match pushed {
             Pushed::Queued(slot, pos) => {
                 inner.work.notify_one();
-                let first = slot.wait().await?;
-                Ok(AddOutcome {
-                    index: first + pos as u64,
-                    duplicate: false,
-                })
+                let (index, duplicate) = slot.wait().await?.index_of(pos);
+                if duplicate {
+                    inner.dedup_hits.increment(1);
+                }
+                Ok(AddOutcome { index, duplicate })
             }
             Pushed::DuplicatePending(slot, pos) => {
                 inner.dedup_hits.increment(1);
-                let first = slot.wait().await?;
+                let (index, _) = slot.wait().await?.index_of(pos);
                 Ok(AddOutcome {
-                    index: first + pos as u64,
+                    index,
                     duplicate: true,
                 })
             }
@@ -618,11 +619,20 @@ impl<S: LogStorage> Log<S> {
         let mut unresolved: Option<Unresolved> = None;
         while let Some(mut batch) = self.next_batch().await {
             metrics::gauge!("tlogd_queue_depth").set(self.queue_depth() as f64);
+            let settled = self
+                .settle(
+                    &mut unresolved,
+                    &mut edge,
+                    &index_tx,
+                    &committed_tx,
+                    Some(&mut batch),
+                )
+                .await;
             let n = batch.entries.len();
-            let result = match self
-                .settle(&mut unresolved, &mut edge, &index_tx, &committed_tx)
-                .await
-            {
+            let result = match settled {
+                // Every entry was a resubmission of a batch found logged: nothing to
+                // commit.
+                Ok(()) if n == 0 => Ok(self.committed_size()),
                 Ok(()) => {
                     self.commit_batch(&mut edge, &batch, &committed_tx, &mut sequencer)
                         .await
@@ -632,11 +642,10 @@ impl<S: LogStorage> Log<S> {
             let result = match result {
                 Ok(first) => Ok(first),
                 Err(Outcome::Failed(e)) => Err(e),
-                Err(Outcome::Unknown { prev, next }) => {
+                Err(Outcome::Unknown { attempts }) => {
                     unresolved = Some(Unresolved {
-                        prev,
-                        next,
-                        hashes: std::mem::take(&mut batch.hashes),
+                        attempts,
+                        hashes: batch.hashes.clone(),
                     });
                     Err(AddError::Uncertain)
                 }
@@ -650,23 +659,27 @@ impl<S: LogStorage> Log<S> {
                         Ok(first) => {
                             q.inflight.insert(*h, InFlight::Committed(first + i as u64));
                         }
+                        // Forget the entry only while it still points at this batch:
+                        // a resubmission queued since may have taken its place.
                         Err(_) => {
-                            q.inflight.remove(h);
+                            if matches!(q.inflight.get(h), Some(InFlight::Pending(slot, _)) if Arc::ptr_eq(slot, &batch.slot))
+                            {
+                                q.inflight.remove(h);
+                            }
                         }
-                    }
-                }
-                if let Some(u) = &unresolved {
-                    for h in &u.hashes {
-                        q.inflight.remove(h);
                     }
                 }
             }
             if let Ok(first) = result
                 && inner.dedup.is_some()
+                && n > 0
             {
                 let _ = index_tx.send((first, std::mem::take(&mut batch.hashes)));
             }
-            batch.slot.complete(result);
+            let dropped: Arc<[(u32, u64)]> = std::mem::take(&mut batch.dropped).into();
+            batch
+                .slot
+                .complete(result.map(|first| Placed { first, dropped }));
             // Keep the lock while busy, for at most one slice: other frontends waiting
             // for it get their turn, and an idle log holds nothing.
             if let Some(since) = sequencer
@@ -684,7 +697,7 @@ impl<S: LogStorage> Log<S> {
             // persist. A batch still unknown is learned at the next start (the index
             // catches up from the tree).
             let _ = self
-                .settle(&mut unresolved, &mut edge, &index_tx, &committed_tx)
+                .settle(&mut unresolved, &mut edge, &index_tx, &committed_tx, None)
                 .await;
         }
         // Dropping the senders tells the publisher and the dedup follower to finish.
@@ -696,21 +709,28 @@ impl<S: LogStorage> Log<S> {
     /// Learn the outcome of an earlier uncertain commit, if there is one, before any
     /// other batch is committed: read the stored tree for up to the commit-retry time.
     /// `Err` if it is still unknown (the caller's batch then fails, unattempted).
+    ///
+    /// If it persisted, its entries are logged: with dedup on, each becomes
+    /// [`InFlight::Committed`] at its index until the persistent index holds it, and
+    /// resubmissions already queued (in `batch`, the one about to commit, or in the
+    /// queue) leave their batches and are answered with that index
+    /// ([`AddError::Uncertain`] promises exactly that), instead of being logged again.
     async fn settle(
         &self,
         unresolved: &mut Option<Unresolved>,
         edge: &mut Option<Edge>,
         index_tx: &mpsc::UnboundedSender<(u64, Vec<EntryHash>)>,
         committed_tx: &watch::Sender<TreeState>,
+        batch: Option<&mut PendingBatch>,
     ) -> Result<(), String> {
         let Some(u) = unresolved.as_ref() else {
             return Ok(());
         };
-        match self.resolve(u.prev, u.next).await {
-            Resolved::Persisted(reloaded) => {
+        match self.resolve(&u.attempts).await {
+            Resolved::Persisted(reloaded, first) => {
                 tracing::warn!(
-                    first = u.prev.size,
-                    size = u.next.size,
+                    first,
+                    entries = u.hashes.len(),
                     "an uncertain commit did persist; its entries are logged"
                 );
                 let state = reloaded.state();
@@ -719,7 +739,29 @@ impl<S: LogStorage> Log<S> {
                 if let Some(u) = unresolved.take()
                     && self.inner.dedup.is_some()
                 {
-                    let _ = index_tx.send((u.prev.size, u.hashes));
+                    let logged: HashMap<EntryHash, u64> =
+                        u.hashes.iter().copied().zip(first..).collect();
+                    let mut q = lock(&self.inner.queue);
+                    for (h, i) in &logged {
+                        q.inflight.insert(*h, InFlight::Committed(*i));
+                    }
+                    let lookup = |h: &EntryHash| logged.get(h).copied();
+                    let (mut entries, mut bytes) = (0, 0);
+                    for b in batch.into_iter().chain(q.batches.iter_mut()) {
+                        let (n, size) = b.drop_logged(&lookup);
+                        entries += n;
+                        bytes += size;
+                    }
+                    q.entries -= entries;
+                    q.bytes -= bytes;
+                    drop(q);
+                    if entries > 0 {
+                        tracing::info!(
+                            entries,
+                            "resubmissions of an uncertain commit answered with its indices"
+                        );
+                    }
+                    let _ = index_tx.send((first, u.hashes));
                 }
                 Ok(())
             }
@@ -734,11 +776,11 @@ impl<S: LogStorage> Log<S> {
         }
     }
 
-    /// After a commit of `prev` → `next` failed in a way that may have persisted ("fail
-    /// but persist"), read the stored tree until it tells which, for up to the
-    /// commit-retry time. Never guesses: re-appending a batch that did persist would
-    /// log it twice.
-    async fn resolve(&self, prev: TreeState, next: TreeState) -> Resolved {
+    /// After commits of one batch (`attempts`: each `prev` → `next`) failed in a way
+    /// that may have persisted ("fail but persist"), read the stored tree until it tells
+    /// whether one did, for up to the commit-retry time. Never guesses: re-appending a
+    /// batch that did persist would log it twice.
+    async fn resolve(&self, attempts: &[Attempt]) -> Resolved {
         let inner = &self.inner;
         let deadline = Instant::now() + inner.config.commit_retry;
         let mut backoff = Duration::from_millis(20);
@@ -746,9 +788,21 @@ impl<S: LogStorage> Log<S> {
             let reason = match Edge::load(&*inner.storage, None).await {
                 Ok(reloaded) => {
                     inner.ready.store(true, Ordering::Release);
-                    match holds(&*inner.storage, reloaded.state(), next).await {
-                        Ok(true) => return Resolved::Persisted(reloaded),
-                        Ok(false) => return Resolved::NotPersisted(reloaded),
+                    let stored = reloaded.state();
+                    let mut found = Ok(None);
+                    for a in attempts {
+                        match holds(&*inner.storage, stored, a.next).await {
+                            Ok(true) => {
+                                found = Ok(Some(a.prev.size));
+                                break;
+                            }
+                            Ok(false) => {}
+                            Err(e) => found = Err(e),
+                        }
+                    }
+                    match found {
+                        Ok(Some(first)) => return Resolved::Persisted(reloaded, first),
+                        Ok(None) => return Resolved::NotPersisted(reloaded),
                         Err(e) => e.to_string(),
                     }
                 }
@@ -760,7 +814,8 @@ impl<S: LogStorage> Log<S> {
             if Instant::now() + backoff > deadline {
                 return Resolved::Unknown(reason);
             }
-            tracing::warn!(error = %reason, size = prev.size, "cannot read the tree back to learn a commit's outcome; retrying");
+            let size = attempts.first().map_or(0, |a| a.prev.size);
+            tracing::warn!(error = %reason, size, "cannot read the tree back to learn a commit's outcome; retrying");
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_secs(1));
         }
@@ -803,24 +858,37 @@ impl<S: LogStorage> Log<S> {
             if result.is_err() && sequencer.take().is_some() {
                 storage.release_sequencer().await;
             }
+            // An attempt that may still land makes every "not logged" answer a guess:
+            // the batch is answered "uncertain" and settled before the next commits.
+            let unsettled = |failed: AddError| match maybe_late.iter().any(|a| !a.settled) {
+                true => Outcome::Unknown {
+                    attempts: maybe_late.clone(),
+                },
+                false => Outcome::Failed(failed),
+            };
             let reason = match result {
                 Ok(first) => return Ok(first),
                 Err(Retry::Conflict) if attempt < 64 => continue,
                 Err(Retry::Conflict) => "tree state kept changing under us".to_string(),
                 Err(Retry::Transient(reason)) => reason,
-                Err(Retry::Bug(reason)) => return Err(Outcome::Failed(AddError::Internal(reason))),
-                Err(Retry::Unknown { prev, next }) => return Err(Outcome::Unknown { prev, next }),
+                Err(Retry::Bug(reason)) => return Err(unsettled(AddError::Internal(reason))),
+                Err(Retry::Unknown) => {
+                    return Err(Outcome::Unknown {
+                        attempts: maybe_late,
+                    });
+                }
                 // Retrying would hold the adds for the whole retry time for nothing:
                 // push back now; the next batch tries again.
                 Err(Retry::WritesRefused(reason)) => {
                     tracing::error!(error = %reason, "storage refuses writes; adds are pushed back");
-                    return Err(Outcome::Failed(AddError::WritesRefused));
+                    return Err(unsettled(AddError::WritesRefused));
                 }
             };
-            // Nothing of the batch persisted. Retry while the caller can still get an
-            // answer in time (a database restart, a dropped connection); then fail.
+            // Nothing of the batch persisted, as far as reading tells. Retry while the
+            // caller can still get an answer in time (a database restart, a dropped
+            // connection); then fail, or, if an attempt may still land, say so.
             if Instant::now() + backoff > deadline {
-                return Err(Outcome::Failed(AddError::Storage(reason)));
+                return Err(unsettled(AddError::Storage(reason)));
             }
             tracing::warn!(attempt, error = %reason, "batch not committed; retrying");
             tokio::time::sleep(backoff).await;
@@ -845,7 +913,7 @@ impl<S: LogStorage> Log<S> {
         batch: &PendingBatch,
         committed_tx: &watch::Sender<TreeState>,
         check_stored: bool,
-        maybe_late: &mut Vec<(TreeState, TreeState)>,
+        maybe_late: &mut Vec<Attempt>,
     ) -> Result<u64, Retry> {
         let inner = &self.inner;
         let backend = inner.storage.backend_name();
@@ -894,27 +962,24 @@ impl<S: LogStorage> Log<S> {
             tracing::error!("{why}");
             return Err(Retry::Transient(why));
         }
-        for &(was, would) in maybe_late.iter() {
-            match holds(&*inner.storage, prev, would).await {
+        for a in maybe_late.iter() {
+            match holds(&*inner.storage, prev, a.next).await {
                 Ok(true) => {
                     tracing::warn!(
-                        first = was.size,
-                        size = would.size,
+                        first = a.prev.size,
+                        size = a.next.size,
                         "a commit read back as not persisted landed late; its entries are logged"
                     );
                     *edge = Some(current);
                     self.advance(prev, committed_tx);
-                    return Ok(was.size);
+                    return Ok(a.prev.size);
                 }
                 Ok(false) => {}
                 Err(_) => {
                     // Cannot tell: the outcome is unknown, resolved before any other
                     // batch commits.
                     *edge = Some(current);
-                    return Err(Retry::Unknown {
-                        prev: was,
-                        next: would,
-                    });
+                    return Err(Retry::Unknown);
                 }
             }
         }
@@ -958,10 +1023,15 @@ impl<S: LogStorage> Log<S> {
             Err(e) => {
                 metrics::counter!("tlogd_storage_errors_total", "backend" => backend, "op" => "commit").increment(1);
                 tracing::error!(error = %e, size = prev.size, "commit failed; reloading the tree");
+                let attempt = Attempt {
+                    prev,
+                    next,
+                    settled: !matches!(e, StorageError::Unsettled(_)),
+                };
                 // Uncertain outcome ("fail but persist" or not): learn it from the
                 // committed state.
-                match self.resolve(prev, next).await {
-                    Resolved::Persisted(reloaded) => {
+                match self.resolve(&[attempt]).await {
+                    Resolved::Persisted(reloaded, _) => {
                         let state = reloaded.state();
                         *edge = Some(reloaded);
                         self.advance(state, committed_tx);
@@ -969,13 +1039,19 @@ impl<S: LogStorage> Log<S> {
                     }
                     Resolved::NotPersisted(reloaded) => {
                         *edge = Some(reloaded);
-                        maybe_late.push((prev, next));
+                        maybe_late.push(attempt);
                         Err(Retry::Transient(format!(
                             "batch {}..{} was not committed: {e}",
                             prev.size, next.size
                         )))
                     }
-                    Resolved::Unknown(_) => Err(Retry::Unknown { prev, next }),
+                    Resolved::Unknown(_) => {
+                        maybe_late.push(Attempt {
+                            settled: false,
+                            ..attempt
+                        });
+                        Err(Retry::Unknown)
+                    }
                 }
             }
         }
@@ -1285,34 +1361,40 @@ enum Retry {
     Bug(String),
     /// The store refuses writes; nothing of the batch persisted.
     WritesRefused(String),
-    /// The commit failed and its outcome could not be learned in time.
-    Unknown {
-        /// The state the batch was built on.
-        prev: TreeState,
-        /// The state it would have committed.
-        next: TreeState,
-    },
+    /// A commit failed and its outcome could not be learned in time.
+    Unknown,
+}
+
+/// One failed attempt to commit a batch, which may have persisted.
+#[derive(Clone, Copy, Debug)]
+struct Attempt {
+    /// The state the batch was built on.
+    prev: TreeState,
+    /// The state it would have committed.
+    next: TreeState,
+    /// Whether, once read back as not persisted, it can no longer land
+    /// ([`StorageError::Backend`]; [`StorageError::Unsettled`]: it may).
+    settled: bool,
 }
 
 /// How a batch ended, when not committed.
 enum Outcome {
     /// Known not logged (or a bug).
     Failed(AddError),
-    /// Maybe logged: resolved before the next batch commits.
-    Unknown { prev: TreeState, next: TreeState },
+    /// Maybe logged, by one of these attempts: resolved before the next batch commits.
+    Unknown { attempts: Vec<Attempt> },
 }
 
 /// A batch whose commit outcome is not known yet.
 struct Unresolved {
-    prev: TreeState,
-    next: TreeState,
+    attempts: Vec<Attempt>,
     hashes: Vec<EntryHash>,
 }
 
 /// What reading the tree back told of an uncertain commit.
 enum Resolved {
-    /// The batch is in the tree; the edge reloaded.
-    Persisted(Edge),
+    /// The batch is in the tree from this index; the edge reloaded.
+    Persisted(Edge, u64),
     /// It is not; the edge reloaded.
     NotPersisted(Edge),
     /// Storage could not be read in time.
@@ -1440,7 +1522,23 @@ impl Edge {
             .into_iter()
             .chain(tile::edge_bundle(state.size))
             .collect();
-        let mut found = storage.read_tiles(&ids).await?.into_iter();
+        let mut found = storage.read_tiles(&ids).await?;
+        // Another frontend may have completed a tile of this edge since the state was
+        // read, and collected its partials: the full tile starts with the same hashes
+        // or entries (tlog-tiles "Partial Tiles"), as in `root_at`.
+        let gone: Vec<usize> = (0..ids.len())
+            .filter(|&i| found[i].is_none() && !ids[i].is_full())
+            .collect();
+        if !gone.is_empty() {
+            let fulls: Vec<TileId> = gone.iter().map(|&i| ids[i].full()).collect();
+            for (&i, full) in gone.iter().zip(storage.read_tiles(&fulls).await?) {
+                let id = ids[i];
+                found[i] = full.and_then(|b| {
+                    tile::tile_prefix(id.kind, &b, TILE_WIDTH as u16, id.width).map(<[u8]>::to_vec)
+                });
+            }
+        }
+        let mut found = found.into_iter();
         let mut levels: Vec<Vec<Hash>> = Vec::new();
         let mut bundle = Vec::new();
         for id in &ids {

@@ -3,7 +3,10 @@
 //! Adds are appended to the newest open [`PendingBatch`]; the integrator pops whole
 //! batches. Every entry of a batch waits on the batch's one [`BatchSlot`] and learns its
 //! index as `first_index + position`, so the hot path allocates nothing per entry
-//! beyond the entry bytes themselves.
+//! beyond the entry bytes themselves. The one exception: entries found already logged
+//! while queued (resubmissions of a batch whose uncertain commit turned out to have
+//! persisted) leave their batch before it commits, and the slot's [`Placed`] says where
+//! they are and how the positions after them shift.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, OnceLock};
@@ -15,22 +18,43 @@ use super::AddError;
 use super::dedup::EntryHash;
 use crate::hash::Hash;
 
-/// Completion of one batch: the index of its first entry, or why it failed.
+/// Where a committed batch's entries are.
+#[derive(Clone, Debug)]
+pub(crate) struct Placed {
+    /// The index of the batch's first committed entry.
+    pub(crate) first: u64,
+    /// Positions (as pushed) of entries that left the batch because they were already
+    /// logged, sorted, each with the index where they are. Empty on the hot path.
+    pub(crate) dropped: Arc<[(u32, u64)]>,
+}
+
+impl Placed {
+    /// The index of the entry pushed at `pos`, and whether it was already logged there.
+    pub(crate) fn index_of(&self, pos: u32) -> (u64, bool) {
+        match self.dropped.binary_search_by_key(&pos, |&(p, _)| p) {
+            Ok(i) => (self.dropped[i].1, true),
+            // `i` dropped entries were pushed before this one.
+            Err(i) => (self.first + pos as u64 - i as u64, false),
+        }
+    }
+}
+
+/// Completion of one batch: where its entries are, or why it failed.
 #[derive(Default)]
 pub(crate) struct BatchSlot {
-    result: OnceLock<Result<u64, AddError>>,
+    result: OnceLock<Result<Placed, AddError>>,
     notify: Notify,
 }
 
 impl BatchSlot {
     /// Resolve the slot and wake every waiter. Only the first call has an effect.
-    pub(crate) fn complete(&self, result: Result<u64, AddError>) {
+    pub(crate) fn complete(&self, result: Result<Placed, AddError>) {
         let _ = self.result.set(result);
         self.notify.notify_waiters();
     }
 
     /// Wait for [`BatchSlot::complete`].
-    pub(crate) async fn wait(&self) -> Result<u64, AddError> {
+    pub(crate) async fn wait(&self) -> Result<Placed, AddError> {
         loop {
             let notified = self.notify.notified();
             let mut notified = std::pin::pin!(notified);
@@ -52,6 +76,9 @@ pub(crate) struct PendingBatch {
     pub(crate) hashes: Vec<EntryHash>,
     pub(crate) bytes: usize,
     pub(crate) slot: Arc<BatchSlot>,
+    /// Entries that left the batch already logged (see [`Placed::dropped`]), sorted
+    /// by position.
+    pub(crate) dropped: Vec<(u32, u64)>,
 }
 
 /// A batch dropped unanswered (its integrator panicked, or the log failed and drained
@@ -73,7 +100,57 @@ impl PendingBatch {
             hashes: Vec::with_capacity(if dedup { n } else { 0 }),
             bytes: 0,
             slot: Arc::default(),
+            dropped: Vec::new(),
         }
+    }
+
+    /// The position (as pushed) of the entry now at `i`: `i` plus the entries that left
+    /// before it.
+    fn pushed_position(&self, i: usize) -> u32 {
+        let mut pos = i as u32;
+        for &(p, _) in &self.dropped {
+            if p <= pos {
+                pos += 1;
+            } else {
+                break;
+            }
+        }
+        pos
+    }
+
+    /// Take out every entry `logged` finds already logged, remembering where it is;
+    /// returns how many entries and bytes left. Only with dedup on (`hashes` filled).
+    pub(crate) fn drop_logged(
+        &mut self,
+        logged: impl Fn(&EntryHash) -> Option<u64>,
+    ) -> (usize, usize) {
+        let at: Vec<Option<u64>> = self.hashes.iter().map(logged).collect();
+        if at.iter().all(Option::is_none) {
+            return (0, 0);
+        }
+        let entries = std::mem::take(&mut self.entries);
+        let leaves = std::mem::take(&mut self.leaves);
+        let hashes = std::mem::take(&mut self.hashes);
+        let mut left = Vec::new();
+        let mut bytes = 0;
+        for (i, ((e, l), h)) in entries.into_iter().zip(leaves).zip(hashes).enumerate() {
+            match at[i] {
+                Some(index) => {
+                    left.push((self.pushed_position(i), index));
+                    bytes += e.len();
+                }
+                None => {
+                    self.entries.push(e);
+                    self.leaves.push(l);
+                    self.hashes.push(h);
+                }
+            }
+        }
+        self.bytes -= bytes;
+        let n = left.len();
+        self.dropped.extend(left);
+        self.dropped.sort_unstable_by_key(|&(p, _)| p);
+        (n, bytes)
     }
 }
 
@@ -168,7 +245,8 @@ impl Queue {
         let Some(batch) = self.batches.back_mut() else {
             return Err(AddError::Internal("queue has no open batch".into()));
         };
-        let pos = batch.entries.len() as u32;
+        // Positions count the entries that left the batch too: theirs are taken.
+        let pos = (batch.entries.len() + batch.dropped.len()) as u32;
         self.entries += 1;
         self.bytes += entry.len();
         batch.bytes += entry.len();

@@ -83,9 +83,20 @@ pub enum StorageError {
     #[error("storage refuses writes: {0}")]
     WritesRefused(String),
     /// Any other backend failure (I/O, network, database). The operation may or may not
-    /// have taken effect.
+    /// have taken effect, but from [`LogStorage::commit`] it is *settled*: once the
+    /// state reads back without the batch, the batch can no longer land (it never left,
+    /// or the backend fenced it off: ended the session that sent a `COMMIT`, rewrote
+    /// the record a lost swap was conditional on).
     #[error("{0}")]
     Backend(String),
+    /// A failed [`LogStorage::commit`] that may still take effect *after* the state
+    /// reads back without it: a `COMMIT` whose session could not be ended, a swap whose
+    /// fence failed, a sync that failed on pages a restart may still find on disk.
+    /// The engine never answers such a batch "not logged": its adds get
+    /// [`AddError::Uncertain`](super::AddError::Uncertain) (resubmit) and every later
+    /// attempt checks whether it landed.
+    #[error("{0}")]
+    Unsettled(String),
 }
 
 impl From<std::io::Error> for StorageError {
@@ -125,10 +136,16 @@ impl StorageError {
 /// * **Idempotent writes.** Re-writing identical bytes to an existing full tile or bundle
 ///   succeeds (a batch may be retried after an error that did in fact persist).
 /// * **Errors are uncertain.** A [`StorageError::Backend`] from `commit` may have
-///   persisted ("fail but persist") or not ("fail and don't persist"), and may still
-///   persist after it returned (a request in flight): the engine re-reads the state
-///   with [`load_state`](Self::load_state) to learn which, and checks again whenever
-///   it later finds the tree grown.
+///   persisted ("fail but persist") or not ("fail and don't persist"): the engine
+///   re-reads the state with [`load_state`](Self::load_state) to learn which. What it
+///   reads is final for `Backend`; a commit that may still land later (a request in
+///   flight that could not be fenced) returns [`StorageError::Unsettled`] instead, and
+///   its adds are answered "uncertain", never "not logged". Either way the engine
+///   checks again whenever it later finds the tree grown.
+/// * **Conflict is definite.** [`StorageError::Conflict`] means this attempt did not
+///   and never will commit. A backend that cannot tell (a swap whose answer was lost,
+///   read back on a tree that has moved past it) returns `Backend`, and the engine
+///   learns from the stored tree whether the batch is in it.
 /// * **Publishing is separate.** [`publish_checkpoint`](Self::publish_checkpoint) stores
 ///   the signed checkpoint readers see; it only ever names a committed state, so it may
 ///   lag the tree but never lead it.

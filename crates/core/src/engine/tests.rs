@@ -235,6 +235,66 @@ async fn a_commit_that_lands_after_the_read_back_is_logged_once() {
     );
 }
 
+/// A commit that may still land (its request could not be fenced off) and has not
+/// when the retry time runs out: its adds are answered "uncertain" (503: resubmit), not
+/// "not logged" (500), since it lands afterwards. (It was answered `Storage`, "not
+/// logged", and the entry was in the log at 1.)
+#[tokio::test]
+async fn a_commit_that_may_still_land_at_the_deadline_is_answered_uncertain() {
+    let storage = Arc::new(MemoryStorage::new());
+    let mut cfg = config();
+    cfg.commit_retry = Duration::ZERO;
+    let (log, tasks) = Log::open(storage.clone(), None, cfg.clone()).await.unwrap();
+    assert_eq!(log.add(entry(0)).await.unwrap().index, 0);
+    storage.fail_next_commit(Fault::PersistLate);
+    assert_eq!(log.add(entry(1)).await, Err(AddError::Uncertain));
+    // It lands just before the next commit, which goes on top of it.
+    assert_eq!(log.add(entry(2)).await.unwrap().index, 2);
+    log.shutdown();
+    tasks.join().await;
+    let want: Vec<Vec<u8>> = (0..3).map(|i| entry(i).to_vec()).collect();
+    assert_eq!(logged(&storage, &cfg).await, want);
+}
+
+/// With dedup on, a client resubmits after `503 Uncertain`, as it is told to, and the
+/// uncertain commit turns out to have persisted: the resubmission (queued in one batch
+/// with a new entry) is answered with the original index, the new entry with the next
+/// one, and each is in the log once. (The resubmission was logged again, at 2.)
+#[tokio::test]
+async fn a_resubmission_after_an_uncertain_commit_that_persisted_is_not_logged_again() {
+    let storage = Arc::new(MemoryStorage::new());
+    let mut cfg = config();
+    cfg.commit_retry = Duration::from_millis(100);
+    let index = Arc::new(MapIndex::default());
+    let (log, tasks) = Log::open(storage.clone(), Some(index.clone()), cfg.clone())
+        .await
+        .unwrap();
+    assert_eq!(log.add(entry(0)).await.unwrap().index, 0);
+    storage.fail_next_commit(Fault::PersistThenPartition);
+    assert_eq!(log.add(entry(1)).await, Err(AddError::Uncertain));
+    storage.set_unreadable(false);
+    let (again, new) = tokio::join!(log.add(entry(1)), log.add(entry(2)));
+    let duplicate = |index| AddOutcome {
+        index,
+        duplicate: true,
+    };
+    assert_eq!(again, Ok(duplicate(1)));
+    assert_eq!(
+        new,
+        Ok(AddOutcome {
+            index: 2,
+            duplicate: false
+        })
+    );
+    // Before and after the persistent index has it.
+    assert_eq!(log.add(entry(1)).await, Ok(duplicate(1)));
+    log.shutdown();
+    tasks.join().await;
+    let want: Vec<Vec<u8>> = (0..3).map(|i| entry(i).to_vec()).collect();
+    assert_eq!(logged(&storage, &cfg).await, want);
+    assert_eq!(index.get(&entry_hash(&entry(1))).unwrap(), Some(1));
+}
+
 /// A store where another frontend commits its prepared batch right after this
 /// frontend's commit fails: the failed batch is overtaken before it is read back.
 struct Overtaken {

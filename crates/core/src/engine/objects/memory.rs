@@ -43,6 +43,11 @@ pub enum ObjectFault {
     /// store after this long and takes effect then, if its condition holds then (a
     /// request whose connection broke before it arrived). Conditional writes only.
     PersistLate(Duration),
+    /// Take effect, then hold the answer until [`MemoryObjects::release_held`], then
+    /// return an error: an answer lost while the rest of the world moves on, for
+    /// deterministic interleavings ([`MemoryObjects::wait_held`] tells when a call is
+    /// held). Conditional writes only.
+    PersistThenHold,
 }
 
 struct Rule {
@@ -78,6 +83,24 @@ struct State {
 #[derive(Clone, Default)]
 pub struct MemoryObjects {
     state: Arc<Mutex<State>>,
+    hold: Arc<Hold>,
+}
+
+/// The answers held by [`ObjectFault::PersistThenHold`].
+struct Hold {
+    /// Calls held so far.
+    held: tokio::sync::watch::Sender<u64>,
+    /// One permit per answer released.
+    gate: tokio::sync::Semaphore,
+}
+
+impl Default for Hold {
+    fn default() -> Self {
+        Hold {
+            held: tokio::sync::watch::Sender::new(0),
+            gate: tokio::sync::Semaphore::new(0),
+        }
+    }
 }
 
 impl MemoryObjects {
@@ -99,6 +122,17 @@ impl MemoryObjects {
             fault,
             times,
         });
+    }
+
+    /// Wait until `n` calls in all have been held by [`ObjectFault::PersistThenHold`].
+    pub async fn wait_held(&self, n: u64) {
+        let mut held = self.hold.held.subscribe();
+        let _ = held.wait_for(|&h| h >= n).await;
+    }
+
+    /// Let one held call answer (with its error).
+    pub fn release_held(&self) {
+        self.hold.gate.add_permits(1);
     }
 
     /// Drop every pending fault rule.
@@ -282,6 +316,15 @@ impl ObjectBackend for MemoryObjects {
                 false => PutOutcome::ConditionFailed,
             }
         };
+        if fault == Some(ObjectFault::PersistThenHold) {
+            self.hold.held.send_modify(|h| *h += 1);
+            if let Ok(permit) = self.hold.gate.acquire().await {
+                permit.forget();
+            }
+            return Err(StorageError::Backend(format!(
+                "injected fault: the answer to a write of {key} was lost"
+            )));
+        }
         self.after(fault, ObjectOp::PutIf, key)?;
         Ok(outcome)
     }

@@ -291,7 +291,7 @@ pub struct ObjectLog<B: ObjectBackend> {
     options: ObjectLogOptions,
     known: Mutex<Known>,
     /// The staged key whose tiles this process has applied (or knows applied).
-    applied: Arc<Mutex<Option<String>>>,
+    applied: Arc<Mutex<Applied>>,
     /// The largest tree size whose tiles are all at their public keys, as far as this
     /// process knows: a checkpoint waits for it (invariant 4).
     applied_size: Arc<watch::Sender<u64>>,
@@ -392,7 +392,7 @@ impl<B: ObjectBackend> ObjectLog<B> {
                 record: None,
                 version: None,
             }),
-            applied: Arc::new(Mutex::new(None)),
+            applied: Arc::default(),
             applied_size: Arc::new(watch::Sender::new(0)),
             applying: Mutex::new(None),
             swept: Mutex::new(Instant::now()),
@@ -432,7 +432,7 @@ impl<B: ObjectBackend> ObjectLog<B> {
         k.version = Some(version);
     }
 
-    fn applied(&self) -> MutexGuard<'_, Option<String>> {
+    fn applied(&self) -> MutexGuard<'_, Applied> {
         lock(&self.applied)
     }
 
@@ -454,6 +454,20 @@ impl<B: ObjectBackend> ObjectLog<B> {
                 "the tiles of tree size {size} are not all uploaded yet"
             ))),
         }
+    }
+
+    /// A tile found missing that a tree of `size` has: wait if, and only if, it is a
+    /// tile of a batch this process committed whose upload (step 4) is still running;
+    /// `Ok(true)` if the caller should read again. A tile beyond the committed tree,
+    /// or one whose upload is done, is answered at once (a 404 stays a 404, not a wait
+    /// for an unrelated upload), and a wait that times out is an error (the tile is
+    /// committed but not readable), not a 404.
+    async fn wait_for_tiles(&self, size: u64) -> Result<bool, StorageError> {
+        let committed = self.known().record.as_ref().map_or(0, |r| r.state.size);
+        if size > committed || *self.applied_size.borrow() >= size {
+            return Ok(false);
+        }
+        self.wait_uploaded(size).await
     }
 
     /// Read several objects concurrently: one round trip's latency for all (the
@@ -515,7 +529,7 @@ impl<B: ObjectBackend> ObjectLog<B> {
                 let _ = self.finish_applying().await;
             }
             if let Some(key) = staged
-                && self.applied().as_deref() != Some(key.as_str())
+                && !self.applied().is(&key)
             {
                 match self.backend.get(&key).await? {
                     Some(bytes) => {
@@ -527,7 +541,10 @@ impl<B: ObjectBackend> ObjectLog<B> {
                             )));
                         }
                         apply_tiles(&self.backend, &self.options, &batch.tiles).await?;
-                        *self.applied() = Some(key);
+                        self.applied().advance(batch.next.size, &key);
+                        // Step 5 for a batch its committer did not finish (it crashed,
+                        // or is slow): its completed tiles' partials go too.
+                        clean_up(self.backend.clone(), None, completed_tiles(&batch.tiles));
                     }
                     None => {
                         let now = self.backend.get_versioned(STATE_KEY).await?;
@@ -568,7 +585,9 @@ impl<B: ObjectBackend> ObjectLog<B> {
         let stored = record.as_ref().map_or(TreeState::empty(), |r| r.state);
         if stored != prev {
             // Our view is stale (another frontend committed since we read it) or the
-            // engine is behind: the engine reloads and re-integrates.
+            // engine is behind: the engine reloads and re-integrates. No swap was sent,
+            // so nothing will ever name what we staged.
+            self.delete_unnamed(staged);
             return Err(StorageError::Conflict {
                 expected: prev.size,
                 found: stored.size,
@@ -593,43 +612,64 @@ impl<B: ObjectBackend> ObjectLog<B> {
                 self.remember(new, v);
                 Ok(())
             }
-            Ok(PutOutcome::ConditionFailed) => {
-                let found = self.peek_record().await?;
-                Err(StorageError::Conflict {
-                    expected: prev.size,
-                    found: found.map_or(0, |r| r.state.size),
-                })
-            }
+            // Our own definite 412: another frontend's swap won, ours never lands, and
+            // nothing will ever name what we staged. The one exception, checked on
+            // the record read anyway for the conflict's size: a client that retried our
+            // request after it had landed (the record names our staged key).
+            Ok(PutOutcome::ConditionFailed) => match self.read_versioned_record().await? {
+                Some((r, v)) if r.staged.as_deref() == Some(staged) => {
+                    self.remember(r, v);
+                    Ok(())
+                }
+                found => {
+                    self.delete_unnamed(staged);
+                    Err(StorageError::Conflict {
+                        expected: prev.size,
+                        found: found.map_or(0, |(r, _)| r.state.size),
+                    })
+                }
+            },
             // The request failed: it may have taken effect, or still be on its way.
-            // Learn which by reading the record back; if that fails too, the engine
-            // resolves it by reloading.
+            // Learn which by reading the record back; if that fails too, the swap may
+            // still land (unsettled) and the engine resolves it by reloading.
             Err(e) => {
-                let read = match self.backend.get_versioned(STATE_KEY).await {
-                    Ok(read) => read,
+                let found = match self.read_versioned_record().await {
+                    Ok(found) => found,
                     Err(e2) => {
-                        return Err(StorageError::Backend(format!(
+                        return Err(StorageError::Unsettled(format!(
                             "{e}; reading the state back: {e2}"
                         )));
                     }
                 };
-                let found = read
-                    .as_ref()
-                    .map(|(b, v)| StateRecord::decode(b).map(|r| (r, v.clone())))
-                    .transpose()?;
-                match found {
-                    Some((r, v)) if r == new => {
-                        self.remember(new, v);
+                match LostSwap::judge(found, prev, next, staged) {
+                    LostSwap::Ours(r, v) => {
+                        self.remember(r, v);
                         Ok(())
                     }
-                    Some((r, _)) if r.state != prev => Err(StorageError::Conflict {
-                        expected: prev.size,
-                        found: r.state.size,
-                    }),
                     // Still `prev`: the swap did not land yet, and may yet.
-                    found => self.fence(prev, found, &new, e).await,
+                    LostSwap::StillPrev(found) => self.fence(prev, next, found, staged, e).await,
+                    verdict => Err(verdict.into_error(prev, &e)),
                 }
             }
         }
+    }
+
+    /// The stored state record and its version, without applying anything or updating
+    /// what we know.
+    async fn read_versioned_record(
+        &self,
+    ) -> Result<Option<(StateRecord, ObjectVersion)>, StorageError> {
+        self.backend
+            .get_versioned(STATE_KEY)
+            .await?
+            .map(|(b, v)| StateRecord::decode(&b).map(|r| (r, v)))
+            .transpose()
+    }
+
+    /// Delete, in the background, a staged batch that no state names and none ever
+    /// will.
+    fn delete_unnamed(&self, staged: &str) {
+        clean_up(self.backend.clone(), Some(staged.to_string()), Vec::new());
     }
 
     /// After a swap whose answer was lost finds the record still at `prev` (at
@@ -643,8 +683,9 @@ impl<B: ObjectBackend> ObjectLog<B> {
     async fn fence(
         &self,
         prev: TreeState,
+        next: TreeState,
         found: Option<(StateRecord, ObjectVersion)>,
-        new: &StateRecord,
+        staged: &str,
         swap_error: StorageError,
     ) -> Result<(), StorageError> {
         let mut nonce = [0u8; 8];
@@ -690,36 +731,116 @@ impl<B: ObjectBackend> ObjectLog<B> {
                     prev.size
                 )))
             }
-            Ok(PutOutcome::ConditionFailed) => match self.backend.get_versioned(STATE_KEY).await {
-                Ok(Some((b, v))) => match StateRecord::decode(&b)? {
-                    r if r == *new => {
+            Ok(PutOutcome::ConditionFailed) => match self.read_versioned_record().await {
+                Ok(found) => match LostSwap::judge(found, prev, next, staged) {
+                    LostSwap::Ours(r, v) => {
                         self.remember(r, v);
                         Ok(())
                     }
-                    r => Err(StorageError::Conflict {
-                        expected: prev.size,
-                        found: r.state.size,
-                    }),
+                    // Rewritten at `prev` by another frontend's fence: a new version, so
+                    // our swap, conditional on the old one, can never land.
+                    LostSwap::StillPrev(_) => Err(StorageError::Backend(format!(
+                        "{swap_error}; the state was fenced at size {}: batch not committed",
+                        prev.size
+                    ))),
+                    verdict => Err(verdict.into_error(prev, &swap_error)),
                 },
-                _ => Err(swap_error),
+                Err(e2) => Err(StorageError::Unsettled(format!(
+                    "{swap_error}; reading the state back after a failed fence: {e2}"
+                ))),
             },
             // Unfenced: the swap may still land; the engine keeps checking for it.
-            Err(e2) => Err(StorageError::Backend(format!(
+            Err(e2) => Err(StorageError::Unsettled(format!(
                 "{swap_error}; fencing the state: {e2}"
             ))),
-        }
-    }
-
-    /// The stored record, without applying anything or updating what we know.
-    async fn peek_record(&self) -> Result<Option<StateRecord>, StorageError> {
-        match self.backend.get(STATE_KEY).await? {
-            None => Ok(None),
-            Some(b) => StateRecord::decode(&b).map(Some),
         }
     }
 }
 
 const ORIGIN_MISMATCH: &str = "origin mismatch: ";
+
+/// The newest staged batch whose tiles this process has applied (or knows applied):
+/// its size and key. It only moves forward: an upload finishing late never replaces
+/// a newer batch read and applied meanwhile.
+#[derive(Default)]
+struct Applied(Option<(u64, String)>);
+
+impl Applied {
+    fn is(&self, key: &str) -> bool {
+        self.0.as_ref().is_some_and(|(_, k)| k == key)
+    }
+
+    fn advance(&mut self, size: u64, key: &str) {
+        if self.0.as_ref().is_none_or(|(s, _)| *s <= size) {
+            self.0 = Some((size, key.to_string()));
+        }
+    }
+}
+
+/// The tiles of a batch that are full: their partials are garbage once they are public.
+fn completed_tiles(tiles: &[(TileId, Bytes)]) -> Vec<TileId> {
+    tiles
+        .iter()
+        .filter(|(id, _)| id.is_full())
+        .map(|(id, _)| *id)
+        .collect()
+}
+
+/// What the state record, read back after a swap `prev` → `next` whose answer was lost,
+/// says of that swap.
+enum LostSwap {
+    /// It names our staged batch: the swap landed (the record may carry a fence line
+    /// another frontend added since).
+    Ours(StateRecord, ObjectVersion),
+    /// Still at `prev` (or absent): the swap did not land yet, and may yet.
+    StillPrev(Option<(StateRecord, ObjectVersion)>),
+    /// Another frontend's record at this size, at least `next`'s: it may have committed
+    /// on top of our landed swap (after reading it and applying our staged batch).
+    /// Only the stored tree can tell: its root at `next.size` is `next.root` or not.
+    Beyond(u64),
+    /// Another frontend's record below `next`'s size: our swap is not under it, and,
+    /// conditional on a version that is gone for good, never will be.
+    Lost(u64),
+}
+
+impl LostSwap {
+    fn judge(
+        found: Option<(StateRecord, ObjectVersion)>,
+        prev: TreeState,
+        next: TreeState,
+        staged: &str,
+    ) -> Self {
+        match found {
+            Some((r, v)) if r.staged.as_deref() == Some(staged) => LostSwap::Ours(r, v),
+            Some((r, _)) if r.state != prev && r.state.size >= next.size => {
+                LostSwap::Beyond(r.state.size)
+            }
+            Some((r, _)) if r.state != prev => LostSwap::Lost(r.state.size),
+            found => LostSwap::StillPrev(found),
+        }
+    }
+
+    /// The error a swap judged `Beyond` or `Lost` returns. `Beyond` is a settled
+    /// [`StorageError::Backend`], not a conflict: the engine reads the tree back
+    /// and acknowledges the batch if it is there (re-appending it would log it twice).
+    /// Neither deletes the staged batch: only our own definite 412 may (another frontend
+    /// may still be applying it); the sweep collects it.
+    fn into_error(self, prev: TreeState, swap_error: &StorageError) -> StorageError {
+        match self {
+            LostSwap::Beyond(size) => StorageError::Backend(format!(
+                "{swap_error}; the state has moved on to size {size}: whether the batch is \
+                 in it is read from the tree"
+            )),
+            LostSwap::Lost(size) => StorageError::Conflict {
+                expected: prev.size,
+                found: size,
+            },
+            LostSwap::Ours(..) | LostSwap::StillPrev(_) => {
+                StorageError::Backend(format!("{swap_error}; unexpected read-back"))
+            }
+        }
+    }
+}
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -934,23 +1055,13 @@ impl<B: ObjectBackend> LogStorage for ObjectLog<B> {
             unnamed(key);
             return Err(e);
         }
-        // Step 3: the commit point.
-        if let Err(e) = self.swap_state(prev, next, &key).await {
-            if matches!(e, StorageError::Conflict { .. }) {
-                // Lost for sure: nothing will ever name this staged batch.
-                unnamed(key);
-            }
-            return Err(e);
-        }
+        // Step 3: the commit point. A swap lost for sure deletes what it staged.
+        self.swap_state(prev, next, &key).await?;
         // Step 4, in the background: the entries are durable (staged, and named by the
         // committed state), so the engine acknowledges them now, and the next batch
         // stages while these tiles upload. A checkpoint for this size waits for them
         // (`publish_checkpoint`), and so does the next commit point.
-        let completed = tiles
-            .iter()
-            .filter(|(id, _)| id.is_full())
-            .map(|(id, _)| *id)
-            .collect();
+        let completed = completed_tiles(&tiles);
         let (backend, options) = (self.backend.clone(), self.options.clone());
         let (applied, applied_size) = (self.applied.clone(), self.applied_size.clone());
         // Orphans, now and then, after this batch's own upload (it must not slow the
@@ -970,7 +1081,7 @@ impl<B: ObjectBackend> LogStorage for ObjectLog<B> {
         let applying_key = key.clone();
         let applying = tokio::spawn(async move {
             apply_tiles(&backend, &options, &tiles).await?;
-            *lock(&applied) = Some(key);
+            lock(&applied).advance(next.size, &key);
             applied_size.send_modify(|a| *a = (*a).max(next.size));
             // Step 5.
             clean_up(backend.clone(), superseded, completed);
@@ -993,8 +1104,7 @@ impl<B: ObjectBackend> LogStorage for ObjectLog<B> {
         if let Some(b) = self.backend.get(&key).await? {
             return Ok(Some(b.to_vec()));
         }
-        // A tile of a batch committed here may still be uploading (step 4).
-        if !matches!(self.wait_uploaded(u64::MAX).await, Ok(false)) {
+        if self.wait_for_tiles(id.min_tree_size()).await? {
             return Ok(self.backend.get(&key).await?.map(|b| b.to_vec()));
         }
         Ok(None)
@@ -1002,8 +1112,14 @@ impl<B: ObjectBackend> LogStorage for ObjectLog<B> {
 
     async fn read_tiles(&self, ids: &[TileId]) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
         let mut out = self.get_all(ids).await?;
-        if out.iter().any(Option::is_none)
-            && !matches!(self.wait_uploaded(u64::MAX).await, Ok(false))
+        let missing = ids
+            .iter()
+            .zip(&out)
+            .filter(|(_, got)| got.is_none())
+            .map(|(id, _)| id.min_tree_size())
+            .max();
+        if let Some(size) = missing
+            && self.wait_for_tiles(size).await?
         {
             out = self.get_all(ids).await?;
         }

@@ -317,6 +317,79 @@ async fn an_unknown_outcome_blocks_commits_until_resolved() {
     assert_eq!(check_all(&store, &acked).await, 3);
 }
 
+/// Frontend A's swap of the state lands but its answer is lost, and before A reads the
+/// record back, frontend B loses its own swap (412), reloads (finishing A's batch) and
+/// commits on top. A must find its batch in the tree and acknowledge it. (It called the
+/// record it read a conflict and appended the batch again: logged twice.)
+#[tokio::test]
+async fn a_landed_swap_whose_answer_was_lost_under_another_commit_is_logged_once() {
+    let store = MemoryObjects::new();
+    let (a, a_tasks) = Log::open(open(&store).await, None, config()).await.unwrap();
+    let (b, b_tasks) = Log::open(open(&store).await, None, config()).await.unwrap();
+    assert_eq!(a.add(entry(0, 0)).await.map(|o| o.index), Ok(0));
+    store.inject(ObjectOp::PutIf, STATE_KEY, ObjectFault::PersistThenHold, 1);
+    let lost = tokio::spawn({
+        let a = a.clone();
+        async move { a.add(entry(0, 1)).await }
+    });
+    store.wait_held(1).await;
+    assert_eq!(b.add(entry(1, 0)).await.map(|o| o.index), Ok(2));
+    store.release_held();
+    assert_eq!(lost.await.unwrap().map(|o| o.index), Ok(1));
+    for (log, tasks) in [(a, a_tasks), (b, b_tasks)] {
+        log.shutdown();
+        tasks.join().await;
+    }
+    let acked = [(0, entry(0, 0)), (1, entry(0, 1)), (2, entry(1, 0))].into();
+    assert_eq!(check_all(&store, &acked).await, 3);
+    check_public_writes(&store);
+}
+
+/// The same loss, and meanwhile a third frontend fenced the record A's swap wrote
+/// (rewrote it with a fence line after a swap of its own lost its answer): A must know
+/// its batch by the staged key the record names. (It called it a conflict and deleted
+/// that staged object: every frontend that had not applied it, and every new open,
+/// failed with "the committed state names the staged batch ..., which is missing".)
+#[tokio::test]
+async fn a_landed_swap_fenced_by_another_frontend_is_still_ours() {
+    let store = MemoryObjects::new();
+    let (a, a_tasks) = Log::open(open(&store).await, None, config()).await.unwrap();
+    assert_eq!(a.add(entry(0, 0)).await.map(|o| o.index), Ok(0));
+    store.inject(ObjectOp::PutIf, STATE_KEY, ObjectFault::PersistThenHold, 1);
+    let lost = tokio::spawn({
+        let a = a.clone();
+        async move { a.add(entry(0, 1)).await }
+    });
+    store.wait_held(1).await;
+    let (bytes, version) = store.get_versioned(STATE_KEY).await.unwrap().unwrap();
+    let fenced = StateRecord {
+        fence: Some(7),
+        ..StateRecord::decode(&bytes).unwrap()
+    };
+    assert_eq!(fenced.state.size, 2);
+    let written = store
+        .put_if(
+            STATE_KEY,
+            fenced.encode(),
+            ObjectClass::Private,
+            PutCondition::Matches(version),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(written, PutOutcome::Written(_)));
+    store.release_held();
+    assert_eq!(lost.await.unwrap().map(|o| o.index), Ok(1));
+    // A frontend opening now reads the record and its staged batch.
+    let (c, c_tasks) = Log::open(open(&store).await, None, config()).await.unwrap();
+    assert_eq!(c.add(entry(2, 0)).await.map(|o| o.index), Ok(2));
+    for (log, tasks) in [(a, a_tasks), (c, c_tasks)] {
+        log.shutdown();
+        tasks.join().await;
+    }
+    let acked = [(0, entry(0, 0)), (1, entry(0, 1)), (2, entry(2, 0))].into();
+    assert_eq!(check_all(&store, &acked).await, 3);
+}
+
 /// A swap whose connection broke before it reached the store, and that arrives after
 /// the state was read back: the read-back fences the state, so the late swap fails its
 /// condition, and the add answered "not logged" is indeed not logged. (Unfenced, the
