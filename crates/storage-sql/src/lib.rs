@@ -45,8 +45,9 @@
 //!    server has dropped it. Then return [`StorageError::Backend`]: the engine re-reads
 //!    the state to learn the outcome, and that outcome is final, since a `COMMIT` still
 //!    on its way cannot land any more. If the session cannot be ended (the server
-//!    unreachable), the error says the batch may still land, and the engine's later
-//!    check of a grown tree is what keeps it from being logged twice.
+//!    unreachable), return [`StorageError::Unsettled`]: the batch may still land, so
+//!    its adds are answered "uncertain" (503, resubmit), never "not logged", and the
+//!    engine's later check of a grown tree keeps it from being logged twice.
 //!
 //! # Reads and publishing
 //!
@@ -702,21 +703,24 @@ where
                 Err(Attempt::Uncertain(e, session)) => {
                     // Still an error: the engine reads the state back to learn the
                     // outcome, final once the session is gone.
-                    let settled = match self.fence(session).await {
-                        Ok(()) => {
-                            "its session was ended, so the state read back is final".to_string()
-                        }
+                    let what = |settled: &str| {
+                        format!(
+                            "{} COMMIT of batch {}..{} failed, outcome unknown ({settled}): {e}",
+                            D::PRODUCT,
+                            batch.prev.size,
+                            batch.next.size
+                        )
+                    };
+                    return Err(match self.fence(session).await {
+                        Ok(()) => StorageError::Backend(what(
+                            "its session was ended, so the state read back is final",
+                        )),
+                        // The engine answers the batch "uncertain", never "not logged".
                         Err(why) => {
                             tracing::warn!(error = %why, "{}: could not end the session of an uncertain COMMIT; it may still land", D::PRODUCT);
-                            format!("it may still land ({why})")
+                            StorageError::Unsettled(what(&format!("it may still land ({why})")))
                         }
-                    };
-                    return Err(StorageError::Backend(format!(
-                        "{} COMMIT of batch {}..{} failed, outcome unknown ({settled}): {e}",
-                        D::PRODUCT,
-                        batch.prev.size,
-                        batch.next.size
-                    )));
+                    });
                 }
                 Err(Attempt::NotCommitted(e)) => e,
             };

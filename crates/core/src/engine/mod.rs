@@ -39,10 +39,15 @@
 //! conditional write landing late) can persist afterwards, so every later attempt of
 //! the batch that finds the tree grown first checks, the same way, whether the growth
 //! is one of its own earlier attempts, and acknowledges that one instead of
-//! appending the batch again. If storage cannot be read for the whole retry time, the adds are
+//! appending the batch again. If storage cannot be read for the whole retry time, or
+//! the retry time runs out while an attempt may still land
+//! ([`StorageError::Unsettled`]: its request could not be fenced off), the adds are
 //! answered [`AddError::Uncertain`] (HTTP 503: resubmit) and **no other batch is
-//! committed until the outcome is known**: a batch is never appended twice. On
-//! [`StorageError::Conflict`] (another frontend advanced the tree) the batch is
+//! committed until the outcome is known**: a batch is never appended twice. When it
+//! turns out to have persisted, resubmissions already queued (with dedup on) leave
+//! their batches and get the indices it logged them at, and later ones find those in
+//! flight until the dedup index has them. On [`StorageError::Conflict`] (another
+//! frontend advanced the tree; definite: that attempt never lands) the batch is
 //! re-integrated on the reloaded edge at once.
 //!
 //! A background task that panics stops the log ([`Log::failed`]): queued adds are
@@ -395,7 +400,8 @@ impl<S: LogStorage> Log<S> {
         self.inner.committed_size.load(Ordering::Acquire)
     }
 
-    /// Size named by the latest published checkpoint.
+    /// Size named by the latest checkpoint this log published, or covered by a larger
+    /// one another frontend of a shared store published.
     pub fn published_size(&self) -> Option<u64> {
         self.inner.published.load(Ordering::Acquire).checked_sub(1)
     }
@@ -676,7 +682,8 @@ impl<S: LogStorage> Log<S> {
             {
                 let _ = index_tx.send((first, std::mem::take(&mut batch.hashes)));
             }
-            let dropped: Arc<[(u32, u64)]> = std::mem::take(&mut batch.dropped).into();
+            let dropped = (!batch.dropped.is_empty())
+                .then(|| Arc::<[(u32, u64)]>::from(std::mem::take(&mut batch.dropped)));
             batch
                 .slot
                 .complete(result.map(|first| Placed { first, dropped }));
@@ -748,7 +755,7 @@ impl<S: LogStorage> Log<S> {
                     let lookup = |h: &EntryHash| logged.get(h).copied();
                     let (mut entries, mut bytes) = (0, 0);
                     for b in batch.into_iter().chain(q.batches.iter_mut()) {
-                        let (n, size) = b.drop_logged(&lookup);
+                        let (n, size) = b.drop_logged(lookup);
                         entries += n;
                         bytes += size;
                     }
@@ -1080,7 +1087,7 @@ impl<S: LogStorage> Log<S> {
             let due = !republish.is_zero() && started >= last_published + republish;
             let mut failed = false;
             if stale || due {
-                if self.publish(state).await {
+                if self.superseded(state).await || self.publish(state).await {
                     last_published = tokio::time::Instant::now();
                 } else {
                     failed = true;
@@ -1113,9 +1120,36 @@ impl<S: LogStorage> Log<S> {
         }
         // Sender dropped with the integrator: publish the final state.
         let state = *rx.borrow();
-        if self.published_size() != Some(state.size) {
+        if self.published_size() != Some(state.size) && !self.superseded(state).await {
             self.publish(state).await;
         }
+    }
+
+    /// Whether another frontend of a shared store has already published a checkpoint
+    /// larger than `state`: then this frontend neither signs nor asks witnesses to
+    /// cosign a stale tree (an idle frontend republishing its old size every
+    /// republish interval did), and counts `state` as covered, not as published (no
+    /// published-checkpoint metric moves). Unreadable: not known to be superseded.
+    async fn superseded(&self, state: TreeState) -> bool {
+        let storage = &self.inner.storage;
+        if !storage.reads_are_committed() {
+            return false;
+        }
+        let Ok(Some(stored)) = storage.read_checkpoint().await else {
+            return false;
+        };
+        let larger = crate::checkpoint::signed_size(&stored).is_some_and(|s| s > state.size);
+        if larger {
+            self.inner
+                .published
+                .store(state.size + 1, Ordering::Release);
+            metrics::counter!("tlogd_checkpoints_superseded_total").increment(1);
+            tracing::debug!(
+                size = state.size,
+                "a larger checkpoint is published already; not publishing this one"
+            );
+        }
+        larger
     }
 
     /// Sign, cosign (if configured) and store a checkpoint of `state`; whether it was

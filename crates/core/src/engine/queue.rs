@@ -24,15 +24,19 @@ pub(crate) struct Placed {
     /// The index of the batch's first committed entry.
     pub(crate) first: u64,
     /// Positions (as pushed) of entries that left the batch because they were already
-    /// logged, sorted, each with the index where they are. Empty on the hot path.
-    pub(crate) dropped: Arc<[(u32, u64)]>,
+    /// logged, sorted, each with the index where they are. `None` on the hot path: no
+    /// allocation, no shared counter touched by every waiter.
+    pub(crate) dropped: Option<Arc<[(u32, u64)]>>,
 }
 
 impl Placed {
     /// The index of the entry pushed at `pos`, and whether it was already logged there.
     pub(crate) fn index_of(&self, pos: u32) -> (u64, bool) {
-        match self.dropped.binary_search_by_key(&pos, |&(p, _)| p) {
-            Ok(i) => (self.dropped[i].1, true),
+        let Some(dropped) = &self.dropped else {
+            return (self.first + pos as u64, false);
+        };
+        match dropped.binary_search_by_key(&pos, |&(p, _)| p) {
+            Ok(i) => (dropped[i].1, true),
             // `i` dropped entries were pushed before this one.
             Err(i) => (self.first + pos as u64 - i as u64, false),
         }
@@ -258,5 +262,70 @@ impl Queue {
                 .insert(h, InFlight::Pending(batch.slot.clone(), pos));
         }
         Ok(Pushed::Queued(batch.slot.clone(), pos))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Entries found already logged leave their batch in two rounds, one of them
+    /// pushed after the first round: every entry's index still comes out right, the
+    /// dropped ones at the indices they were logged at, the others packed after the
+    /// batch's first index in push order.
+    #[test]
+    fn entries_leaving_a_batch_keep_every_other_entrys_index() {
+        let limits = QueueLimits {
+            batch_max_entries: 16,
+            max_entries: 100,
+            max_bytes: 1 << 20,
+        };
+        let mut q = Queue::new();
+        let hash = |i: u8| [i; 32];
+        let push = |q: &mut Queue, i: u8| match q.push(
+            &limits,
+            Bytes::from(vec![i]),
+            [0; 32],
+            Some(hash(i)),
+        ) {
+            Ok(Pushed::Queued(_, pos)) => pos,
+            _ => panic!("push {i}"),
+        };
+        let first: Vec<u32> = (0..5).map(|i| push(&mut q, i)).collect();
+        assert_eq!(first, [0, 1, 2, 3, 4]);
+        let batch = q.batches.back_mut().unwrap();
+        // Entries 1 and 3 were logged at 100 and 101.
+        assert_eq!(
+            batch.drop_logged(|h| [(hash(1), 100), (hash(3), 101)]
+                .iter()
+                .find(|(k, _)| k == h)
+                .map(|(_, i)| *i)),
+            (2, 2)
+        );
+        // Pushed after: takes the next position, not a dropped one's.
+        assert_eq!(push(&mut q, 5), 5);
+        let batch = q.batches.back_mut().unwrap();
+        // Entry 4 too, at 102.
+        assert_eq!(
+            batch.drop_logged(|h| (*h == hash(4)).then_some(102)),
+            (1, 1)
+        );
+        assert_eq!(batch.entries, [vec![0u8], vec![2], vec![5]]);
+        let placed = Placed {
+            first: 10,
+            dropped: Some(std::mem::take(&mut batch.dropped).into()),
+        };
+        let got: Vec<(u64, bool)> = (0..6).map(|pos| placed.index_of(pos)).collect();
+        assert_eq!(
+            got,
+            [
+                (10, false),
+                (100, true),
+                (11, false),
+                (101, true),
+                (102, true),
+                (12, false)
+            ]
+        );
     }
 }

@@ -390,6 +390,58 @@ async fn a_landed_swap_fenced_by_another_frontend_is_still_ours() {
     assert_eq!(check_all(&store, &acked).await, 3);
 }
 
+/// Records the size of every checkpoint it is asked to cosign, and cosigns nothing.
+#[derive(Default)]
+struct CountingCosigner(std::sync::Mutex<Vec<u64>>);
+
+impl crate::engine::CheckpointCosigner for CountingCosigner {
+    fn cosign<'a>(
+        &'a self,
+        checkpoint: &'a checkpoint::Checkpoint,
+        signed: &'a [u8],
+        _: &'a dyn crate::engine::ConsistencyProver,
+    ) -> crate::engine::BoxFuture<'a, Result<Vec<u8>, String>> {
+        self.0.lock().unwrap().push(checkpoint.size);
+        Box::pin(async move { Ok(signed.to_vec()) })
+    }
+}
+
+/// An idle frontend whose tree another frontend has grown and published past: it must
+/// not republish (sign, and ask witnesses to cosign) its stale size every republish
+/// interval. (It did, and counted each as published.)
+#[tokio::test]
+async fn an_idle_frontend_does_not_republish_a_stale_checkpoint() {
+    let store = MemoryObjects::new();
+    let cosigner = Arc::new(CountingCosigner::default());
+    let mut idle_cfg = config();
+    idle_cfg.republish_interval = Duration::from_millis(20);
+    idle_cfg.cosigner = Some(cosigner.clone());
+    let (idle, idle_tasks) = Log::open(open(&store).await, None, idle_cfg).await.unwrap();
+    assert_eq!(idle.add(entry(0, 0)).await.map(|o| o.index), Ok(0));
+    while idle.published_size() != Some(1) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let (busy, busy_tasks) = Log::open(open(&store).await, None, config()).await.unwrap();
+    for i in 0..5 {
+        busy.add(entry(1, i)).await.unwrap();
+    }
+    busy.shutdown();
+    busy_tasks.join().await;
+    let published = checkpoint::signed_size(&store.peek(CHECKPOINT_KEY).unwrap());
+    assert_eq!(published, Some(6));
+    let asked_before = cosigner.0.lock().unwrap().len();
+    // Several republish intervals of the idle frontend.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let asked: Vec<u64> = cosigner.0.lock().unwrap()[asked_before..].to_vec();
+    assert!(asked.is_empty(), "asked to cosign stale sizes {asked:?}");
+    idle.shutdown();
+    idle_tasks.join().await;
+    assert_eq!(
+        checkpoint::signed_size(&store.peek(CHECKPOINT_KEY).unwrap()),
+        Some(6)
+    );
+}
+
 /// A swap whose connection broke before it reached the store, and that arrives after
 /// the state was read back: the read-back fences the state, so the late swap fails its
 /// condition, and the add answered "not logged" is indeed not logged. (Unfenced, the
