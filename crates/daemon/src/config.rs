@@ -94,6 +94,9 @@ pub struct StorageConfig {
     pub hedge_after_ms: u64,
     /// s3, gcs: how long a failed write is retried before the commit fails.
     pub write_retry_ms: u64,
+    /// s3, gcs: how long a frontend keeps the sequencer lease, once several busy
+    /// frontends contend, before it hands it to one that waits (0: no turns).
+    pub turn_ms: u64,
 }
 
 impl Default for StorageConfig {
@@ -115,6 +118,7 @@ impl Default for StorageConfig {
             write_concurrency: 64,
             hedge_after_ms: 500,
             write_retry_ms: 10_000,
+            turn_ms: 250,
         }
     }
 }

@@ -338,6 +338,7 @@ async fn open_object_store(
         write_concurrency: st.write_concurrency,
         hedge_after: Duration::from_millis(st.hedge_after_ms),
         write_retry: Duration::from_millis(st.write_retry_ms),
+        turn: Duration::from_millis(st.turn_ms),
         ..ObjectLogOptions::default()
     };
     tracing::info!(

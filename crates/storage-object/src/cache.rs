@@ -193,8 +193,8 @@ impl<S: LogStorage> LogStorage for CachedTiles<S> {
         self.inner.acquire_sequencer().await
     }
 
-    async fn release_sequencer(&self) {
-        self.inner.release_sequencer().await
+    async fn release_sequencer(&self, idle: bool) {
+        self.inner.release_sequencer(idle).await
     }
 
     fn check_state_before_commit(&self) -> bool {

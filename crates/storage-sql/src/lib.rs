@@ -843,7 +843,7 @@ where
         self.lock_sequencer()
     }
 
-    fn release_sequencer(&self) -> impl Future<Output = ()> + Send {
+    fn release_sequencer(&self, _idle: bool) -> impl Future<Output = ()> + Send {
         self.unlock_sequencer()
     }
 

@@ -689,15 +689,16 @@ impl<S: LogStorage> Log<S> {
                 .complete(result.map(|first| Placed { first, dropped }));
             // Keep the lock while busy, for at most one slice: other frontends waiting
             // for it get their turn, and an idle log holds nothing.
+            let idle = lock(&inner.queue).batches.is_empty();
             if let Some(since) = sequencer
-                && (lock(&inner.queue).batches.is_empty() || since.elapsed() >= SEQUENCER_SLICE)
+                && (idle || since.elapsed() >= SEQUENCER_SLICE)
             {
-                inner.storage.release_sequencer().await;
+                inner.storage.release_sequencer(idle).await;
                 sequencer = None;
             }
         }
         if sequencer.is_some() {
-            inner.storage.release_sequencer().await;
+            inner.storage.release_sequencer(true).await;
         }
         if unresolved.is_some() {
             // Shutting down: one more try, so the dedup index learns a batch that did
@@ -863,7 +864,7 @@ impl<S: LogStorage> Log<S> {
                 },
             };
             if result.is_err() && sequencer.take().is_some() {
-                storage.release_sequencer().await;
+                storage.release_sequencer(false).await;
             }
             // An attempt that may still land makes every "not logged" answer a guess:
             // the batch is answered "uncertain" and settled before the next commits.

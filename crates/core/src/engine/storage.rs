@@ -212,8 +212,10 @@ pub trait LogStorage: Send + Sync + 'static {
 
     /// Release the lock taken by [`acquire_sequencer`](Self::acquire_sequencer). Best
     /// effort: a lock that cannot be released cleanly must be dropped with its
-    /// connection.
-    fn release_sequencer(&self) -> impl Future<Output = ()> + Send {
+    /// connection. `idle`: the engine has nothing queued to commit (rather than having
+    /// used up its slice), so another frontend waiting for the lock may have it at once.
+    fn release_sequencer(&self, idle: bool) -> impl Future<Output = ()> + Send {
+        let _ = idle;
         async {}
     }
 

@@ -64,6 +64,9 @@
 //! moved on (step 2). Keys beyond the committed size are left alone: another frontend
 //! may be committing them.
 //!
+//! **Turns.** Busy frontends of one bucket take turns through a lease object instead of
+//! racing batch after batch (see [`turns`]); correctness never depends on it.
+//!
 //! A partial tile is written for every batch's right edge, so the partial named by any
 //! checkpoint (of any frontend) exists until its full tile does.
 //!
@@ -72,8 +75,10 @@
 
 mod backend;
 pub mod memory;
+mod turns;
 
 pub use backend::{ObjectBackend, ObjectClass, ObjectVersion, PutCondition, PutOutcome};
+pub use turns::SEQUENCER_KEY;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -116,6 +121,10 @@ pub struct ObjectLogOptions {
     /// module documentation), besides once at open; each sweep lists
     /// [`STAGED_PREFIX`] once.
     pub sweep_interval: Duration,
+    /// How long a frontend keeps the sequencer lease, once several frontends contend,
+    /// before it hands it to one that waits (see [`turns`]). Zero: no turns, every
+    /// frontend commits whenever it likes and the compare-and-swap sorts them out.
+    pub turn: Duration,
 }
 
 impl Default for ObjectLogOptions {
@@ -125,6 +134,7 @@ impl Default for ObjectLogOptions {
             hedge_after: Duration::from_millis(500),
             write_retry: Duration::from_secs(10),
             sweep_interval: Duration::from_secs(600),
+            turn: Duration::from_millis(250),
         }
     }
 }
@@ -300,6 +310,10 @@ pub struct ObjectLog<B: ObjectBackend> {
     applying: Mutex<Option<(String, Upload)>>,
     /// When this process last swept orphaned staged batches.
     swept: Mutex<Instant>,
+    /// This process's side of the sequencer lease ([`turns`]).
+    turns: Mutex<turns::Turns>,
+    /// Serializes this process's reads and writes of the lease.
+    turn_io: tokio::sync::Mutex<()>,
 }
 
 /// Why [`ObjectLog::open`] refused the store.
@@ -396,6 +410,8 @@ impl<B: ObjectBackend> ObjectLog<B> {
             applied_size: Arc::new(watch::Sender::new(0)),
             applying: Mutex::new(None),
             swept: Mutex::new(Instant::now()),
+            turns: Mutex::new(turns::Turns::new()?),
+            turn_io: tokio::sync::Mutex::new(()),
         };
         match log.read_record().await {
             Ok(record) => {
@@ -588,6 +604,7 @@ impl<B: ObjectBackend> ObjectLog<B> {
             // engine is behind: the engine reloads and re-integrates. No swap was sent,
             // so nothing will ever name what we staged.
             self.delete_unnamed(staged);
+            self.note_contention(true);
             return Err(StorageError::Conflict {
                 expected: prev.size,
                 found: stored.size,
@@ -623,6 +640,7 @@ impl<B: ObjectBackend> ObjectLog<B> {
                 }
                 found => {
                     self.delete_unnamed(staged);
+                    self.note_contention(true);
                     Err(StorageError::Conflict {
                         expected: prev.size,
                         found: found.map_or(0, |(r, _)| r.state.size),
@@ -648,7 +666,10 @@ impl<B: ObjectBackend> ObjectLog<B> {
                     }
                     // Still `prev`: the swap did not land yet, and may yet.
                     LostSwap::StillPrev(found) => self.fence(prev, next, found, staged, e).await,
-                    verdict => Err(verdict.into_error(prev, &e)),
+                    verdict => {
+                        self.note_contention(true);
+                        Err(verdict.into_error(prev, &e))
+                    }
                 }
             }
         }
@@ -1173,10 +1194,19 @@ impl<B: ObjectBackend> LogStorage for ObjectLog<B> {
         self.backend.get_versioned(STATE_KEY).await.map(|_| ())
     }
 
+    async fn acquire_sequencer(&self) -> Result<(), StorageError> {
+        self.take_turn().await
+    }
+
+    async fn release_sequencer(&self, idle: bool) {
+        self.end_turn(idle).await
+    }
+
     fn check_state_before_commit(&self) -> bool {
-        // A GET of the state on every batch the sequencer is re-taken (no-op here) costs
-        // the round trip a conflict costs; the compare-and-swap catches a stale tree.
-        false
+        // Only when the lease was just taken from another frontend, which has surely
+        // moved the tree: otherwise a GET of the state per batch would cost the round
+        // trip a conflict costs, and the compare-and-swap catches a stale tree anyway.
+        self.take_fresh()
     }
 
     fn reads_are_committed(&self) -> bool {
