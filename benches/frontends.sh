@@ -21,17 +21,10 @@ bin="$CARGO_TARGET_DIR/release"
 tools="${TLOGD_TOOLS_DIR:-$HOME/.cache/tlogd-tools/bin}"
 source benches/lib.sh
 bench_work tlogd-frontends
-export AWS_ACCESS_KEY_ID=tlogd-bench AWS_SECRET_ACCESS_KEY=tlogd-bench-secret AWS_EC2_METADATA_DISABLED=true
 
 "$bin/tlogd" keygen --origin bench.example/log --out "$work/key" > "$work/vkey" 2>/dev/null
 
-s3port=$(free_port)
-MINIO_ROOT_USER=$AWS_ACCESS_KEY_ID MINIO_ROOT_PASSWORD=$AWS_SECRET_ACCESS_KEY MINIO_BROWSER=off \
-  "$tools/minio" server "$work/minio" --address "127.0.0.1:$s3port" \
-  --console-address "127.0.0.1:$(free_port)" --certs-dir "$work/certs" --quiet >"$work/minio.log" 2>&1 &
-pids+=($!)
-sign=(--aws-sigv4 "aws:amz:us-east-1:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY")
-for _ in $(seq 100); do curl -sf "${sign[@]}" "http://127.0.0.1:$s3port/" >/dev/null && break; sleep 0.2; done
+start_minio
 
 # Object writes (put + put_if requests) a tlogd made, from its metrics.
 writes_of() {

@@ -30,6 +30,20 @@ bench_cleanup() {
 # A free TCP port on 127.0.0.1 (this machine already has a listener on 2024).
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
+# A private MinIO (one drive in $work/minio, its defaults: fsync'd writes) on a free port,
+# with the credentials the scripts export: sets `s3port` and `minio`, adds it to `pids`,
+# sets `sign` (curl's SigV4 flags), returns once it answers. Needs `tools` and `work`.
+start_minio() {
+  export AWS_ACCESS_KEY_ID=tlogd-bench AWS_SECRET_ACCESS_KEY=tlogd-bench-secret AWS_EC2_METADATA_DISABLED=true
+  s3port=$(free_port)
+  MINIO_ROOT_USER=$AWS_ACCESS_KEY_ID MINIO_ROOT_PASSWORD=$AWS_SECRET_ACCESS_KEY MINIO_BROWSER=off \
+    "$tools/minio" server "$work/minio" --address "127.0.0.1:$s3port" \
+    --console-address "127.0.0.1:$(free_port)" --certs-dir "$work/certs" --quiet >"$work/minio.log" 2>&1 &
+  minio=$!; pids+=($minio)
+  sign=(--aws-sigv4 "aws:amz:us-east-1:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY")
+  for _ in $(seq 100); do curl -sf "${sign[@]}" "http://127.0.0.1:$s3port/" >/dev/null && break; sleep 0.2; done
+}
+
 # utime+stime (clock ticks) of process $1.
 ticks_pid() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 

@@ -20,22 +20,15 @@ tlogd_bin="${TLOGD_BIN:-$bin/tlogd}"
 tools="${TLOGD_TOOLS_DIR:-$HOME/.cache/tlogd-tools/bin}"
 source benches/lib.sh
 bench_work tlogd-objbench
-export AWS_ACCESS_KEY_ID=tlogd-bench AWS_SECRET_ACCESS_KEY=tlogd-bench-secret AWS_EC2_METADATA_DISABLED=true
 
 "$bin/tlogd" keygen --origin bench.example/log --out "$work/key" > "$work/vkey" 2>/dev/null
 
 # MinIO, one drive in a temporary directory (ext4), its defaults (fsync'd writes).
-s3port=$(free_port)
-MINIO_ROOT_USER=$AWS_ACCESS_KEY_ID MINIO_ROOT_PASSWORD=$AWS_SECRET_ACCESS_KEY MINIO_BROWSER=off \
-  "$tools/minio" server "$work/minio" --address "127.0.0.1:$s3port" \
-  --console-address "127.0.0.1:$(free_port)" --certs-dir "$work/certs" --quiet >"$work/minio.log" 2>&1 &
-minio=$!; pids+=($minio)
+start_minio
 # Toxiproxy in front of it.
 tport=$(free_port)
 "$tools/toxiproxy-server" -host 127.0.0.1 -port "$tport" >"$work/toxiproxy.log" 2>&1 &
 pids+=($!)
-sign=(--aws-sigv4 "aws:amz:us-east-1:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY")
-for _ in $(seq 100); do curl -sf "${sign[@]}" "http://127.0.0.1:$s3port/" >/dev/null && break; sleep 0.2; done
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$tport/version" >/dev/null && break; sleep 0.1; done
 pport=$(free_port)
 curl -sf -X POST "http://127.0.0.1:$tport/proxies" \

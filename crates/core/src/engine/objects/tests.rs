@@ -318,6 +318,23 @@ async fn an_unknown_outcome_blocks_commits_until_resolved() {
     assert_eq!(check_all(&store, &acked).await, 3);
 }
 
+/// Add `e` to `log` in the background, its swap of the state landing but its answer
+/// held (until [`MemoryObjects::release_held`], then an error): returns once the swap
+/// has landed.
+async fn add_with_the_swap_answer_held(
+    store: &MemoryObjects,
+    log: &Log<ObjectLog<MemoryObjects>>,
+    e: Bytes,
+) -> tokio::task::JoinHandle<Result<crate::engine::AddOutcome, AddError>> {
+    store.inject(ObjectOp::PutIf, STATE_KEY, ObjectFault::PersistThenHold, 1);
+    let add = tokio::spawn({
+        let log = log.clone();
+        async move { log.add(e).await }
+    });
+    store.wait_held(1).await;
+    add
+}
+
 /// Frontend A's swap of the state lands but its answer is lost, and before A reads the
 /// record back, frontend B loses its own swap (412), reloads (finishing A's batch) and
 /// commits on top. A must find its batch in the tree and acknowledge it. (It called the
@@ -328,12 +345,7 @@ async fn a_landed_swap_whose_answer_was_lost_under_another_commit_is_logged_once
     let (a, a_tasks) = Log::open(open(&store).await, None, config()).await.unwrap();
     let (b, b_tasks) = Log::open(open(&store).await, None, config()).await.unwrap();
     assert_eq!(a.add(entry(0, 0)).await.map(|o| o.index), Ok(0));
-    store.inject(ObjectOp::PutIf, STATE_KEY, ObjectFault::PersistThenHold, 1);
-    let lost = tokio::spawn({
-        let a = a.clone();
-        async move { a.add(entry(0, 1)).await }
-    });
-    store.wait_held(1).await;
+    let lost = add_with_the_swap_answer_held(&store, &a, entry(0, 1)).await;
     assert_eq!(b.add(entry(1, 0)).await.map(|o| o.index), Ok(2));
     store.release_held();
     assert_eq!(lost.await.unwrap().map(|o| o.index), Ok(1));
@@ -356,12 +368,7 @@ async fn a_landed_swap_fenced_by_another_frontend_is_still_ours() {
     let store = MemoryObjects::new();
     let (a, a_tasks) = Log::open(open(&store).await, None, config()).await.unwrap();
     assert_eq!(a.add(entry(0, 0)).await.map(|o| o.index), Ok(0));
-    store.inject(ObjectOp::PutIf, STATE_KEY, ObjectFault::PersistThenHold, 1);
-    let lost = tokio::spawn({
-        let a = a.clone();
-        async move { a.add(entry(0, 1)).await }
-    });
-    store.wait_held(1).await;
+    let lost = add_with_the_swap_answer_held(&store, &a, entry(0, 1)).await;
     let (bytes, version) = store.get_versioned(STATE_KEY).await.unwrap().unwrap();
     let fenced = StateRecord {
         fence: Some(7),
