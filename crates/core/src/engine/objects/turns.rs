@@ -153,6 +153,13 @@ impl Turns {
     }
 }
 
+impl Turns {
+    /// Whether this process takes turns now.
+    fn contended(&self) -> bool {
+        self.contended_until.is_some_and(|u| Instant::now() < u)
+    }
+}
+
 impl<B: ObjectBackend> ObjectLog<B> {
     fn turns(&self) -> std::sync::MutexGuard<'_, Turns> {
         lock(&self.turns)
@@ -210,7 +217,7 @@ impl<B: ObjectBackend> ObjectLog<B> {
         let _serial = self.turn_io.lock().await;
         let id = {
             let t = self.turns();
-            let contended = t.contended_until.is_some_and(|u| Instant::now() < u);
+            let contended = t.contended();
             if !contended || t.held.is_some() {
                 return Ok(());
             }
@@ -317,7 +324,7 @@ impl<B: ObjectBackend> ObjectLog<B> {
         }
         let next = {
             let mut t = self.turns();
-            let contended = t.contended_until.is_some_and(|u| Instant::now() < u);
+            let contended = t.contended();
             match t.held.clone() {
                 None if contended
                     || self.options.turn.is_zero()
