@@ -154,6 +154,15 @@ pub async fn open(b: ObjectStoreBackend) -> Arc<ObjectLog<ObjectStoreBackend>> {
     )
 }
 
+/// The log over any backend (a wrapped one, say), with `options`.
+async fn open_with<B: ObjectBackend>(b: B, options: ObjectLogOptions) -> Arc<ObjectLog<B>> {
+    Arc::new(
+        ObjectLog::open(b, ORIGIN, options)
+            .await
+            .unwrap_or_else(|e| panic!("opening the log: {e}")),
+    )
+}
+
 pub async fn conditional_writes_have_exactly_one_winner<S: ObjectServer>() {
     // 8 writers race on one key with the same condition, 20 rounds: one write takes
     // effect per round, the others are told their condition failed, and the object
@@ -470,16 +479,8 @@ pub async fn answers_lost_while_another_frontend_commits_log_nothing_twice<S: Ob
         turn: Duration::ZERO,
         ..ObjectLogOptions::default()
     };
-    let a_storage = Arc::new(
-        ObjectLog::open(counting, ORIGIN, racing.clone())
-            .await
-            .unwrap_or_else(|e| panic!("opening the log: {e}")),
-    );
-    let b_storage = Arc::new(
-        open_log(backend(s, &bucket), ORIGIN, racing)
-            .await
-            .unwrap_or_else(|e| panic!("opening the log: {e}")),
-    );
+    let a_storage = open_with(counting, racing.clone()).await;
+    let b_storage = open_with(backend(s, &bucket), racing).await;
     let (a, a_tasks) = Log::open(a_storage, None, config(64)).await.unwrap();
     let (b, b_tasks) = Log::open(b_storage, None, config(64)).await.unwrap();
     let load_a = Load::start(&a, 16, "a");
@@ -590,11 +591,7 @@ pub async fn connection_resets_and_cut_answers_lose_no_acknowledged_entry<S: Obj
     let port = proxy.proxy("store", s.port());
     let counting = Counting::new(s.backend_via(port, &bucket, "", connection_per_request()));
     let errors = counting.errors.clone();
-    let storage = Arc::new(
-        ObjectLog::open(counting, ORIGIN, ObjectLogOptions::default())
-            .await
-            .unwrap_or_else(|e| panic!("opening the log: {e}")),
-    );
+    let storage = open_with(counting, ObjectLogOptions::default()).await;
     let (log, tasks) = Log::open(storage.clone(), None, config(64)).await.unwrap();
     let load = Load::start(&log, 16, "resets");
     load.wait_more(200, "before the faults").await;

@@ -659,16 +659,16 @@ impl<B: ObjectBackend> ObjectLog<B> {
                         )));
                     }
                 };
-                match LostSwap::judge(found, prev, next, staged) {
+                match LostSwap::judge(found, prev, next, staged, &e) {
                     LostSwap::Ours(r, v) => {
                         self.remember(r, v);
                         Ok(())
                     }
                     // Still `prev`: the swap did not land yet, and may yet.
                     LostSwap::StillPrev(found) => self.fence(prev, next, found, staged, e).await,
-                    verdict => {
+                    LostSwap::Moved(error) => {
                         self.note_contention(true);
-                        Err(verdict.into_error(prev, &e))
+                        Err(error)
                     }
                 }
             }
@@ -753,7 +753,7 @@ impl<B: ObjectBackend> ObjectLog<B> {
                 )))
             }
             Ok(PutOutcome::ConditionFailed) => match self.read_versioned_record().await {
-                Ok(found) => match LostSwap::judge(found, prev, next, staged) {
+                Ok(found) => match LostSwap::judge(found, prev, next, staged, &swap_error) {
                     LostSwap::Ours(r, v) => {
                         self.remember(r, v);
                         Ok(())
@@ -764,7 +764,7 @@ impl<B: ObjectBackend> ObjectLog<B> {
                         "{swap_error}; the state was fenced at size {}: batch not committed",
                         prev.size
                     ))),
-                    verdict => Err(verdict.into_error(prev, &swap_error)),
+                    LostSwap::Moved(error) => Err(error),
                 },
                 Err(e2) => Err(StorageError::Unsettled(format!(
                     "{swap_error}; reading the state back after a failed fence: {e2}"
@@ -815,13 +815,19 @@ enum LostSwap {
     Ours(StateRecord, ObjectVersion),
     /// Still at `prev` (or absent): the swap did not land yet, and may yet.
     StillPrev(Option<(StateRecord, ObjectVersion)>),
-    /// Another frontend's record at this size, at least `next`'s: it may have committed
-    /// on top of our landed swap (after reading it and applying our staged batch).
-    /// Only the stored tree can tell: its root at `next.size` is `next.root` or not.
-    Beyond(u64),
-    /// Another frontend's record below `next`'s size: our swap is not under it, and,
-    /// conditional on a version that is gone for good, never will be.
-    Lost(u64),
+    /// Another frontend's record: the error the swap returns. Neither kind deletes the
+    /// staged batch (only our own definite 412 may; another frontend may still be
+    /// applying it, and the sweep collects it).
+    ///
+    /// * At least `next`'s size: that frontend may have committed on top of our
+    ///   landed swap (after reading it and applying our staged batch), and only the
+    ///   stored tree can tell (its root at `next.size` is `next.root` or not): a
+    ///   settled [`StorageError::Backend`], not a conflict, so the engine reads the
+    ///   tree back and acknowledges the batch if it is there (re-appending it would log
+    ///   it twice).
+    /// * Below `next`'s size: our swap is not under it and, conditional on a version
+    ///   that is gone for good, never will be: [`StorageError::Conflict`].
+    Moved(StorageError),
 }
 
 impl LostSwap {
@@ -830,35 +836,22 @@ impl LostSwap {
         prev: TreeState,
         next: TreeState,
         staged: &str,
+        swap_error: &StorageError,
     ) -> Self {
         match found {
             Some((r, v)) if r.staged.as_deref() == Some(staged) => LostSwap::Ours(r, v),
             Some((r, _)) if r.state != prev && r.state.size >= next.size => {
-                LostSwap::Beyond(r.state.size)
+                LostSwap::Moved(StorageError::Backend(format!(
+                    "{swap_error}; the state has moved on to size {}: whether the batch is \
+                     in it is read from the tree",
+                    r.state.size
+                )))
             }
-            Some((r, _)) if r.state != prev => LostSwap::Lost(r.state.size),
-            found => LostSwap::StillPrev(found),
-        }
-    }
-
-    /// The error a swap judged `Beyond` or `Lost` returns. `Beyond` is a settled
-    /// [`StorageError::Backend`], not a conflict: the engine reads the tree back
-    /// and acknowledges the batch if it is there (re-appending it would log it twice).
-    /// Neither deletes the staged batch: only our own definite 412 may (another frontend
-    /// may still be applying it); the sweep collects it.
-    fn into_error(self, prev: TreeState, swap_error: &StorageError) -> StorageError {
-        match self {
-            LostSwap::Beyond(size) => StorageError::Backend(format!(
-                "{swap_error}; the state has moved on to size {size}: whether the batch is \
-                 in it is read from the tree"
-            )),
-            LostSwap::Lost(size) => StorageError::Conflict {
+            Some((r, _)) if r.state != prev => LostSwap::Moved(StorageError::Conflict {
                 expected: prev.size,
-                found: size,
-            },
-            LostSwap::Ours(..) | LostSwap::StillPrev(_) => {
-                StorageError::Backend(format!("{swap_error}; unexpected read-back"))
-            }
+                found: r.state.size,
+            }),
+            found => LostSwap::StillPrev(found),
         }
     }
 }
@@ -1055,7 +1048,6 @@ impl<B: ObjectBackend> LogStorage for ObjectLog<B> {
         // No compare-and-swap names this attempt's key until step 3 is sent, so until
         // then a failure may delete what it staged (after a swap whose answer was lost,
         // it may not: the request could still land).
-        let unnamed = |key: String| clean_up(self.backend.clone(), Some(key), Vec::new());
         if let Err(e) = put_reliably(
             &*self.backend,
             &self.options,
@@ -1065,7 +1057,7 @@ impl<B: ObjectBackend> LogStorage for ObjectLog<B> {
         )
         .await
         {
-            unnamed(key);
+            self.delete_unnamed(&key);
             return Err(e);
         }
         // The previous batch's step 4 ran while this one staged; it must be done
@@ -1073,7 +1065,7 @@ impl<B: ObjectBackend> LogStorage for ObjectLog<B> {
         // commit: the engine resolves it by reloading the state, which applies that
         // batch (step 1) and finds this one uncommitted.
         if let Err(e) = self.finish_applying().await {
-            unnamed(key);
+            self.delete_unnamed(&key);
             return Err(e);
         }
         // Step 3: the commit point. A swap lost for sure deletes what it staged.
