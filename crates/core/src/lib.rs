@@ -1,7 +1,7 @@
 //! tlogd-core: the C2SP tlog-tiles log in Rust.
 //!
 //! The format and math modules ([`hash`], [`tile`], [`bundle`], [`merkle`], [`proof`],
-//! [`note`], [`checkpoint`], [`cosignature`], [`witness`]) are pure: no I/O, no async runtime. The [`engine`] module
+//! [`note`], [`personality`], [`checkpoint`], [`cosignature`], [`witness`]) are pure: no I/O, no async runtime. The [`engine`] module
 //! (feature `engine`, on by default) is the generic sequencing queue, integrator and
 //! checkpoint publisher over the [`engine::LogStorage`] trait.
 
@@ -11,6 +11,7 @@ pub mod cosignature;
 pub mod hash;
 pub mod merkle;
 pub mod note;
+pub mod personality;
 pub mod proof;
 pub mod tile;
 pub mod witness;

@@ -297,7 +297,8 @@ async fn add<S: LogStorage>(
         Err(e) => {
             let (status, o) = match &e {
                 AddError::Empty => (StatusCode::BAD_REQUEST, "bad_request"),
-                AddError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
+                AddError::Rejected(_) => (StatusCode::BAD_REQUEST, "bad_request"),
+                AddError::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
                 e if e.is_pushback() => (StatusCode::SERVICE_UNAVAILABLE, "pushback"),
                 _ => (StatusCode::INTERNAL_SERVER_ERROR, "error"),
             };

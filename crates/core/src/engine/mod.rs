@@ -92,11 +92,11 @@ use bytes::Bytes;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::bundle::{self, MAX_ENTRY_SIZE};
 use crate::checkpoint::Checkpoint;
-use crate::hash::{Hash, leaf_hash};
+use crate::hash::Hash;
 use crate::merkle::TileTree;
 use crate::note::NoteSigner;
+use crate::personality::{EntryError, Personality, TlogTiles};
 use crate::tile::{self, TILE_WIDTH, TileId, TileKind};
 use queue::{InFlight, PendingBatch, Placed, Pushed, Queue, QueueLimits};
 
@@ -107,6 +107,9 @@ pub struct LogConfig {
     pub origin: String,
     /// The log's checkpoint signer.
     pub signer: Arc<NoteSigner>,
+    /// What the log's entries are: validation, what is stored and hashed, the bundle
+    /// path and codec, the dedup key ([`TlogTiles`] by default).
+    pub personality: Arc<dyn Personality>,
     /// Largest batch committed at once.
     pub batch_max_entries: usize,
     /// How long an idle integrator lingers for more entries before committing a batch
@@ -143,6 +146,7 @@ impl LogConfig {
         LogConfig {
             origin: origin.into(),
             signer,
+            personality: Arc::new(TlogTiles),
             batch_max_entries: 4096,
             batch_max_age: Duration::ZERO,
             checkpoint_interval: Duration::from_secs(1),
@@ -166,8 +170,16 @@ pub enum AddError {
     #[error("empty entry")]
     Empty,
     /// Larger than an entry bundle can hold.
-    #[error("entry of {0} bytes exceeds the 65535-byte limit")]
-    TooLarge(usize),
+    #[error("entry of {size} bytes exceeds the {max}-byte limit")]
+    TooLarge {
+        /// The entry's size.
+        size: usize,
+        /// The personality's limit ([`Personality::max_entry_size`]).
+        max: usize,
+    },
+    /// Not an entry of this log ([`Personality::accept`] says why): HTTP 400.
+    #[error("{0}")]
+    Rejected(String),
     /// The sequencing queue is full.
     #[error("sequencing queue is full")]
     QueueFull,
@@ -192,6 +204,18 @@ pub enum AddError {
     /// A bug.
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+impl From<EntryError> for AddError {
+    fn from(e: EntryError) -> Self {
+        match e {
+            EntryError::Empty => AddError::Empty,
+            EntryError::TooLarge { size, max } => AddError::TooLarge { size, max },
+            EntryError::Invalid(why) => AddError::Rejected(why),
+            // A submission is never a stored bundle; a personality that says so is wrong.
+            EntryError::Malformed(why) => AddError::Internal(why),
+        }
+    }
 }
 
 impl AddError {
@@ -321,7 +345,7 @@ impl<S: LogStorage> Log<S> {
             }
             None => 0,
         };
-        let edge = Edge::load(&*storage, None).await?;
+        let edge = Edge::load(&*storage, &*config.personality, None).await?;
         let state = edge.state();
         let indexed = match &dedup {
             Some(d) => d.indexed_up_to()?,
@@ -346,7 +370,9 @@ impl<S: LogStorage> Log<S> {
         let limits = QueueLimits {
             batch_max_entries: config.batch_max_entries.max(1),
             max_entries: config.max_pending_entries.max(1),
-            max_bytes: config.max_pending_bytes.max(MAX_ENTRY_SIZE),
+            max_bytes: config
+                .max_pending_bytes
+                .max(config.personality.max_entry_size()),
         };
         let inner = Arc::new(Inner {
             storage,
@@ -429,14 +455,9 @@ impl<S: LogStorage> Log<S> {
     /// Sequence `entry`. Resolves once the entry and a tree state containing it are
     /// durable (or, for a duplicate, to the index where the same bytes already are).
     pub async fn add(&self, entry: Bytes) -> Result<AddOutcome, AddError> {
-        if entry.is_empty() {
-            return Err(AddError::Empty);
-        }
-        if entry.len() > MAX_ENTRY_SIZE {
-            return Err(AddError::TooLarge(entry.len()));
-        }
         let inner = &self.inner;
-        let leaf = leaf_hash(&entry);
+        let personality = &*inner.config.personality;
+        let leaf = personality.accept(&entry).map_err(AddError::from)?;
         let Some(dedup) = &inner.dedup else {
             let pushed = lock(&inner.queue).push(&inner.limits, entry, leaf, None)?;
             return self.await_pushed(pushed).await;
@@ -444,7 +465,7 @@ impl<S: LogStorage> Log<S> {
         if self.dedup_lag() > inner.config.dedup_max_lag {
             return Err(AddError::DedupLag);
         }
-        let h = entry_hash(&entry);
+        let h = personality.dedup_key(&entry);
         inner.dedup_lookups.increment(1);
         loop {
             // The indexer writes the index, then advances this marker, then forgets the
@@ -793,7 +814,7 @@ impl<S: LogStorage> Log<S> {
         let deadline = Instant::now() + inner.config.commit_retry;
         let mut backoff = Duration::from_millis(20);
         loop {
-            let reason = match Edge::load(&*inner.storage, None).await {
+            let reason = match Edge::load(&*inner.storage, &*inner.config.personality, None).await {
                 Ok(reloaded) => {
                     inner.ready.store(true, Ordering::Release);
                     let stored = reloaded.state();
@@ -941,7 +962,7 @@ impl<S: LogStorage> Log<S> {
         };
         let current = match edge.take() {
             Some(e) if stored.is_none_or(|s| s == e.state()) => e,
-            _ => match Edge::load(&*inner.storage, stored).await {
+            _ => match Edge::load(&*inner.storage, &*inner.config.personality, stored).await {
                 Ok(e) => {
                     inner.ready.store(true, Ordering::Release);
                     e
@@ -993,7 +1014,7 @@ impl<S: LogStorage> Log<S> {
         }
         let mut next_edge = current.clone();
         let tiles = next_edge
-            .append(&batch.entries, &batch.leaves)
+            .append(&*inner.config.personality, &batch.entries, &batch.leaves)
             .map_err(|e| Retry::Bug(e.to_string()))?;
         let next = next_edge.state();
         let started = Instant::now();
@@ -1343,13 +1364,18 @@ impl<S: LogStorage> Log<S> {
     /// Entry hashes of `[from, to)` read back from the stored bundles.
     async fn read_hashes(&self, from: u64, to: u64) -> Result<Vec<EntryHash>, StorageError> {
         let storage = &self.inner.storage;
+        let personality = &*self.inner.config.personality;
         let mut out = Vec::new();
         let mut n = from / TILE_WIDTH;
         // At most 64 bundles (16,384 entries) per call keeps catch-up memory bounded.
         let end = to.min((n + 64) * TILE_WIDTH);
         while n * TILE_WIDTH < end {
             let width = (to - n * TILE_WIDTH).min(TILE_WIDTH) as u16;
-            let id = TileId::entries(n, width);
+            let id = TileId {
+                kind: personality.bundle_kind(),
+                index: n,
+                width,
+            };
             // A partial bundle of a past size may be gone once its bundle filled up
             // (tlog-tiles "Partial Tiles"); the full one starts with the same entries.
             let bytes = match storage.read_tile(&id).await? {
@@ -1360,18 +1386,26 @@ impl<S: LogStorage> Log<S> {
                     .ok_or_else(|| StorageError::Corrupt(format!("missing {}", id.path())))?,
                 None => return Err(StorageError::Corrupt(format!("missing {}", id.path()))),
             };
-            let entries = bundle::parse_bundle(&bytes)
+            let entries = personality
+                .split_bundle(&bytes)
                 .map_err(|e| StorageError::Corrupt(format!("{}: {e}", id.path())))?;
             for (i, e) in entries.iter().enumerate() {
                 let idx = n * TILE_WIDTH + i as u64;
                 if idx >= from && idx < end {
-                    out.push(entry_hash(e));
+                    out.push(personality.stored_dedup_key(e));
                 }
             }
             n += 1;
         }
         Ok(out)
     }
+}
+
+/// Milliseconds since the Unix epoch (0 if the clock is before it).
+fn unix_millis() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Sleep until `at`, or forever when `None`.
@@ -1532,6 +1566,12 @@ async fn put_blocking(
 struct Edge {
     tree: TileTree,
     bundle: Vec<u8>,
+    /// The timestamp of the newest entry (read from the partial bundle at a reload; 0
+    /// when there is none or a personality's entries carry none). The next batch is sequenced at a
+    /// timestamp no smaller, so entry timestamps never decrease along the tree and the
+    /// newest entry's is the largest: a checkpoint signed at or after it is later than
+    /// every entry it covers (docs/seams.md, "Timestamps").
+    last_timestamp: u64,
 }
 
 impl Edge {
@@ -1547,15 +1587,20 @@ impl Edge {
     /// read of the edge's tiles.
     async fn load<S: LogStorage>(
         storage: &S,
+        personality: &dyn Personality,
         state: Option<TreeState>,
     ) -> Result<Edge, StorageError> {
         let state = match state {
             Some(s) => s,
             None => storage.load_state().await?.unwrap_or_else(TreeState::empty),
         };
+        let edge_bundle = tile::edge_bundle(state.size).map(|id| TileId {
+            kind: personality.bundle_kind(),
+            ..id
+        });
         let ids: Vec<TileId> = tile::edge_tiles(state.size)
             .into_iter()
-            .chain(tile::edge_bundle(state.size))
+            .chain(edge_bundle)
             .collect();
         let mut found = storage.read_tiles(&ids).await?;
         // Another frontend may have completed a tile of this edge since the state was
@@ -1603,46 +1648,83 @@ impl Edge {
                 state.size
             )));
         }
-        if let Some(id) = tile::edge_bundle(state.size) {
-            let entries = bundle::parse_bundle(&bundle)
+        let mut last_timestamp = 0;
+        if let Some(id) = edge_bundle {
+            let entries = personality
+                .split_bundle(&bundle)
                 .map_err(|e| StorageError::Corrupt(format!("{}: {e}", id.path())))?;
             let matches = entries.len() == level0.len()
-                && entries.iter().zip(&level0).all(|(e, h)| leaf_hash(e) == *h);
+                && entries
+                    .iter()
+                    .zip(&level0)
+                    .all(|(e, h)| personality.stored_leaf(e) == *h);
             if !matches {
                 return Err(StorageError::Corrupt(format!(
                     "{} does not match the level-0 edge tile",
                     id.path()
                 )));
             }
+            last_timestamp = entries.iter().map(|e| e.timestamp).max().unwrap_or(0);
         }
-        Ok(Edge { tree, bundle })
+        Ok(Edge {
+            tree,
+            bundle,
+            last_timestamp,
+        })
     }
 
-    /// Append a batch; returns every changed hash tile and entry bundle.
+    /// Append a batch (entries with the leaf hashes [`Personality::accept`] gave);
+    /// returns every changed hash tile, then every changed entry bundle.
     fn append(
         &mut self,
+        personality: &dyn Personality,
         entries: &[Bytes],
-        leaves: &[Hash],
-    ) -> Result<Vec<(TileId, Vec<u8>)>, bundle::BundleError> {
+        accepted: &[Hash],
+    ) -> Result<Vec<(TileId, Vec<u8>)>, EntryError> {
         let start = self.tree.size();
-        let mut tiles = Vec::with_capacity(8 + 2 * entries.len() / TILE_WIDTH as usize);
-        self.tree.append(leaves, &mut tiles);
+        let kind = personality.bundle_kind();
+        // One timestamp per batch, never below the newest entry's (another frontend's
+        // clock may run ahead of ours).
+        let timestamp = unix_millis().max(self.last_timestamp);
+        let mut leaves = Vec::with_capacity(entries.len());
+        let mut bundles = Vec::with_capacity(1 + entries.len() / TILE_WIDTH as usize);
         let mut n = start / TILE_WIDTH;
         let mut count = start % TILE_WIDTH;
-        for e in entries {
-            bundle::append_entry(&mut self.bundle, e)?;
+        for (i, (e, a)) in entries.iter().zip(accepted).enumerate() {
+            let index = start + i as u64;
+            leaves.push(personality.encode(e, a, index, timestamp, &mut self.bundle)?);
             count += 1;
             if count == TILE_WIDTH {
                 let cap = self.bundle.capacity();
                 let full = std::mem::replace(&mut self.bundle, Vec::with_capacity(cap));
-                tiles.push((TileId::entries(n, TILE_WIDTH as u16), full));
+                bundles.push((
+                    TileId {
+                        kind,
+                        index: n,
+                        width: TILE_WIDTH as u16,
+                    },
+                    full,
+                ));
                 n += 1;
                 count = 0;
             }
         }
         if count > 0 {
-            tiles.push((TileId::entries(n, count as u16), self.bundle.clone()));
+            bundles.push((
+                TileId {
+                    kind,
+                    index: n,
+                    width: count as u16,
+                },
+                self.bundle.clone(),
+            ));
         }
+        if !entries.is_empty() {
+            self.last_timestamp = timestamp;
+        }
+        let mut tiles = Vec::with_capacity(8 + 2 * entries.len() / TILE_WIDTH as usize);
+        self.tree.append(&leaves, &mut tiles);
+        tiles.append(&mut bundles);
         Ok(tiles)
     }
 }

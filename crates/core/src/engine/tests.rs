@@ -8,6 +8,8 @@ use bytes::Bytes;
 use super::checker::check_log;
 use super::memory::{Fault, MemoryStorage};
 use super::*;
+use crate::hash::leaf_hash;
+use crate::personality::TlogTiles;
 
 const SKEY: &str =
     "PRIVATE+KEY+example.com/log/testdata+33d7b496+AeymY/SZAX0jZcJ8enZ5FY1Dz+wTML2yWSkK+9DSF3eg";
@@ -351,11 +353,11 @@ async fn a_failed_commit_overtaken_by_another_frontend_is_resolved() {
     for i in 0..3 {
         assert_eq!(log.add(entry(i)).await.unwrap().index, i);
     }
-    let mut edge = Edge::load(&*storage, None).await.unwrap();
+    let mut edge = Edge::load(&*storage, &TlogTiles, None).await.unwrap();
     let prev = edge.state();
     let theirs = [Bytes::from("theirs 0"), Bytes::from("theirs 1")];
     let leaves: Vec<Hash> = theirs.iter().map(|e| leaf_hash(e)).collect();
-    let tiles = edge.append(&theirs, &leaves).unwrap();
+    let tiles = edge.append(&TlogTiles, &theirs, &leaves).unwrap();
     let next = edge.state();
     *racing.other.lock().unwrap() = Some(CommitBatch { prev, next, tiles });
     storage.fail_next_commit(Fault::FailAndDontPersist);
@@ -414,7 +416,13 @@ async fn invalid_entries_change_nothing() {
     let (log, tasks) = Log::open(storage.clone(), None, cfg.clone()).await.unwrap();
     assert_eq!(log.add(Bytes::new()).await, Err(AddError::Empty));
     let big = Bytes::from(vec![1u8; 65536]);
-    assert_eq!(log.add(big).await, Err(AddError::TooLarge(65536)));
+    assert_eq!(
+        log.add(big).await,
+        Err(AddError::TooLarge {
+            size: 65536,
+            max: 65535
+        })
+    );
     let max = Bytes::from(vec![1u8; 65535]);
     assert_eq!(log.add(max).await.unwrap().index, 0);
     log.shutdown();
