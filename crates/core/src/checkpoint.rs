@@ -4,7 +4,9 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 
 use crate::hash::Hash;
-use crate::note::{Note, NoteError, NoteSigner, NoteVerifier, open_note, sign_note};
+use crate::note::{
+    LogSigner, Note, NoteError, NoteSigner, NoteVerifier, open_note, sign_note, sign_note_at,
+};
 
 /// A checkpoint body.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -157,9 +159,19 @@ impl Checkpoint {
         })
     }
 
-    /// The signed note.
+    /// The signed note, signed by one Ed25519 key.
     pub fn sign(&self, signer: &NoteSigner) -> Result<Vec<u8>, NoteError> {
         sign_note(&self.to_text(), &[signer])
+    }
+
+    /// The signed note, one signature line per signer in order, signed at `timestamp`
+    /// (milliseconds since the Unix epoch, for signers whose signatures carry one).
+    pub fn sign_with(
+        &self,
+        signers: &[&dyn LogSigner],
+        timestamp: u64,
+    ) -> Result<Vec<u8>, NoteError> {
+        sign_note_at(&self.to_text(), signers, timestamp)
     }
 
     /// Verify a signed checkpoint of the log `origin`.
@@ -168,7 +180,17 @@ impl Checkpoint {
         origin: &str,
         verifier: &NoteVerifier,
     ) -> Result<(Checkpoint, Note), CheckpointError> {
-        let note = open_note(bytes, &[verifier])?;
+        Self::open_with(bytes, origin, &[verifier])
+    }
+
+    /// Verify a signed checkpoint of the log `origin` known by several keys (a key
+    /// rotation): signatures by any of them must verify, and at least one must be there.
+    pub fn open_with(
+        bytes: &[u8],
+        origin: &str,
+        verifiers: &[&NoteVerifier],
+    ) -> Result<(Checkpoint, Note), CheckpointError> {
+        let note = open_note(bytes, verifiers)?;
         let cp = Checkpoint::parse(&note.text)?;
         if cp.origin != origin {
             return Err(CheckpointError::WrongOrigin {

@@ -254,7 +254,7 @@ async fn serve(c: Config) -> anyhow::Result<()> {
     lc.batch_max_age = Duration::from_millis(c.batching.max_age_ms);
     lc.checkpoint_interval = Duration::from_millis(c.checkpoint.interval_ms);
     lc.republish_interval = Duration::from_millis(c.checkpoint.republish_interval_ms);
-    if let Some(w) = tlogd::witness::from_config(&c.witnessing, &lc.signer.verifier())? {
+    if let Some(w) = tlogd::witness::from_config(&c.witnessing, &lc.verifier())? {
         tracing::info!(quorum = %w.describe(), "checkpoints are cosigned by witnesses");
         lc.cosigner = Some(Arc::new(w));
     }
@@ -298,7 +298,7 @@ async fn serve(c: Config) -> anyhow::Result<()> {
             .with_context(|| format!("opening log directory {}", dir.display()))?,
     );
     if let Some(state) = storage.adopted_tessera() {
-        tlogd::verify::check_adopted_tessera(&dir, &origin, &lc.signer.verifier(), state).await?;
+        tlogd::verify::check_adopted_tessera(&dir, &origin, &lc.verifier(), state).await?;
     }
     let dedup = open_dedup(&c, Some(storage.private_dir().join("dedup"))).await?;
     run(storage, dedup, lc, &c).await
@@ -456,7 +456,7 @@ async fn run<S: LogStorage>(
     tracing::info!(
         addr = %c.listen,
         origin = %log.config().origin,
-        vkey = %log.config().signer.verifier().to_vkey(),
+        vkey = %log.config().verifier().to_vkey(),
         size = log.committed_size(),
         write_tokens = tokens.as_ref().map_or(0, |t| t.len()),
         max_connections = c.http.max_connections,

@@ -95,7 +95,7 @@ use tokio::task::JoinHandle;
 use crate::checkpoint::Checkpoint;
 use crate::hash::Hash;
 use crate::merkle::TileTree;
-use crate::note::NoteSigner;
+use crate::note::{LogSigner, NoteSigner, NoteVerifier};
 use crate::personality::{EntryError, Personality, TlogTiles};
 use crate::tile::{self, TILE_WIDTH, TileId, TileKind};
 use queue::{InFlight, PendingBatch, Placed, Pushed, Queue, QueueLimits};
@@ -105,8 +105,10 @@ use queue::{InFlight, PendingBatch, Placed, Pushed, Queue, QueueLimits};
 pub struct LogConfig {
     /// The checkpoint origin line (tlog-checkpoint "Note text").
     pub origin: String,
-    /// The log's checkpoint signer.
-    pub signer: Arc<NoteSigner>,
+    /// The log's checkpoint signers: each signs every checkpoint, in this order. The
+    /// first is the key the log is known by ([`LogConfig::verifier`]); a stored
+    /// checkpoint opens if any of them verifies it (a key being rotated in or out).
+    pub signers: Vec<Arc<dyn LogSigner>>,
     /// What the log's entries are: validation, what is stored and hashed, the bundle
     /// path and codec, the dedup key ([`TlogTiles`] by default).
     pub personality: Arc<dyn Personality>,
@@ -145,7 +147,7 @@ impl LogConfig {
     pub fn new(origin: impl Into<String>, signer: Arc<NoteSigner>) -> Self {
         LogConfig {
             origin: origin.into(),
-            signer,
+            signers: vec![signer as Arc<dyn LogSigner>],
             personality: Arc::new(TlogTiles),
             batch_max_entries: 4096,
             batch_max_age: Duration::ZERO,
@@ -204,6 +206,18 @@ pub enum AddError {
     /// A bug.
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+impl LogConfig {
+    /// The verifier of the first signer: the key the log is known by.
+    pub fn verifier(&self) -> NoteVerifier {
+        self.verifiers().swap_remove(0)
+    }
+
+    /// The verifiers of every signer, in order.
+    pub fn verifiers(&self) -> Vec<NoteVerifier> {
+        self.signers.iter().map(|s| s.verifier()).collect()
+    }
 }
 
 impl From<EntryError> for AddError {
@@ -297,6 +311,9 @@ struct Inner<S> {
     dedup_hits: metrics::Counter,
     /// 1 + the size named by the latest published checkpoint; 0 when none is.
     published: AtomicU64,
+    /// The largest entry timestamp this process has seen (ms since the Unix epoch):
+    /// checkpoints are signed no earlier.
+    newest_timestamp: AtomicU64,
     ready: AtomicBool,
     /// Set, with the task's name, when a background task died: the log stops.
     failed: watch::Sender<Option<String>>,
@@ -336,7 +353,9 @@ impl<S: LogStorage> Log<S> {
         // of the state read after it.
         let published = match storage.read_checkpoint().await? {
             Some(bytes) => {
-                match Checkpoint::open(&bytes, &config.origin, &config.signer.verifier()) {
+                let verifiers = config.verifiers();
+                let verifiers: Vec<&NoteVerifier> = verifiers.iter().collect();
+                match Checkpoint::open_with(&bytes, &config.origin, &verifiers) {
                     Ok((cp, _)) => cp.size + 1,
                     // A checkpoint this key cannot open means the wrong key or origin is
                     // configured for this log: never overwrite it.
@@ -385,6 +404,7 @@ impl<S: LogStorage> Log<S> {
             dedup_lookups: metrics::counter!("tlogd_dedup_lookups_total"),
             dedup_hits: metrics::counter!("tlogd_dedup_hits_total"),
             published: AtomicU64::new(published),
+            newest_timestamp: AtomicU64::new(edge.last_timestamp),
             ready: AtomicBool::new(true),
             failed: watch::Sender::new(None),
             config,
@@ -1016,6 +1036,11 @@ impl<S: LogStorage> Log<S> {
         let tiles = next_edge
             .append(&*inner.config.personality, &batch.entries, &batch.leaves)
             .map_err(|e| Retry::Bug(e.to_string()))?;
+        // Before the commit: a checkpoint signed meanwhile may be a little later than
+        // it needed to be, never earlier than an entry it covers.
+        inner
+            .newest_timestamp
+            .fetch_max(next_edge.last_timestamp, Ordering::AcqRel);
         let next = next_edge.state();
         let started = Instant::now();
         let outcome = inner
@@ -1184,7 +1209,11 @@ impl<S: LogStorage> Log<S> {
             root: state.root,
             extensions: Vec::new(),
         };
-        let mut signed = match cp.sign(&inner.config.signer) {
+        // Never below the newest entry's timestamp, even if that entry was sequenced by
+        // a frontend whose clock runs ahead (docs/seams.md, "Timestamps").
+        let timestamp = unix_millis().max(inner.newest_timestamp.load(Ordering::Acquire));
+        let signers: Vec<&dyn LogSigner> = inner.config.signers.iter().map(|s| &**s).collect();
+        let mut signed = match cp.sign_with(&signers, timestamp) {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!(error = %e, "signing checkpoint failed");

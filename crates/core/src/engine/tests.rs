@@ -45,7 +45,7 @@ impl DedupIndex for MapIndex {
 }
 
 async fn check(storage: &MemoryStorage, cfg: &LogConfig) -> checker::LogReport {
-    check_log(storage, ORIGIN, &cfg.signer.verifier(), None)
+    check_log(storage, ORIGIN, &cfg.verifier(), None)
         .await
         .expect("log checks out")
 }
@@ -54,7 +54,7 @@ async fn check(storage: &MemoryStorage, cfg: &LogConfig) -> checker::LogReport {
 async fn logged(storage: &MemoryStorage, cfg: &LogConfig) -> Vec<Vec<u8>> {
     let mut seen = Vec::new();
     let mut visit = |_: u64, e: &[u8]| seen.push(e.to_vec());
-    check_log(storage, ORIGIN, &cfg.signer.verifier(), Some(&mut visit))
+    check_log(storage, ORIGIN, &cfg.verifier(), Some(&mut visit))
         .await
         .expect("log checks out");
     seen
@@ -115,7 +115,7 @@ async fn concurrent_adds_get_contiguous_indices() {
     let storage = Arc::new(MemoryStorage::new());
     let cfg = config();
     let (log, tasks) = Log::open(storage.clone(), None, cfg.clone()).await.unwrap();
-    let watch = checker::CheckpointWatch::start(storage.clone(), ORIGIN, &cfg.signer.verifier());
+    let watch = checker::CheckpointWatch::start(storage.clone(), ORIGIN, &cfg.verifier());
     let mut handles = Vec::new();
     for i in 0..2000u64 {
         let log = log.clone();
@@ -143,7 +143,7 @@ async fn concurrent_adds_get_contiguous_indices() {
     let report = checker::check_log_observed(
         &*storage,
         ORIGIN,
-        &cfg.signer.verifier(),
+        &cfg.verifier(),
         &observed,
         Some(&mut record),
     )
@@ -403,7 +403,7 @@ async fn reopen_refuses_a_tampered_edge() {
     storage.tamper(&TileId::hash(0, 0, 5), vec![7u8; 5 * 32]);
     assert!(Log::open(storage.clone(), None, cfg.clone()).await.is_err());
     assert!(
-        check_log(&*storage, ORIGIN, &cfg.signer.verifier(), None)
+        check_log(&*storage, ORIGIN, &cfg.verifier(), None)
             .await
             .is_err()
     );
@@ -801,4 +801,222 @@ async fn opening_while_another_frontend_publishes() {
         log.shutdown();
         tasks.join().await;
     }
+}
+
+/// A personality whose stored bytes depend on sequencing, as CT's do: each entry is
+/// stored as `index || timestamp || submitted bytes` (uint16-prefixed), hashed as
+/// stored, and deduplicated by the submitted bytes.
+#[derive(Debug, Default)]
+struct Stamped {
+    /// The (index, timestamp) of every `encode` call.
+    encoded: Mutex<Vec<(u64, u64)>>,
+}
+
+impl crate::personality::Personality for Stamped {
+    fn name(&self) -> &'static str {
+        "stamped"
+    }
+    fn max_entry_size(&self) -> usize {
+        crate::bundle::MAX_ENTRY_SIZE - 16
+    }
+    fn accept(&self, entry: &[u8]) -> Result<Hash, EntryError> {
+        match entry.len() {
+            0 => Err(EntryError::Empty),
+            n if n > self.max_entry_size() => Err(EntryError::Invalid("too long".into())),
+            _ if entry.starts_with(b"bad") => Err(EntryError::Invalid("a bad entry".into())),
+            // Not the leaf: that depends on the index.
+            _ => Ok([0; 32]),
+        }
+    }
+    fn dedup_key(&self, entry: &[u8]) -> [u8; 32] {
+        entry_hash(entry)
+    }
+    fn bundle_kind(&self) -> crate::tile::TileKind {
+        TileKind::Entries
+    }
+    fn encode(
+        &self,
+        entry: &[u8],
+        _accepted: &Hash,
+        index: u64,
+        timestamp: u64,
+        bundle: &mut Vec<u8>,
+    ) -> Result<Hash, EntryError> {
+        self.encoded.lock().unwrap().push((index, timestamp));
+        let mut stored = index.to_be_bytes().to_vec();
+        stored.extend_from_slice(&timestamp.to_be_bytes());
+        stored.extend_from_slice(entry);
+        crate::bundle::append_entry(bundle, &stored)
+            .map_err(|e| EntryError::Invalid(e.to_string()))?;
+        Ok(leaf_hash(&stored))
+    }
+    fn split_bundle<'a>(
+        &self,
+        bytes: &'a [u8],
+    ) -> Result<Vec<crate::personality::StoredEntry<'a>>, EntryError> {
+        let entries =
+            crate::bundle::parse_bundle(bytes).map_err(|e| EntryError::Malformed(e.to_string()))?;
+        entries
+            .into_iter()
+            .map(|bytes| {
+                let ts = bytes
+                    .get(8..16)
+                    .ok_or_else(|| EntryError::Malformed("short entry".into()))?;
+                Ok(crate::personality::StoredEntry {
+                    bytes,
+                    timestamp: u64::from_be_bytes(ts.try_into().expect("8 bytes")),
+                })
+            })
+            .collect()
+    }
+    fn stored_leaf(&self, e: &crate::personality::StoredEntry<'_>) -> Hash {
+        leaf_hash(e.bytes)
+    }
+    fn stored_dedup_key(&self, e: &crate::personality::StoredEntry<'_>) -> [u8; 32] {
+        entry_hash(&e.bytes[16..])
+    }
+}
+
+/// The engine stores and hashes what the personality says, at the index and timestamp
+/// it gives, and reads it back through the personality: the edge check of a reopen and
+/// the dedup index's catch-up both go through `split_bundle`. Timestamps never
+/// decrease, and the checkpoint is signed no earlier than the newest entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_personality_decides_what_is_stored_hashed_and_read_back() {
+    let storage = Arc::new(MemoryStorage::new());
+    let personality = Arc::new(Stamped::default());
+    let signer = Arc::new(RecordingSigner::default());
+    let mut cfg = config();
+    cfg.personality = personality.clone();
+    cfg.signers = vec![signer.clone()];
+    cfg.batch_max_entries = 7;
+    let (log, tasks) = Log::open(storage.clone(), None, cfg.clone()).await.unwrap();
+    let mut adds = tokio::task::JoinSet::new();
+    for i in 0..300 {
+        let log = log.clone();
+        adds.spawn(async move { log.add(entry(i)).await });
+    }
+    while let Some(r) = adds.join_next().await {
+        r.unwrap().unwrap();
+    }
+    assert_eq!(
+        log.add(Bytes::from("bad one")).await,
+        Err(AddError::Rejected("a bad entry".into()))
+    );
+    log.shutdown();
+    tasks.join().await;
+    // Every stored entry names its own index; the tree (checked as tlog-tiles over
+    // the stored bytes) hashes what was stored. The entries are in index order, not
+    // submission order: find each by its submitted bytes.
+    let stored = logged(&storage, &cfg).await;
+    let mut submitted: Vec<&[u8]> = stored.iter().map(|s| &s[16..]).collect();
+    submitted.sort();
+    let mut want: Vec<Bytes> = (0..300).map(entry).collect();
+    want.sort();
+    assert_eq!(submitted, want.iter().map(|b| &b[..]).collect::<Vec<_>>());
+    assert_eq!(stored.len(), 300);
+    let mut last = 0;
+    for (i, s) in stored.iter().enumerate() {
+        assert_eq!(u64::from_be_bytes(s[..8].try_into().unwrap()), i as u64);
+        let ts = u64::from_be_bytes(s[8..16].try_into().unwrap());
+        assert!(ts >= last && ts > 0, "timestamp {ts} after {last}");
+        last = ts;
+    }
+    let encoded = personality.encoded.lock().unwrap().clone();
+    assert_eq!(encoded.len(), 300);
+    let signed_at = *signer.timestamps.lock().unwrap().last().expect("signed");
+    assert!(
+        signed_at >= last,
+        "checkpoint at {signed_at}, newest entry {last}"
+    );
+
+    // A reopen checks the edge through the personality, and a fresh dedup index is
+    // filled from the stored bundles with the personality's keys.
+    let index = Arc::new(MapIndex::default());
+    let (log, tasks) = Log::open(storage.clone(), Some(index.clone()), cfg.clone())
+        .await
+        .unwrap();
+    while log.dedup_lag() > 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let at = stored
+        .iter()
+        .position(|s| s[16..] == entry(123)[..])
+        .expect("logged") as u64;
+    let again = log.add(entry(123)).await.unwrap();
+    assert_eq!((again.index, again.duplicate), (at, true));
+    assert_eq!(log.add(entry(300)).await.unwrap().index, 300);
+    log.shutdown();
+    tasks.join().await;
+}
+
+/// Records the timestamps it signs at; signs as the test key.
+#[derive(Debug)]
+struct RecordingSigner {
+    key: NoteSigner,
+    timestamps: Mutex<Vec<u64>>,
+}
+
+impl Default for RecordingSigner {
+    fn default() -> Self {
+        RecordingSigner {
+            key: NoteSigner::from_skey(SKEY).expect("test key"),
+            timestamps: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl LogSigner for RecordingSigner {
+    fn name(&self) -> &str {
+        LogSigner::name(&self.key)
+    }
+    fn key_id(&self) -> u32 {
+        LogSigner::key_id(&self.key)
+    }
+    fn algorithm(&self) -> crate::note::SignatureAlgorithm {
+        self.key.algorithm()
+    }
+    fn sign(&self, text: &str, timestamp: u64) -> Result<Vec<u8>, crate::note::NoteError> {
+        self.timestamps.lock().unwrap().push(timestamp);
+        LogSigner::sign(&self.key, text, timestamp)
+    }
+    fn verifier(&self) -> NoteVerifier {
+        self.key.verifier()
+    }
+}
+
+/// Every configured signer signs each checkpoint, in order; the log reopens with the
+/// keys in either order or with only the new one (a rotation), and refuses to open
+/// with neither.
+#[tokio::test]
+async fn every_signer_signs_and_any_configured_key_opens_the_log() {
+    let storage = Arc::new(MemoryStorage::new());
+    let (new_skey, _) = crate::note::generate_key(ORIGIN).unwrap();
+    let old: Arc<dyn LogSigner> = Arc::new(NoteSigner::from_skey(SKEY).unwrap());
+    let new: Arc<dyn LogSigner> = Arc::new(NoteSigner::from_skey(&new_skey).unwrap());
+    let mut cfg = config();
+    cfg.signers = vec![old.clone(), new.clone()];
+    let (log, tasks) = Log::open(storage.clone(), None, cfg.clone()).await.unwrap();
+    log.add(entry(0)).await.unwrap();
+    log.shutdown();
+    tasks.join().await;
+    let signed = storage.read_checkpoint().await.unwrap().expect("published");
+    let note = crate::note::Note::parse(&signed).unwrap();
+    let ids: Vec<u32> = note.signatures.iter().map(|s| s.key_id).collect();
+    assert_eq!(ids, [old.key_id(), new.key_id()]);
+    for v in [old.verifier(), new.verifier()] {
+        Checkpoint::open(&signed, ORIGIN, &v).expect("each line verifies");
+    }
+    for signers in [vec![new.clone(), old.clone()], vec![new.clone()]] {
+        cfg.signers = signers;
+        let (log, tasks) = Log::open(storage.clone(), None, cfg.clone()).await.unwrap();
+        log.shutdown();
+        tasks.join().await;
+    }
+    let (other, _) = crate::note::generate_key(ORIGIN).unwrap();
+    cfg.signers = vec![Arc::new(NoteSigner::from_skey(&other).unwrap())];
+    assert!(matches!(
+        Log::open(storage.clone(), None, cfg.clone()).await,
+        Err(EngineError::Checkpoint(_))
+    ));
 }

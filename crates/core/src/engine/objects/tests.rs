@@ -54,7 +54,7 @@ fn entry(frontend: u32, i: u64) -> Bytes {
 /// entry appears twice.
 async fn check_all(store: &MemoryObjects, acked: &HashMap<u64, Bytes>) -> u64 {
     let log = open(store).await;
-    let verifier = config().signer.verifier();
+    let verifier = config().verifier();
     let mut seen: HashMap<Vec<u8>, u64> = HashMap::new();
     let mut visit = |i: u64, e: &[u8]| {
         if let Some(first) = seen.insert(e.to_vec(), i) {
@@ -261,7 +261,7 @@ async fn a_lost_race_with_an_identical_batch_deletes_nothing_the_state_names() {
     }
     let fresh = open(&store).await;
     assert_eq!(fresh.load_state().await.unwrap().map(|s| s.size), Some(2));
-    let verifier = config().signer.verifier();
+    let verifier = config().verifier();
     let report = check_log(&*fresh, ORIGIN, &verifier, None)
         .await
         .expect("the log checks out");
