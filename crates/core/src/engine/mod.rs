@@ -15,7 +15,9 @@
 //!    A busy integrator keeps the lock from batch to batch (no other frontend can
 //!    commit meanwhile, so no re-read is needed) for at most `SEQUENCER_SLICE`, and
 //!    releases it when its queue is empty.
-//! 2. **Integrate in memory.** Append the leaf hashes and entries to the right edge,
+//! 2. **Integrate in memory.** The batch gets its indices and one timestamp (never
+//!    below the newest entry's); the log's [`Personality`] encodes each entry into its
+//!    bundle and gives its leaf hash; the leaves are appended to the right edge,
 //!    producing every changed hash tile and entry bundle and the new root. No storage
 //!    reads.
 //! 3. **Stage and compare-and-swap** ([`LogStorage::commit`]). The backend makes every
