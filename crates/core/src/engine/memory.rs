@@ -241,7 +241,10 @@ mod tests {
             s.put_blob("issuer/a", b"two", ct).await,
             Err(StorageError::Corrupt(_))
         ));
-        assert_eq!(s.read_blob("issuer/a").await.unwrap(), Some(b"one".to_vec()));
+        assert_eq!(
+            s.read_blob("issuer/a").await.unwrap(),
+            Some(b"one".to_vec())
+        );
         assert!(s.put_blob("tile/0/000", b"x", ct).await.is_err());
         s.set_unwritable(true);
         assert!(s.put_blob("issuer/b", b"x", ct).await.is_err());
