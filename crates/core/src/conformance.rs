@@ -8,7 +8,8 @@
 //! with a reopen halfway; the largest bundle (16 MiB) round-trips; and, for stores that
 //! several frontends share, a commit on a stale state conflicts and leaves nothing
 //! visible, two engines racing never fork the tree nor hand out an index twice, and the
-//! checkpoint never goes backwards. Every test ends with the whole-log check.
+//! checkpoint never goes backwards; blobs beside the tree are write-once and survive a
+//! reopen. Every test that writes the tree ends with the whole-log check.
 //!
 //! The Go vectors are read from `$TLOGD_VECTORS_DIR` or the repository's
 //! `testdata/vectors` (relative to the test crate, two levels below the root).
@@ -555,6 +556,111 @@ pub async fn the_checkpoint_never_goes_backwards<B: ConformanceStore>(b: &B) {
     );
 }
 
+/// `issuer/<lowercase hex SHA-256 of bytes>`, as CT names an issuer certificate.
+fn issuer_key(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    let mut key = String::from("issuer/");
+    for b in sha2::Sha256::digest(bytes) {
+        key.push_str(&format!("{b:02x}"));
+    }
+    key
+}
+
+/// Blobs beside the tree (CT's issuer certificates): absent until put; put if absent
+/// with a byte compare (identical bytes again are fine, other bytes are refused and
+/// change nothing); 1 MiB round-trips; keys of the tree or outside the root are
+/// refused; everything survives a reopen; and frontends racing to store one blob all
+/// succeed, or, with different bytes, exactly one does.
+pub async fn blobs_are_write_once_and_read_back_after_reopening<B: ConformanceStore>(b: &B) {
+    const CT: &str = "application/pkix-cert";
+    let location = b.fresh("blobs").await;
+    let s = b.open(&location).await;
+    let one = b"issuer one".to_vec();
+    let key = issuer_key(&one);
+    assert_eq!(s.read_blob(&key).await.expect("read"), None, "absent");
+    s.put_blob(&key, &one, CT).await.expect("put");
+    assert_eq!(s.read_blob(&key).await.expect("read"), Some(one.clone()));
+    s.put_blob(&key, &one, CT)
+        .await
+        .expect("identical bytes again");
+    match s.put_blob(&key, b"issuer two", CT).await {
+        Err(StorageError::Corrupt(_)) => {}
+        r => panic!("other bytes at {key}: expected Corrupt, got {r:?}"),
+    }
+    assert_eq!(
+        s.read_blob(&key).await.expect("read"),
+        Some(one.clone()),
+        "the first bytes stand"
+    );
+    let big: Vec<u8> = (0..1u32 << 20)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    let big_key = issuer_key(&big);
+    s.put_blob(&big_key, &big, CT).await.expect("put 1 MiB");
+    assert!(
+        s.read_blob(&big_key).await.expect("read") == Some(big.clone()),
+        "1 MiB blob differs"
+    );
+    for bad in [
+        "checkpoint",
+        "tile/0/000",
+        "../x",
+        "a//b",
+        ".tlogd/state",
+        "",
+    ] {
+        match s.put_blob(bad, b"x", CT).await {
+            Err(StorageError::Backend(m)) => assert!(m.contains("invalid blob key"), "{m}"),
+            r => panic!("put_blob({bad:?}): expected an invalid key, got {r:?}"),
+        }
+        assert!(
+            matches!(s.read_blob(bad).await, Err(StorageError::Backend(_))),
+            "read_blob({bad:?})"
+        );
+    }
+    // None of it touched the tree.
+    assert_eq!(s.load_state().await.expect("state"), None);
+    assert_eq!(s.read_checkpoint().await.expect("checkpoint"), None);
+    b.close(s).await;
+    let s = b.open(&location).await;
+    assert_eq!(s.read_blob(&key).await.expect("read"), Some(one.clone()));
+    assert!(
+        s.read_blob(&big_key).await.expect("read") == Some(big.clone()),
+        "1 MiB blob differs after reopening"
+    );
+    assert!(matches!(
+        s.put_blob(&key, b"issuer two", CT).await,
+        Err(StorageError::Corrupt(_))
+    ));
+    s.put_blob(&key, &one, CT).await.expect("identical bytes");
+    if !b.shared() {
+        return;
+    }
+    let other = b.open(&location).await;
+    for round in 0..4 {
+        let same = format!("raced issuer {round} ").repeat(1000).into_bytes();
+        let key = issuer_key(&same);
+        let (x, y) = tokio::join!(s.put_blob(&key, &same, CT), other.put_blob(&key, &same, CT));
+        x.expect("racing put, first handle");
+        y.expect("racing put, second handle");
+        for h in [&s, &other] {
+            assert!(h.read_blob(&key).await.expect("read") == Some(same.clone()));
+        }
+        // Different bytes at one key: exactly one put wins, and its bytes stand.
+        let key = format!("contested/{round}");
+        let (a, b_) = (b"first".to_vec(), b"second".to_vec());
+        let (x, y) = tokio::join!(s.put_blob(&key, &a, CT), other.put_blob(&key, &b_, CT));
+        let winner = match (x, y) {
+            (Ok(()), Err(StorageError::Corrupt(_))) => a,
+            (Err(StorageError::Corrupt(_)), Ok(())) => b_,
+            r => panic!("contested put: expected one Ok and one Corrupt, got {r:?}"),
+        };
+        for h in [&s, &other] {
+            assert_eq!(h.read_blob(&key).await.expect("read"), Some(winner.clone()));
+        }
+    }
+}
+
 /// The suite as `#[tokio::test]`s, for a type implementing [`ConformanceStore`] and an
 /// expression making one: `tlogd_core::conformance_tests!(MyStore, MyStore::new());`.
 #[macro_export]
@@ -568,7 +674,8 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@ $store, $make, multi_thread:
             a_commit_on_a_stale_state_conflicts_and_leaves_nothing_visible,
             two_engines_on_one_store_sequence_without_forking,
-            the_checkpoint_never_goes_backwards);
+            the_checkpoint_never_goes_backwards,
+            blobs_are_write_once_and_read_back_after_reopening);
     };
     (@ $store:ty, $make:expr, current_thread: $($name:ident),*) => {$(
         #[tokio::test(flavor = "current_thread")]

@@ -1,8 +1,8 @@
 //! MySQL/MariaDB storage for tlogd: several frontends share one database.
 //!
-//! The database holds the four tables of the shared schema shape (`tlogd_meta`,
-//! `tlogd_tree`, `tlogd_tiles`, `tlogd_checkpoint`; see `tlogd_storage_sql`) as InnoDB
-//! tables, created by the migrations in `migrations/` that
+//! The database holds the five tables of the shared schema shape (`tlogd_meta`,
+//! `tlogd_tree`, `tlogd_tiles`, `tlogd_checkpoint`, `tlogd_blobs`; see
+//! `tlogd_storage_sql`) as InnoDB tables, created by the migrations in `migrations/` that
 //! [`MysqlStorage::connect`] applies.
 //!
 //! The commit protocol, the read path and the tile cache are shared with the
@@ -57,6 +57,7 @@ impl Dialect for MysqlDialect {
     const UPSERT_CHECKPOINT: &'static str = sql::UPSERT_CHECKPOINT;
     const SELECT_READ_ONLY: &'static str = sql::SELECT_READ_ONLY;
     const SESSION_ID: &'static str = "CONNECTION_ID()";
+    const INSERT_BLOB: &'static str = sql::INSERT_BLOB;
 
     fn target(url: &str) -> Result<Target<MySql>, OpenError> {
         let options = MySqlConnectOptions::from_str(url)
@@ -188,6 +189,10 @@ impl Dialect for MysqlDialect {
 
     fn is_undefined_table(e: &sqlx::Error) -> bool {
         db_error_number(e) == Some(sql::ER_NO_SUCH_TABLE)
+    }
+
+    fn rows_affected(r: &sqlx::mysql::MySqlQueryResult) -> u64 {
+        r.rows_affected()
     }
 
     fn int_col(row: &MySqlRow, i: usize) -> Result<Option<u64>, sqlx::Error> {

@@ -23,6 +23,11 @@ pub const UPSERT_CHECKPOINT: &str = "INSERT INTO tlogd_checkpoint (id, size, dat
      data = IF(VALUES(size) >= size, VALUES(data), data), \
      size = GREATEST(size, VALUES(size))";
 
+/// Insert a blob unless its key exists (then no row is affected). `IGNORE` also turns
+/// other errors into warnings, but none can occur here: keys are checked ASCII paths of
+/// at most 512 bytes and a `LONGBLOB` holds more than a packet. Binds: key, data.
+pub const INSERT_BLOB: &str = "INSERT IGNORE INTO tlogd_blobs (blob_key, data) VALUES (?, ?)";
+
 /// `/readyz`: a round trip, and whether the server refuses writes (a replica).
 pub const SELECT_READ_ONLY: &str = "SELECT @@global.read_only";
 

@@ -185,6 +185,19 @@ impl<S: LogStorage> LogStorage for CachedTiles<S> {
         self.inner.read_checkpoint().await
     }
 
+    async fn put_blob(
+        &self,
+        key: &str,
+        bytes: &[u8],
+        content_type: &'static str,
+    ) -> Result<(), StorageError> {
+        self.inner.put_blob(key, bytes, content_type).await
+    }
+
+    async fn read_blob(&self, key: &str) -> Result<Option<Vec<u8>>, StorageError> {
+        self.inner.read_blob(key).await
+    }
+
     async fn check_writable(&self) -> Result<(), StorageError> {
         self.inner.check_writable().await
     }

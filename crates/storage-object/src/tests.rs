@@ -148,9 +148,16 @@ fn objects_carry_the_metadata_of_their_class() {
         )
         .await
         .unwrap();
+        let blob = ObjectClass::Blob {
+            content_type: "application/pkix-cert",
+        };
+        b.put_if("issuer/ab", Bytes::from("b"), blob, PutCondition::Absent)
+            .await
+            .unwrap();
         for (key, class) in [
             ("checkpoint", ObjectClass::Checkpoint),
             ("tile/0/000", ObjectClass::Tile),
+            ("issuer/ab", blob),
         ] {
             let got = mem.get(&Path::from(key)).await.unwrap();
             let a = &got.attributes;

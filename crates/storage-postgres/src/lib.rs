@@ -1,8 +1,9 @@
 //! PostgreSQL storage for tlogd: several frontends share one database.
 //!
-//! The database holds the four tables of the shared schema shape (`tlogd_meta`,
-//! `tlogd_tree`, `tlogd_tiles`, `tlogd_checkpoint`; see `tlogd_storage_sql`), created
-//! by the migrations in `migrations/` that [`PostgresStorage::connect`] applies. The
+//! The database holds the five tables of the shared schema shape (`tlogd_meta`,
+//! `tlogd_tree`, `tlogd_tiles`, `tlogd_checkpoint`, `tlogd_blobs`; see
+//! `tlogd_storage_sql`), created by the migrations in `migrations/` that
+//! [`PostgresStorage::connect`] applies. The
 //! commit protocol, the read path and the tile cache are shared with the MySQL backend
 //! in `tlogd_storage_sql` (whose documentation tells the protocol step by step); this
 //! crate is the PostgreSQL [`Dialect`] ([`PostgresDialect`]): `ON CONFLICT` upserts,
@@ -74,6 +75,9 @@ impl Dialect for PostgresDialect {
     const SELECT_READ_ONLY: &'static str = "SELECT pg_is_in_recovery() \
          OR current_setting('default_transaction_read_only') = 'on'";
     const SESSION_ID: &'static str = "pg_backend_pid()";
+    /// No row affected when the key exists.
+    const INSERT_BLOB: &'static str =
+        "INSERT INTO tlogd_blobs (blob_key, data) VALUES (?, ?) ON CONFLICT (blob_key) DO NOTHING";
 
     fn target(url: &str) -> Result<Target<Postgres>, OpenError> {
         let options = PgConnectOptions::from_str(url)
@@ -227,6 +231,10 @@ impl Dialect for PostgresDialect {
 
     fn is_undefined_table(e: &sqlx::Error) -> bool {
         sqlstate(e).as_deref() == Some("42P01")
+    }
+
+    fn rows_affected(r: &sqlx::postgres::PgQueryResult) -> u64 {
+        r.rows_affected()
     }
 
     fn int_col(row: &PgRow, i: usize) -> Result<Option<u64>, sqlx::Error> {

@@ -42,7 +42,7 @@ pub struct ServerLimits {
 /// One SQL server family: its driver, its spelling of what standard SQL lacks, and its
 /// operational checks. Every method is static; an implementation is a unit struct.
 ///
-/// The schema (four tables, see the crate documentation) and the statements in
+/// The schema (five tables, see the crate documentation) and the statements in
 /// [`crate::statements`] are shared; a dialect provides migrations that create that
 /// shape in its own DDL.
 pub trait Dialect: Send + Sync + Sized + 'static {
@@ -61,6 +61,9 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     /// Store the signed checkpoint unless a larger one is stored already (the stored
     /// checkpoint never goes backwards). Binds: size, data.
     const UPSERT_CHECKPOINT: &'static str;
+    /// Insert a blob into `tlogd_blobs (blob_key, data)` unless its key exists: then
+    /// no row is affected and nothing changes. Binds: key, data.
+    const INSERT_BLOB: &'static str;
     /// One boolean-ish column: whether the server refuses writes (a replica).
     const SELECT_READ_ONLY: &'static str;
     /// An expression for this connection's server session (the id that
@@ -109,6 +112,9 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     /// went away, or the server gave up on a lock (the statement or transaction rolled
     /// back).
     fn is_transient(e: &sqlx::Error) -> bool;
+
+    /// The rows a statement changed (sqlx has no trait for it).
+    fn rows_affected(r: &<Self::Db as Database>::QueryResult) -> u64;
 
     /// A missing table (the database was never migrated).
     fn is_undefined_table(e: &sqlx::Error) -> bool;

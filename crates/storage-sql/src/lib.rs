@@ -6,7 +6,7 @@
 //!
 //! # Schema shape
 //!
-//! Four tables, created by each dialect's embedded migrations in its own DDL:
+//! Five tables, created by each dialect's embedded migrations in its own DDL:
 //!
 //! * `tlogd_meta`: one row (`id = 1`), the schema compatibility version and the origin
 //!   of the log the database holds. A database of another log, or one upgraded by a
@@ -19,6 +19,12 @@
 //!   wider version of the same tile), so a read of width W is served from a stored row
 //!   of width >= W by truncation, and no partial tile is ever garbage.
 //! * `tlogd_checkpoint`: one row, the published signed checkpoint and its size.
+//! * `tlogd_blobs`: write-once, content-addressed blobs beside the tree
+//!   ([`LogStorage::put_blob`]: CT's issuer certificates), by key. Created by a later
+//!   migration with `CREATE TABLE IF NOT EXISTS`, so a database of an earlier release
+//!   gains it when it is opened, and older releases (which ignore it) still open it.
+//!   A blob is inserted if its key is absent, in its own autocommitted statement; when
+//!   the key exists, the stored bytes are read and compared.
 //!
 //! # Commit protocol (see `tlogd_core::engine` for the engine's side)
 //!
@@ -76,7 +82,7 @@ use sqlx::pool::{Pool, PoolConnection, PoolOptions};
 use sqlx::{
     AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Row, Type,
 };
-use tlogd_core::engine::{CommitBatch, LogStorage, StorageError, TreeState};
+use tlogd_core::engine::{CommitBatch, LogStorage, StorageError, TreeState, check_blob_key};
 use tlogd_core::tile::{TILE_WIDTH, TileId, TileKind};
 
 use cache::TileCache;
@@ -239,6 +245,7 @@ where
     <D::Db as Database>::Arguments: IntoArguments<D::Db>,
     for<'a> i64: Encode<'a, D::Db> + Type<D::Db>,
     for<'a> &'a [u8]: Encode<'a, D::Db> + Type<D::Db>,
+    for<'a> &'a str: Encode<'a, D::Db> + Type<D::Db>,
     for<'r> Vec<u8>: Decode<'r, D::Db> + Type<D::Db>,
     usize: ColumnIndex<<D::Db as Database>::Row>,
 {
@@ -266,6 +273,7 @@ where
             D::UPSERT_CHECKPOINT,
             D::SELECT_READ_ONLY,
             D::SESSION_ID,
+            D::INSERT_BLOB,
         );
         let db_err = |error| OpenError::Database {
             database: database.clone(),
@@ -664,6 +672,7 @@ where
     <D::Db as Database>::Arguments: IntoArguments<D::Db>,
     for<'a> i64: Encode<'a, D::Db> + Type<D::Db>,
     for<'a> &'a [u8]: Encode<'a, D::Db> + Type<D::Db>,
+    for<'a> &'a str: Encode<'a, D::Db> + Type<D::Db>,
     for<'r> Vec<u8>: Decode<'r, D::Db> + Type<D::Db>,
     usize: ColumnIndex<<D::Db as Database>::Row>,
 {
@@ -822,6 +831,61 @@ where
         row.map(|r| r.try_get::<Vec<u8>, _>(0))
             .transpose()
             .map_err(|e| self.backend("checkpoint read", &e))
+    }
+
+    async fn put_blob(
+        &self,
+        key: &str,
+        bytes: &[u8],
+        _content_type: &'static str,
+    ) -> Result<(), StorageError> {
+        check_blob_key(key)?;
+        if bytes.len() as u64 + PACKET_OVERHEAD as u64 > self.max_packet {
+            return Err(StorageError::Backend(format!(
+                "blob {key} is {} bytes, too large for the {} server's message limit of {} bytes",
+                bytes.len(),
+                D::PRODUCT,
+                self.max_packet
+            )));
+        }
+        // Insert-if-absent is idempotent, so a statement whose answer was lost is
+        // simply sent again: it then finds the row, and the compare below decides.
+        let inserted = self
+            .retry("blob write", || {
+                sqlx::query(AssertSqlSafe(self.statements.insert_blob.as_str()))
+                    .bind(key)
+                    .bind(bytes)
+                    .execute(&self.pool)
+            })
+            .await?;
+        if D::rows_affected(&inserted) > 0 {
+            return Ok(());
+        }
+        match self.read_blob(key).await? {
+            Some(stored) if stored == bytes => Ok(()),
+            Some(stored) => Err(StorageError::Corrupt(format!(
+                "blob {key} already holds other bytes ({} bytes, not these {})",
+                stored.len(),
+                bytes.len()
+            ))),
+            None => Err(StorageError::Backend(format!(
+                "blob {key}: the insert was ignored but no row is stored"
+            ))),
+        }
+    }
+
+    async fn read_blob(&self, key: &str) -> Result<Option<Vec<u8>>, StorageError> {
+        check_blob_key(key)?;
+        let row = self
+            .retry("blob read", || {
+                sqlx::query(AssertSqlSafe(self.statements.select_blob.as_str()))
+                    .bind(key)
+                    .fetch_optional(&self.pool)
+            })
+            .await?;
+        row.map(|r| r.try_get::<Vec<u8>, _>(0))
+            .transpose()
+            .map_err(|e| self.backend("blob read", &e))
     }
 
     async fn check_writable(&self) -> Result<(), StorageError> {

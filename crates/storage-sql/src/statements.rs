@@ -47,6 +47,10 @@ const UPDATE_TREE: &str = "UPDATE tlogd_tree SET size = ?, root = ? WHERE id = 1
 /// The published signed checkpoint.
 const SELECT_CHECKPOINT: &str = "SELECT data FROM tlogd_checkpoint WHERE id = 1";
 
+/// The blob at a key ([`LogStorage::read_blob`](tlogd_core::engine::LogStorage::read_blob)).
+/// Binds: key.
+const SELECT_BLOB: &str = "SELECT data FROM tlogd_blobs WHERE blob_key = ?";
+
 /// Every fixed statement, with the dialect's placeholders.
 #[derive(Clone, Debug)]
 pub struct Statements {
@@ -69,6 +73,11 @@ pub struct Statements {
     pub select_checkpoint: String,
     /// The dialect's read-only probe (one boolean column).
     pub select_read_only: String,
+    /// The dialect's insert-if-absent of a blob: no row affected when the key exists.
+    /// Binds: key, data.
+    pub insert_blob: String,
+    /// See [`SELECT_BLOB`].
+    pub select_blob: String,
     /// The dialect's tail of the tile upsert (a position keeps its newest tile).
     upsert_tiles_tail: &'static str,
 }
@@ -81,6 +90,7 @@ impl Statements {
         upsert_checkpoint: &str,
         select_read_only: &str,
         session_id: &str,
+        insert_blob: &str,
     ) -> Self {
         let n = |s: &str| number(placeholders, s);
         Statements {
@@ -94,6 +104,8 @@ impl Statements {
             upsert_checkpoint: n(upsert_checkpoint),
             select_checkpoint: n(SELECT_CHECKPOINT),
             select_read_only: n(select_read_only),
+            insert_blob: n(insert_blob),
+            select_blob: n(SELECT_BLOB),
             upsert_tiles_tail,
         }
     }
@@ -178,7 +190,14 @@ mod tests {
 
     #[test]
     fn question_marks_are_numbered_for_postgres() {
-        let s = Statements::new(Placeholders::Numbered, " TAIL", "X ?, ?", "R", "S()");
+        let s = Statements::new(
+            Placeholders::Numbered,
+            " TAIL",
+            "X ?, ?",
+            "R",
+            "S()",
+            "B ?, ?",
+        );
         assert_eq!(
             s.select_tree_for_update,
             "SELECT size, root, S() FROM tlogd_tree WHERE id = 1 FOR UPDATE"
@@ -188,6 +207,11 @@ mod tests {
             "UPDATE tlogd_tree SET size = $1, root = $2 WHERE id = 1"
         );
         assert_eq!(s.upsert_checkpoint, "X $1, $2");
+        assert_eq!(s.insert_blob, "B $1, $2");
+        assert_eq!(
+            s.select_blob,
+            "SELECT data FROM tlogd_blobs WHERE blob_key = $1"
+        );
         assert_eq!(
             s.insert_tiles(2),
             "INSERT INTO tlogd_tiles (tile_level, tile_index, width, data) VALUES \
@@ -200,7 +224,7 @@ mod tests {
 
     #[test]
     fn mysql_keeps_question_marks() {
-        let s = Statements::new(Placeholders::Question, " TAIL", "X ?", "R", "S()");
+        let s = Statements::new(Placeholders::Question, " TAIL", "X ?", "R", "S()", "B ?, ?");
         assert_eq!(s.claim_origin, CLAIM_ORIGIN);
         let t = s.insert_tiles(3);
         assert_eq!(t.matches('?').count(), 3 * INSERT_TILES_PARAMS_PER_ROW);

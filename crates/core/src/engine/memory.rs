@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use super::storage::{CommitBatch, LogStorage, StorageError, TreeState};
+use super::storage::{CommitBatch, LogStorage, StorageError, TreeState, check_blob_key};
 use crate::tile::{TileId, TileKind};
 
 /// What the next faulty call does.
@@ -31,6 +31,8 @@ struct State {
     tree: Option<TreeState>,
     tiles: HashMap<(TileKind, u64, u16), Vec<u8>>,
     checkpoint: Option<Vec<u8>>,
+    /// Blobs by key ([`LogStorage::put_blob`]).
+    blobs: HashMap<String, Vec<u8>>,
     next_commit_fault: Option<Fault>,
     /// A batch failed with [`Fault::PersistLate`], landing at the next commit.
     late: Option<CommitBatch>,
@@ -184,10 +186,69 @@ impl LogStorage for MemoryStorage {
         Ok(self.lock().checkpoint.clone())
     }
 
+    async fn put_blob(
+        &self,
+        key: &str,
+        bytes: &[u8],
+        _content_type: &'static str,
+    ) -> Result<(), StorageError> {
+        check_blob_key(key)?;
+        let mut s = self.lock();
+        if s.unwritable {
+            return Err(err("unwritable"));
+        }
+        match s.blobs.get(key) {
+            Some(stored) if stored == bytes => Ok(()),
+            Some(_) => Err(StorageError::Corrupt(format!(
+                "blob {key} already holds other bytes"
+            ))),
+            None => {
+                s.blobs.insert(key.to_string(), bytes.to_vec());
+                Ok(())
+            }
+        }
+    }
+
+    async fn read_blob(&self, key: &str) -> Result<Option<Vec<u8>>, StorageError> {
+        check_blob_key(key)?;
+        let s = self.lock();
+        if s.unreadable {
+            return Err(err("unreadable"));
+        }
+        Ok(s.blobs.get(key).cloned())
+    }
+
     async fn check_writable(&self) -> Result<(), StorageError> {
         if self.lock().unwritable {
             return Err(err("unwritable"));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn blobs_are_put_if_absent_with_a_byte_compare() {
+        let s = MemoryStorage::new();
+        let ct = "application/pkix-cert";
+        assert_eq!(s.read_blob("issuer/a").await.unwrap(), None);
+        s.put_blob("issuer/a", b"one", ct).await.unwrap();
+        s.put_blob("issuer/a", b"one", ct).await.unwrap();
+        assert!(matches!(
+            s.put_blob("issuer/a", b"two", ct).await,
+            Err(StorageError::Corrupt(_))
+        ));
+        assert_eq!(
+            s.read_blob("issuer/a").await.unwrap(),
+            Some(b"one".to_vec())
+        );
+        assert!(s.put_blob("tile/0/000", b"x", ct).await.is_err());
+        s.set_unwritable(true);
+        assert!(s.put_blob("issuer/b", b"x", ct).await.is_err());
+        s.set_unwritable(false);
+        assert_eq!(s.read_blob("issuer/b").await.unwrap(), None);
     }
 }

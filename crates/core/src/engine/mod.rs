@@ -83,7 +83,7 @@ mod storage;
 
 pub use cosign::{BoxFuture, CheckpointCosigner, ConsistencyProver, StorageProver, read_hashes};
 pub use dedup::{DedupError, DedupIndex, EntryHash, entry_hash};
-pub use storage::{CommitBatch, LogStorage, StorageError, TreeState};
+pub use storage::{CommitBatch, LogStorage, MAX_BLOB_KEY, StorageError, TreeState, check_blob_key};
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -154,6 +154,14 @@ impl StorageError {
 ///   them from the staged copy in the background). Then `publish_checkpoint` waits until
 ///   every tile of the size it publishes is readable (invariant 4), and `read_tile` of
 ///   a tile this process committed waits for its upload rather than answer `None`.
+/// * **Blobs are write-once and content-addressed.** [`put_blob`](Self::put_blob)
+///   stores bytes beside the tree at a public path the tree does not own (CT's issuer
+///   certificates at `issuer/<hex SHA-256>`), checked by [`check_blob_key`]: put if
+///   absent, with a byte compare. It is durable once it returns; identical bytes already
+///   there are `Ok`; other bytes there are [`StorageError::Corrupt`] and nothing
+///   changes; a crash never leaves partial bytes at the key. Blobs are independent of
+///   the tree state: no commit, checkpoint or sequencer is involved, and any frontend
+///   may write one at any time.
 pub trait LogStorage: Send + Sync + 'static {
     /// A short name for metrics and logs ("posix", "mysql", "memory").
     fn backend_name(&self) -> &'static str;
@@ -196,6 +204,26 @@ pub trait LogStorage: Send + Sync + 'static {
     fn read_checkpoint(&self)
     -> impl Future<Output = Result<Option<Vec<u8>>, StorageError>> + Send;
 
+    /// Store a write-once, content-addressed blob published beside the tree at the
+    /// public path `key` (CT's issuer certificates, static-ct-api "Issuers"): put if
+    /// absent, with a byte compare. Durable once it returns. Identical bytes already at
+    /// `key`: `Ok`. Other bytes there: [`StorageError::Corrupt`], and nothing changed.
+    /// A crash never leaves partial bytes at `key`. A key that
+    /// [`check_blob_key`] refuses is refused before anything is written.
+    /// `content_type` is the HTTP `Content-Type` an object store serves it with.
+    fn put_blob(
+        &self,
+        key: &str,
+        bytes: &[u8],
+        content_type: &'static str,
+    ) -> impl Future<Output = Result<(), StorageError>> + Send;
+
+    /// The blob at `key`, or `None`.
+    fn read_blob(
+        &self,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<Vec<u8>>, StorageError>> + Send;
+
     /// Cheap liveness probe for `/readyz`: can the store take writes right now?
     fn check_writable(&self) -> impl Future<Output = Result<(), StorageError>> + Send;
 
@@ -236,5 +264,98 @@ pub trait LogStorage: Send + Sync + 'static {
     /// another frontend sharing the store committed.
     fn reads_are_committed(&self) -> bool {
         false
+    }
+}
+
+/// The longest blob key, in bytes (the SQL backends' key column).
+pub const MAX_BLOB_KEY: usize = 512;
+
+/// Check a [`LogStorage::put_blob`] / [`LogStorage::read_blob`] key; every backend
+/// calls it first. A key is a relative `/`-separated path of at most [`MAX_BLOB_KEY`]
+/// bytes whose segments are non-empty, made of `[A-Za-z0-9._-]`, and not `.` or `..`
+/// (so it is the same file, object or row on every backend, and never escapes a POSIX
+/// log root). It never names what the tree owns: `checkpoint`, anything under `tile/`,
+/// and anything starting with `.` (a backend's private state, `.tlogd/`), since a blob
+/// there would overwrite or shadow the log itself.
+pub fn check_blob_key(key: &str) -> Result<(), StorageError> {
+    // `{:?}` escapes control characters: the message stays on one line.
+    let refuse = |why: &str| StorageError::Backend(format!("invalid blob key {key:?}: {why}"));
+    if key.is_empty() {
+        return Err(refuse("empty"));
+    }
+    if key.len() > MAX_BLOB_KEY {
+        return Err(StorageError::Backend(format!(
+            "invalid blob key of {} bytes: longer than {MAX_BLOB_KEY} bytes",
+            key.len()
+        )));
+    }
+    for segment in key.split('/') {
+        if segment.is_empty() {
+            return Err(refuse("empty path segment"));
+        }
+        if segment == "." || segment == ".." {
+            return Err(refuse("relative path segment"));
+        }
+        if !segment
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        {
+            return Err(refuse("characters other than A-Z a-z 0-9 . _ -"));
+        }
+    }
+    if key == "checkpoint" || key == "tile" || key.starts_with("tile/") {
+        return Err(refuse("a path of the tree"));
+    }
+    if key.starts_with('.') {
+        return Err(refuse("a private path"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blob_keys_stay_beside_the_tree() {
+        for good in [
+            "issuer/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+            "a",
+            "a/b.c/d_e-F9",
+            "checkpoints",
+            "tiles/x",
+            "a/.hidden",
+        ] {
+            assert!(check_blob_key(good).is_ok(), "{good}");
+        }
+        let long = "a".repeat(MAX_BLOB_KEY + 1);
+        for bad in [
+            "",
+            "checkpoint",
+            "tile",
+            "tile/0/000",
+            "tile/entries/000.p/3",
+            ".tlogd/state",
+            ".tlogd",
+            "../x",
+            "a/../b",
+            "./a",
+            "a/.",
+            "a//b",
+            "/a",
+            "a/",
+            "a b",
+            "a\\b",
+            "\u{e9}",
+            "a\nb",
+            long.as_str(),
+        ] {
+            let e = check_blob_key(bad).expect_err(bad);
+            let msg = e.to_string();
+            assert!(matches!(e, StorageError::Backend(_)), "{bad}: {msg}");
+            assert!(msg.starts_with("invalid blob key"), "{msg}");
+            assert!(!msg.contains('\n'), "{msg}");
+        }
+        assert!(check_blob_key(&"a".repeat(MAX_BLOB_KEY)).is_ok());
     }
 }

@@ -331,6 +331,17 @@ impl LogStorage for Overtaken {
     async fn read_checkpoint(&self) -> Result<Option<Vec<u8>>, StorageError> {
         self.inner.read_checkpoint().await
     }
+    async fn put_blob(
+        &self,
+        key: &str,
+        bytes: &[u8],
+        content_type: &'static str,
+    ) -> Result<(), StorageError> {
+        self.inner.put_blob(key, bytes, content_type).await
+    }
+    async fn read_blob(&self, key: &str) -> Result<Option<Vec<u8>>, StorageError> {
+        self.inner.read_blob(key).await
+    }
     async fn check_writable(&self) -> Result<(), StorageError> {
         self.inner.check_writable().await
     }
@@ -630,6 +641,17 @@ impl LogStorage for PanickingStorage {
     }
     async fn read_checkpoint(&self) -> Result<Option<Vec<u8>>, StorageError> {
         self.0.read_checkpoint().await
+    }
+    async fn put_blob(
+        &self,
+        key: &str,
+        bytes: &[u8],
+        content_type: &'static str,
+    ) -> Result<(), StorageError> {
+        self.0.put_blob(key, bytes, content_type).await
+    }
+    async fn read_blob(&self, key: &str) -> Result<Option<Vec<u8>>, StorageError> {
+        self.0.read_blob(key).await
     }
     async fn check_writable(&self) -> Result<(), StorageError> {
         self.0.check_writable().await

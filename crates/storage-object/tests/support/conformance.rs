@@ -218,8 +218,15 @@ pub async fn objects_carry_their_class_metadata_and_prefixes_separate_logs<S: Ob
     .await;
     log.shutdown();
     tasks.join().await;
+    let blob = ObjectClass::Blob {
+        content_type: "application/pkix-cert",
+    };
+    one.put_blob("issuer/ab", b"cert", "application/pkix-cert")
+        .await
+        .unwrap();
     let raw = s.backend_via(s.port(), &bucket, "", ClientTuning::default());
     for (key, class) in [
+        ("logs/one/issuer/ab", blob),
         ("logs/one/checkpoint", ObjectClass::Checkpoint),
         ("logs/one/tile/0/000", ObjectClass::Tile),
         ("logs/one/tile/entries/001.p/44", ObjectClass::Tile),

@@ -94,6 +94,7 @@ macro_rules! sql_conformance_tests {
             the_tile_cache_serves_the_largest_bundle,
             the_sequencing_lock_is_exclusive_per_database,
             reopening_works_and_a_foreign_or_future_database_is_refused,
+            a_database_from_before_blobs_gains_their_table_when_opened,
             read_tiles_answers_like_read_tile_in_one_query);
         $crate::sql_conformance_tests!(@ $b, multi_thread:
             a_commit_whose_reply_is_lost_is_logged_once,
@@ -342,6 +343,53 @@ pub async fn reopening_works_and_a_foreign_or_future_database_is_refused<B: SqlB
         Err(e @ OpenError::Connect { .. }) => assert!(!e.to_string().contains("@127.0.0.1"), "{e}"),
         other => panic!("expected a connect error, got {:?}", other.err()),
     }
+}
+
+/// A database written by a release before blobs (no `tlogd_blobs`, no record of its
+/// migration) gets the table when opened, and keeps its log; keys differing only in
+/// case are two blobs.
+pub async fn a_database_from_before_blobs_gains_their_table_when_opened<B: SqlBackend>() {
+    const CT: &str = "application/pkix-cert";
+    let url = fresh::<B>("preblobs").await;
+    let storage = open::<B>(&url).await;
+    let (log, tasks) = Log::open(storage.clone(), None, config(16)).await.unwrap();
+    add_in_order(
+        &log,
+        (0..20).map(|i| Bytes::from(format!("b{i}"))).collect(),
+        0,
+    )
+    .await;
+    log.shutdown();
+    tasks.join().await;
+    B::execute(&storage, "DROP TABLE tlogd_blobs").await;
+    B::execute(&storage, "DELETE FROM tlogd_migrations WHERE version = 2").await;
+    assert!(
+        storage.read_blob("issuer/a").await.is_err(),
+        "the table is gone"
+    );
+    B::close(&storage).await;
+    let again = open::<B>(&url).await;
+    assert_eq!(check_entries(&again, |_| None).await, 20);
+    assert_eq!(again.read_blob("issuer/a").await.unwrap(), None);
+    again.put_blob("issuer/a", b"lower", CT).await.unwrap();
+    again.put_blob("issuer/A", b"upper", CT).await.unwrap();
+    assert_eq!(
+        again.read_blob("issuer/a").await.unwrap(),
+        Some(b"lower".to_vec())
+    );
+    assert_eq!(
+        again.read_blob("issuer/A").await.unwrap(),
+        Some(b"upper".to_vec())
+    );
+    // The migration applied again over the table (its record lost, or two frontends
+    // of two releases): IF NOT EXISTS keeps the table and its blobs.
+    B::execute(&again, "DELETE FROM tlogd_migrations WHERE version = 2").await;
+    B::close(&again).await;
+    let third = open::<B>(&url).await;
+    assert_eq!(
+        third.read_blob("issuer/a").await.unwrap(),
+        Some(b"lower".to_vec())
+    );
 }
 
 pub async fn no_acknowledged_add_is_lost_when_the_server_is_killed<B: SqlBackend>() {

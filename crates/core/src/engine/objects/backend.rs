@@ -20,6 +20,14 @@ pub enum ObjectClass {
     /// tlogd's own records (the tree state, staged batches): never served to readers
     /// (`Content-Type: application/octet-stream`, `Cache-Control: no-store`).
     Private,
+    /// A write-once, content-addressed blob beside the tree
+    /// ([`LogStorage::put_blob`](crate::engine::LogStorage::put_blob), e.g. CT's issuer
+    /// certificates): served with its own `Content-Type`, and, since the bytes at its
+    /// key never change, `Cache-Control: max-age=31536000, immutable`.
+    Blob {
+        /// Its `Content-Type`.
+        content_type: &'static str,
+    },
 }
 
 impl ObjectClass {
@@ -28,6 +36,7 @@ impl ObjectClass {
         match self {
             ObjectClass::Checkpoint => "text/plain; charset=utf-8",
             ObjectClass::Tile | ObjectClass::Private => "application/octet-stream",
+            ObjectClass::Blob { content_type } => content_type,
         }
     }
 
@@ -35,7 +44,7 @@ impl ObjectClass {
     pub fn cache_control(self) -> &'static str {
         match self {
             ObjectClass::Checkpoint => "no-cache",
-            ObjectClass::Tile => "max-age=31536000, immutable",
+            ObjectClass::Tile | ObjectClass::Blob { .. } => "max-age=31536000, immutable",
             ObjectClass::Private => "no-store",
         }
     }

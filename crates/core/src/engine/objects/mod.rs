@@ -16,6 +16,9 @@
 //!   changes, with the states before and after it, checksummed. Deleted once a later
 //!   state is committed. The nonce makes the key unique to one commit attempt, so a
 //!   frontend that lost a race deletes only its own object.
+//! * any other key that [`check_blob_key`] accepts (`issuer/<hex SHA-256>`): a
+//!   write-once, content-addressed blob ([`LogStorage::put_blob`]), created only if
+//!   absent, never rewritten, public and cached as immutable.
 //!
 //! # Commit protocol (one batch, [`LogStorage::commit`])
 //!
@@ -91,7 +94,7 @@ use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
-use super::storage::{CommitBatch, LogStorage, StorageError, TreeState};
+use super::storage::{CommitBatch, LogStorage, StorageError, TreeState, check_blob_key};
 use crate::checkpoint;
 use crate::tile::TileId;
 
@@ -1178,6 +1181,63 @@ impl<B: ObjectBackend> LogStorage for ObjectLog<B> {
 
     async fn read_checkpoint(&self) -> Result<Option<Vec<u8>>, StorageError> {
         Ok(self.backend.get(CHECKPOINT_KEY).await?.map(|b| b.to_vec()))
+    }
+
+    async fn put_blob(
+        &self,
+        key: &str,
+        bytes: &[u8],
+        content_type: &'static str,
+    ) -> Result<(), StorageError> {
+        check_blob_key(key)?;
+        let bytes = Bytes::copy_from_slice(bytes);
+        let class = ObjectClass::Blob { content_type };
+        let deadline = Instant::now() + self.options.write_retry;
+        let mut backoff = Duration::from_millis(25);
+        loop {
+            // Create-if-absent, so a blob is never replaced: a plain put would let
+            // other bytes overwrite it, and a CDN may have cached the first ones.
+            let error = match self
+                .backend
+                .put_if(key, bytes.clone(), class, PutCondition::Absent)
+                .await
+            {
+                Ok(PutOutcome::Written(_)) => return Ok(()),
+                Ok(PutOutcome::ConditionFailed) => None,
+                Err(e) => Some(e),
+            };
+            // The key exists, or the write's outcome is unknown (it may have landed,
+            // or still land): what is stored decides.
+            let error = match self.backend.get(key).await {
+                Ok(Some(stored)) if stored == bytes => return Ok(()),
+                Ok(Some(stored)) => {
+                    return Err(StorageError::Corrupt(format!(
+                        "blob {key} already holds other bytes ({} bytes, not these {})",
+                        stored.len(),
+                        bytes.len()
+                    )));
+                }
+                // Absent after a failed condition: a racing create (S3's 409) that had
+                // not landed yet when read. Absent after an error: not written (yet).
+                Ok(None) => error.unwrap_or_else(|| {
+                    StorageError::Backend(format!(
+                        "blob {key}: create-if-absent failed but nothing is stored"
+                    ))
+                }),
+                Err(e) => e,
+            };
+            if Instant::now() + backoff >= deadline {
+                return Err(error);
+            }
+            tracing::debug!(error = %error, %key, "blob write failed; retrying");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    async fn read_blob(&self, key: &str) -> Result<Option<Vec<u8>>, StorageError> {
+        check_blob_key(key)?;
+        Ok(self.backend.get(key).await?.map(|b| b.to_vec()))
     }
 
     async fn check_writable(&self) -> Result<(), StorageError> {

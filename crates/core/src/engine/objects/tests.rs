@@ -752,6 +752,65 @@ async fn busy_frontends_take_turns_instead_of_racing() {
 /// swap, a delete that failed) are deleted when a frontend opens the store; the one
 /// the state names, and any beyond the committed size (another frontend may be
 /// committing it), are kept.
+/// A blob's create-if-absent whose outcome is unknown (answer lost after it landed,
+/// failed before it landed, still on its way) is settled by reading the key back; it
+/// is stored with its content type as immutable, and a plain put never touches it.
+#[tokio::test]
+async fn a_blob_write_with_an_unknown_outcome_is_read_back() {
+    let store = MemoryObjects::new();
+    let log = open(&store).await;
+    let ct = "application/pkix-cert";
+    store.inject(ObjectOp::PutIf, "issuer/", ObjectFault::FailAfterPersist, 1);
+    log.put_blob("issuer/a", b"one", ct).await.expect("landed");
+    store.inject(
+        ObjectOp::PutIf,
+        "issuer/",
+        ObjectFault::FailBeforePersist,
+        2,
+    );
+    log.put_blob("issuer/b", b"two", ct).await.expect("retried");
+    store.inject(
+        ObjectOp::PutIf,
+        "issuer/",
+        ObjectFault::PersistLate(Duration::from_millis(30)),
+        1,
+    );
+    log.put_blob("issuer/c", b"three", ct).await.expect("late");
+    // A lost answer over other bytes is still a mismatch, not a success.
+    store.inject(ObjectOp::PutIf, "issuer/", ObjectFault::FailAfterPersist, 1);
+    assert!(matches!(
+        log.put_blob("issuer/a", b"other", ct).await,
+        Err(StorageError::Corrupt(_))
+    ));
+    assert_eq!(store.peek("issuer/a"), Some(Bytes::from("one")));
+    for (key, bytes) in [
+        ("issuer/a", "one"),
+        ("issuer/b", "two"),
+        ("issuer/c", "three"),
+    ] {
+        assert_eq!(
+            log.read_blob(key).await.unwrap().as_deref(),
+            Some(bytes.as_bytes())
+        );
+    }
+    let blob_writes: Vec<_> = store
+        .writes()
+        .into_iter()
+        .filter(|w| w.key.starts_with("issuer/"))
+        .collect();
+    assert_eq!(blob_writes.len(), 3, "each blob written once");
+    for w in blob_writes {
+        assert_eq!(w.class, ObjectClass::Blob { content_type: ct });
+        assert_eq!(w.class.content_type(), ct);
+        assert_eq!(w.class.cache_control(), "max-age=31536000, immutable");
+    }
+    // The store down for longer than the retry window: an error, not a hang.
+    store.set_unavailable(true);
+    assert!(log.put_blob("issuer/d", b"four", ct).await.is_err());
+    store.set_unavailable(false);
+    assert_eq!(log.read_blob("issuer/d").await.unwrap(), None);
+}
+
 #[tokio::test]
 async fn an_opener_sweeps_orphaned_staged_batches() {
     let store = MemoryObjects::new();

@@ -1,0 +1,9 @@
+-- Write-once, content-addressed blobs published beside the tree (CT's issuer
+-- certificates at issuer/<hex SHA-256>), by key; see tlogd_storage_sql. Compatible
+-- with schema version 1: older releases ignore the table. IF NOT EXISTS, so applying
+-- it never fails on a database that already has the table.
+-- Keys are ASCII paths compared byte for byte (collation "C").
+CREATE TABLE IF NOT EXISTS tlogd_blobs (
+    blob_key VARCHAR(512) COLLATE "C" NOT NULL PRIMARY KEY,
+    data BYTEA NOT NULL
+);
