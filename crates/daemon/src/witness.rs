@@ -27,6 +27,10 @@ use tlogd_core::witness::{
 
 use crate::config::WitnessingConfig;
 
+/// The largest answer read from a witness: a few signature lines is all an honest one
+/// sends (tlog-witness "add-checkpoint").
+const WITNESS_MAX_BODY: usize = 64 << 10;
+
 /// `409` answers followed per request: one for a witness that knows a newer size than
 /// we did, one more if it moved meanwhile.
 const MAX_CONFLICTS: usize = 2;
@@ -136,8 +140,10 @@ impl Witnesses {
                 );
             };
             let base = BaseUrl::parse(url).with_context(|| format!("witness {}", w.name))?;
-            let client =
-                Client::new(base, None, timeout).with_context(|| format!("witness {}", w.name))?;
+            // Far beyond any honest answer; bounds what a hostile witness costs.
+            let client = Client::new(base, None, timeout)
+                .with_context(|| format!("witness {}", w.name))?
+                .with_max_body(WITNESS_MAX_BODY);
             clients.push(tokio::sync::Mutex::new(client));
         }
         let known = Mutex::new(vec![0; policy.witnesses().len()]);

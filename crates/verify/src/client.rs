@@ -12,7 +12,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::client::conn::http1;
 use hyper::header::{AUTHORIZATION, HOST, HeaderValue};
 use hyper::{Method, Request, StatusCode, Uri};
@@ -224,25 +224,36 @@ impl H2cPool {
 
 /// One request on an h2c connection: head and body queued at once, the response read
 /// whole (its flow-control window released as it arrives).
+/// The largest body a [`Client`] accepts unless told otherwise
+/// ([`Client::with_max_body`]): a full tlog-tiles entry bundle, 256 entries of the
+/// largest size with their length prefixes (tlog-tiles "Log entries").
+pub const DEFAULT_MAX_BODY: usize = 256 * (2 + 65_535);
+
+/// How an HTTP/2 exchange failed.
+enum H2Failure {
+    Stream(h2::Error),
+    /// The body went over the client's limit; the stream was reset.
+    TooLarge(usize),
+}
+
 async fn h2_exchange(
     conn: &H2Conn,
     req: Request<()>,
     body: Bytes,
-) -> Result<(hyper::http::response::Parts, Bytes), h2::Error> {
-    let mut send = conn.send.clone().ready().await?;
-    let (response, mut stream) = send.send_request(req, body.is_empty())?;
-    if !body.is_empty() {
-        // The server may answer and close the stream as soon as it has the head (a 401
-        // or 413 without reading the body), even before this line runs: then the data
-        // has nowhere to go and the answer below is what counts.
-        let _ = stream.send_data(body, true);
-    }
-    let (parts, mut recv) = response.await?.into_parts();
+    max_body: usize,
+) -> Result<(hyper::http::response::Parts, Bytes), H2Failure> {
+    let (parts, mut recv) = h2_send(conn, req, body).await.map_err(H2Failure::Stream)?;
     let mut whole: Option<Bytes> = None;
     let mut more: Vec<u8> = Vec::new();
+    let mut received = 0usize;
     while let Some(chunk) = recv.data().await {
-        let chunk = chunk?;
+        let chunk = chunk.map_err(H2Failure::Stream)?;
         let _ = recv.flow_control().release_capacity(chunk.len());
+        received = received.saturating_add(chunk.len());
+        if received > max_body {
+            // Dropping `recv` resets the stream: nothing more is sent or kept.
+            return Err(H2Failure::TooLarge(max_body));
+        }
         match &whole {
             // The usual case, a body in one DATA frame: kept without a copy.
             None if more.is_empty() => whole = Some(chunk),
@@ -255,6 +266,23 @@ async fn h2_exchange(
         }
     }
     Ok((parts, whole.unwrap_or_else(|| Bytes::from(more))))
+}
+
+/// Send a request on an h2 connection; the answer's head and its body stream.
+async fn h2_send(
+    conn: &H2Conn,
+    req: Request<()>,
+    body: Bytes,
+) -> Result<(hyper::http::response::Parts, h2::RecvStream), h2::Error> {
+    let mut send = conn.send.clone().ready().await?;
+    let (response, mut stream) = send.send_request(req, body.is_empty())?;
+    if !body.is_empty() {
+        // The server may answer and close the stream as soon as it has the head (a 401
+        // or 413 without reading the body), even before this line runs: then the data
+        // has nowhere to go and the answer below is what counts.
+        let _ = stream.send_data(body, true);
+    }
+    Ok(response.await?.into_parts())
 }
 
 /// A stream the server refused (`REFUSED_STREAM`: over its concurrent-stream limit
@@ -292,6 +320,8 @@ pub struct Client {
     host: HeaderValue,
     /// The last path requested and its URI (writers request the same path every time).
     last_uri: Option<(String, Uri)>,
+    /// The largest response body accepted ([`Client::with_max_body`]).
+    max_body: usize,
 }
 
 /// A response: status, `Retry-After` seconds, duplicate marker, body.
@@ -432,7 +462,18 @@ impl Client {
             conn,
             host,
             last_uri: None,
+            max_body: DEFAULT_MAX_BODY,
         })
+    }
+
+    /// Accept response bodies of at most `max_body` bytes (default
+    /// [`DEFAULT_MAX_BODY`], a full entry bundle); a larger one fails the request as soon
+    /// as it is known to be larger, before it is read, so a hostile or broken server
+    /// cannot run this process out of memory. Set it to the most the answers of this
+    /// use can hold (a witness's cosignature: a few hundred bytes).
+    pub fn with_max_body(mut self, max_body: usize) -> Self {
+        self.max_body = max_body;
+        self
     }
 
     /// The URI of `path`: origin-form for HTTP/1.1, absolute for HTTP/2 (whose
@@ -498,7 +539,7 @@ impl Client {
             let reused = conn.as_mut().is_some_and(PlainH1::is_open);
             if !reused {
                 *conn = Some(
-                    PlainH1::connect(&self.base.authority)
+                    PlainH1::connect(&self.base.authority, self.max_body)
                         .await
                         .map_err(|e| Attempt::Fail(err(e)))?,
                 );
@@ -542,10 +583,15 @@ impl Client {
             if let Some(a) = &self.auth {
                 req.headers_mut().insert(AUTHORIZATION, a.clone());
             }
-            return match h2_exchange(c, req, body).await {
+            return match h2_exchange(c, req, body, self.max_body).await {
                 Ok((parts, body)) => Ok(Response::from_parts(&parts.status, &parts.headers, body)),
-                Err(e) if h2_retryable(&e, reused) => Err(Attempt::Retry(fail(&e))),
-                Err(e) => Err(Attempt::Fail(fail(&e))),
+                Err(H2Failure::Stream(e)) if h2_retryable(&e, reused) => {
+                    Err(Attempt::Retry(fail(&e)))
+                }
+                Err(H2Failure::Stream(e)) => Err(Attempt::Fail(fail(&e))),
+                Err(H2Failure::TooLarge(max)) => Err(Attempt::Fail(fail(&format!(
+                    "response refused: a body over the {max}-byte limit for this request"
+                )))),
             };
         }
         let reused = matches!(&self.conn, Conn::H1(Some(s)) if !s.is_closed());
@@ -566,10 +612,19 @@ impl Client {
             }
         })?;
         let (parts, incoming) = resp.into_parts();
-        let body = incoming
+        let max = self.max_body;
+        let body = Limited::new(incoming, max)
             .collect()
             .await
-            .map_err(|e| Attempt::Fail(fail(&e)))?
+            .map_err(|e| {
+                if e.is::<http_body_util::LengthLimitError>() {
+                    Attempt::Fail(fail(&format!(
+                        "response refused: a body over the {max}-byte limit for this request"
+                    )))
+                } else {
+                    Attempt::Fail(fail(&e))
+                }
+            })?
             .to_bytes();
         Ok(Response::from_parts(&parts.status, &parts.headers, body))
     }

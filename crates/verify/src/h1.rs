@@ -24,6 +24,11 @@ const MAX_HEAD: usize = 64 << 10;
 const MAX_HEADERS: usize = 64;
 /// How much is read at a time.
 const READ_CHUNK: usize = 16 << 10;
+/// The most a chunk-size line (size and extensions) may take: a server sending an
+/// endless extension is refused rather than buffered.
+const MAX_CHUNK_LINE: usize = 4 << 10;
+/// The most a chunked body's trailer fields may take, all together.
+const MAX_TRAILER: usize = MAX_HEAD;
 /// A connection idle for longer is checked for a close by the server (its idle timeout)
 /// before it carries a request: a request sent into a connection the server has closed
 /// may or may not have been acted on, so it cannot simply be sent again.
@@ -57,11 +62,16 @@ pub(crate) struct PlainH1 {
     done: bool,
     /// When the last response was read.
     idle_since: Instant,
+    /// The largest body accepted; a larger one fails the exchange as soon as it is
+    /// known to be larger (a `Content-Length`, a chunk, bytes to the end of the stream),
+    /// so a hostile server cannot run the client out of memory.
+    max_body: usize,
 }
 
 impl PlainH1 {
-    /// A connection to `authority` (Nagle off: a request is one write, sent at once).
-    pub(crate) async fn connect(authority: &str) -> Result<Self, String> {
+    /// A connection to `authority` (Nagle off: a request is one write, sent at once)
+    /// accepting bodies of at most `max_body` bytes.
+    pub(crate) async fn connect(authority: &str, max_body: usize) -> Result<Self, String> {
         let stream = TcpStream::connect(authority)
             .await
             .map_err(|e| format!("connecting to {authority}: {e}"))?;
@@ -73,6 +83,7 @@ impl PlainH1 {
             buf: BytesMut::with_capacity(READ_CHUNK),
             done: false,
             idle_since: Instant::now(),
+            max_body,
         })
     }
 
@@ -173,6 +184,10 @@ impl PlainH1 {
                 Bytes::new()
             }
             Framing::Length(n) => {
+                if n > self.max_body {
+                    self.done = true;
+                    return Err(self.too_large(format!("a Content-Length of {n} bytes")));
+                }
                 let end = head_len
                     .checked_add(n)
                     .ok_or_else(|| failure("Content-Length out of range"))?;
@@ -186,7 +201,11 @@ impl PlainH1 {
             }
             Framing::UntilClose => {
                 self.done = true;
-                while self.fill().await? {}
+                while self.fill().await? {
+                    if self.buf.len() - head_len > self.max_body {
+                        return Err(self.too_large("a body read to the end of the stream"));
+                    }
+                }
                 self.buf.advance(head_len);
                 self.buf.split().freeze()
             }
@@ -199,26 +218,58 @@ impl PlainH1 {
         })
     }
 
+    /// The failure of a response over [`PlainH1::max_body`]; the connection ends (the
+    /// rest of the response is never read).
+    fn too_large(&mut self, what: impl std::fmt::Display) -> Failure {
+        self.done = true;
+        failure(format!(
+            "response refused: {what} is over the {}-byte limit for this request",
+            self.max_body
+        ))
+    }
+
     /// A chunked body (RFC 9112 §7.1), the buffer starting at its first chunk; trailer
-    /// fields are read and dropped.
+    /// fields are read and dropped. Every part is bounded: the body by `max_body`, a
+    /// chunk-size line by [`MAX_CHUNK_LINE`], the trailer by [`MAX_TRAILER`]; each is
+    /// scanned once, not again from its start after every read.
     async fn read_chunked(&mut self) -> Result<Bytes, Failure> {
         let mut body = BytesMut::new();
         loop {
             let (used, size) = loop {
-                match httparse::parse_chunk_size(&self.buf) {
-                    Ok(httparse::Status::Complete(found)) => break found,
-                    Ok(httparse::Status::Partial) => {
+                // The line is complete once its LF is in: parse only then, so that a
+                // line arriving a byte at a time is scanned once.
+                let line_end = self.buf.iter().position(|&b| b == b'\n');
+                match line_end {
+                    None if self.buf.len() > MAX_CHUNK_LINE => {
+                        self.done = true;
+                        return Err(failure("a chunk-size line over 4 KiB"));
+                    }
+                    None => {
                         let len = self.buf.len() + 1;
                         self.fill_to(len).await?;
+                        continue;
                     }
-                    Err(_) => return Err(failure("bad chunk size in a chunked response")),
+                    Some(_) => {}
+                }
+                match httparse::parse_chunk_size(&self.buf) {
+                    Ok(httparse::Status::Complete(found)) => break found,
+                    Ok(httparse::Status::Partial) | Err(_) => {
+                        self.done = true;
+                        return Err(failure("bad chunk size in a chunked response"));
+                    }
                 }
             };
             self.buf.advance(used);
             if size == 0 {
                 break;
             }
-            let size = usize::try_from(size).map_err(|_| failure("chunk size out of range"))?;
+            let size = match usize::try_from(size) {
+                Ok(n) if n <= self.max_body - body.len() => n,
+                _ => {
+                    let at_least = (body.len() as u64).saturating_add(size);
+                    return Err(self.too_large(format!("a chunked body of {at_least}+ bytes")));
+                }
+            };
             let end = size
                 .checked_add(2)
                 .ok_or_else(|| failure("chunk size out of range"))?;
@@ -229,18 +280,31 @@ impl PlainH1 {
             body.extend_from_slice(&self.buf[..size]);
             self.buf.advance(end);
         }
-        // Trailer fields, then an empty line.
+        // Trailer fields, then an empty line. `scanned`: bytes of the current line
+        // already searched for its end.
+        let mut trailer = 0usize;
+        let mut scanned = 0usize;
         loop {
-            match self.buf.windows(2).position(|w| w == b"\r\n") {
-                Some(0) => {
+            match self.buf[scanned..].windows(2).position(|w| w == b"\r\n") {
+                Some(i) if scanned + i == 0 => {
                     self.buf.advance(2);
                     return Ok(body.freeze());
                 }
-                Some(i) => self.buf.advance(i + 2),
+                Some(i) => {
+                    trailer += scanned + i + 2;
+                    self.buf.advance(scanned + i + 2);
+                    scanned = 0;
+                }
                 None => {
+                    // Keep the last byte: it may be the CR of a CRLF split by a read.
+                    scanned = self.buf.len().saturating_sub(1);
                     let len = self.buf.len() + 1;
                     self.fill_to(len).await?;
                 }
+            }
+            if trailer + scanned > MAX_TRAILER {
+                self.done = true;
+                return Err(failure("a chunked body's trailer over 64 KiB"));
             }
         }
     }
@@ -379,6 +443,105 @@ mod tests {
 
     const GET: &[u8] = b"GET / HTTP/1.1\r\nhost: x\r\n\r\n";
 
+    /// A hostile server: after a request head it writes `head`, then `forever` again
+    /// and again until the client goes away, or until it has sent 16 MiB, when it holds
+    /// the connection open without a word (so a client without limits waits, and the
+    /// test fails on its timeout without taking the machine's memory).
+    async fn stream_forever(head: &'static [u8], forever: &'static [u8]) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.expect("accept");
+            let mut buf = Vec::new();
+            while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                let mut chunk = [0u8; 4096];
+                match s.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+            if s.write_all(head).await.is_err() {
+                return;
+            }
+            let mut sent = 0;
+            while sent < 16 << 20 {
+                if s.write_all(forever).await.is_err() {
+                    return;
+                }
+                sent += forever.len();
+            }
+            std::future::pending::<()>().await;
+        });
+        addr
+    }
+
+    /// Every way a body can grow without end is cut at its limit, long before the
+    /// server stops (it never does): no exchange hangs, none buffers without bound.
+    #[tokio::test]
+    async fn a_server_that_streams_forever_is_cut_at_the_limit() {
+        const KIB: &[u8] = &[b'x'; 1024];
+        let mut chunk = b"400\r\n".to_vec();
+        chunk.extend_from_slice(KIB);
+        chunk.extend_from_slice(b"\r\n");
+        let chunk_of_1k: &'static [u8] = Box::leak(chunk.into_boxed_slice());
+        let cases: [(&'static [u8], &'static [u8], &str); 6] = [
+            (
+                b"HTTP/1.1 200 OK\r\ncontent-length: 99999999999\r\n\r\n",
+                KIB,
+                "over the 65536-byte limit",
+            ),
+            (b"HTTP/1.1 200 OK\r\n\r\n", KIB, "over the 65536-byte limit"),
+            (
+                b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n",
+                chunk_of_1k,
+                "over the 65536-byte limit",
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n1;ext=",
+                KIB,
+                "chunk-size line over 4 KiB",
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n0\r\n",
+                b"x-trailer: yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy\r\n",
+                "trailer over 64 KiB",
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n0\r\nx-trailer: ",
+                KIB,
+                "trailer over 64 KiB",
+            ),
+        ];
+        for (head, forever, want) in cases {
+            let addr = stream_forever(head, forever).await;
+            let mut c = PlainH1::connect(&addr, 64 << 10).await.expect("connect");
+            let f = tokio::time::timeout(Duration::from_secs(10), c.exchange(GET))
+                .await
+                .unwrap_or_else(|_| panic!("{want}: still reading after 10 s"))
+                .err()
+                .unwrap_or_else(|| panic!("{want}: an endless body was accepted"));
+            assert!(f.msg.contains(want), "{want}: {}", f.msg);
+            assert!(!c.is_open(), "{want}: the connection is not reused");
+            assert!(
+                c.buf.capacity() < 1 << 20,
+                "{want}: {} bytes held",
+                c.buf.capacity()
+            );
+        }
+        // At the limit exactly, a body is taken.
+        let mut body = b"HTTP/1.1 200 OK\r\ncontent-length: 65536\r\n\r\n".to_vec();
+        body.extend_from_slice(&[b'z'; 65536]);
+        let answer: &'static [u8] = Box::leak(body.into_boxed_slice());
+        let addr = serve(vec![answer]).await;
+        let mut c = PlainH1::connect(&addr, 64 << 10).await.expect("connect");
+        let r = c
+            .exchange(GET)
+            .await
+            .map_err(|f| f.msg)
+            .expect("at the limit");
+        assert_eq!(r.body.len(), 65536);
+    }
+
     #[tokio::test]
     async fn frames_length_chunked_empty_and_interim() {
         let addr = serve(vec![
@@ -389,7 +552,7 @@ mod tests {
             b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nto the end",
         ])
         .await;
-        let mut c = PlainH1::connect(&addr).await.expect("connect");
+        let mut c = PlainH1::connect(&addr, 1 << 20).await.expect("connect");
         let r = c.exchange(GET).await.map_err(|f| f.msg).expect("first");
         assert_eq!(
             (r.status, &r.body[..], r.duplicate),
@@ -423,8 +586,8 @@ mod tests {
         // This server closes after one answer; the other waits for a second request.
         let closing = serve(vec![EMPTY]).await;
         let waiting = serve(vec![EMPTY, EMPTY]).await;
-        let mut closed = PlainH1::connect(&closing).await.expect("connect");
-        let mut open = PlainH1::connect(&waiting).await.expect("connect");
+        let mut closed = PlainH1::connect(&closing, 1 << 20).await.expect("connect");
+        let mut open = PlainH1::connect(&waiting, 1 << 20).await.expect("connect");
         closed
             .exchange(GET)
             .await
@@ -447,13 +610,13 @@ mod tests {
             b"HTTQ/1.1 200 OK\r\n\r\n",
         ] {
             let addr = serve(vec![bad]).await;
-            let mut c = PlainH1::connect(&addr).await.expect("connect");
+            let mut c = PlainH1::connect(&addr, 1 << 20).await.expect("connect");
             let f = c.exchange(GET).await.err().expect("refused");
             assert!(!f.before_answer, "{}", f.msg);
         }
         // Closed without a byte of answer: the caller may repeat a safe request.
         let addr = serve(vec![]).await;
-        let mut c = PlainH1::connect(&addr).await.expect("connect");
+        let mut c = PlainH1::connect(&addr, 1 << 20).await.expect("connect");
         let f = c.exchange(GET).await.err().expect("closed");
         assert!(f.before_answer, "{}", f.msg);
     }
