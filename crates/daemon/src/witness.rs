@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use bytes::Bytes;
+use futures_util::StreamExt as _;
 use hyper::{Method, StatusCode};
 use tlog_verify::client::{BaseUrl, Client, ClientError};
 use tlogd_core::checkpoint::Checkpoint;
@@ -26,6 +27,11 @@ use tlogd_core::witness::{
 };
 
 use crate::config::WitnessingConfig;
+
+/// How long the others are still waited for once the policy is met: a witness a little
+/// slower than the quorum still gets its cosignature on the checkpoint, and a slow or
+/// stuck one delays no checkpoint by more than this.
+const QUORUM_GRACE: Duration = Duration::from_millis(200);
 
 /// The largest answer read from a witness: a few signature lines is all an honest one
 /// sends (tlog-witness "add-checkpoint").
@@ -43,6 +49,8 @@ enum Failure {
     Status(StatusCode, String),
     Invalid(String),
     Ahead(u64),
+    /// Not waited for: the policy was met and the grace for the rest ran out.
+    NotAwaited,
 }
 
 impl Failure {
@@ -53,6 +61,7 @@ impl Failure {
             Failure::Status(..) => "error",
             Failure::Invalid(_) => "invalid",
             Failure::Ahead(_) => "ahead",
+            Failure::NotAwaited => "not_awaited",
         }
     }
 }
@@ -67,6 +76,10 @@ impl std::fmt::Display for Failure {
             Failure::Ahead(size) => write!(
                 f,
                 "it has cosigned size {size}, beyond this checkpoint: the log went back?"
+            ),
+            Failure::NotAwaited => write!(
+                f,
+                "not waited for: the policy was met and {QUORUM_GRACE:?} passed"
             ),
         }
     }
@@ -292,7 +305,45 @@ impl CheckpointCosigner for Witnesses {
                     r
                 }
             });
-            let results = futures_util::future::join_all(asks).await;
+            // Answers are taken as they come; once the policy is met, the rest get
+            // QUORUM_GRACE and are then dropped (the client drops a connection whose
+            // exchange was cut, so a late answer is never read as the next one's).
+            let mut pending: futures_util::stream::FuturesUnordered<_> = asks
+                .enumerate()
+                .map(|(i, ask)| async move { (i, ask.await) })
+                .collect();
+            let n = self.policy.witnesses().len();
+            let mut answers: Vec<Option<Result<Vec<NoteSignature>, Failure>>> =
+                std::iter::repeat_with(|| None).take(n).collect();
+            let mut grace_until = None;
+            loop {
+                let next = match grace_until {
+                    None => pending.next().await,
+                    Some(at) => tokio::time::timeout_at(at, pending.next())
+                        .await
+                        .unwrap_or(None),
+                };
+                let Some((i, r)) = next else { break };
+                answers[i] = Some(r);
+                if grace_until.is_none() {
+                    let cosigned: Vec<bool> =
+                        answers.iter().map(|a| matches!(a, Some(Ok(_)))).collect();
+                    if self.policy.satisfied(&cosigned) {
+                        grace_until = Some(tokio::time::Instant::now() + QUORUM_GRACE);
+                    }
+                }
+            }
+            drop(pending);
+            let results: Vec<Result<Vec<NoteSignature>, Failure>> = answers
+                .into_iter()
+                .zip(self.policy.witnesses())
+                .map(|(a, w)| {
+                    a.unwrap_or_else(|| {
+                        metrics::counter!("tlogd_witness_requests_total", "witness" => w.name.clone(), "outcome" => "not_awaited").increment(1);
+                        Err(Failure::NotAwaited)
+                    })
+                })
+                .collect();
             let mut note = Note::parse(signed).map_err(|e| format!("own checkpoint: {e}"))?;
             let mut cosigned = Vec::with_capacity(results.len());
             let mut failures = Vec::new();

@@ -258,12 +258,15 @@ async fn down_slow_and_stale_witnesses_under_policies_met_unmet_and_fail_open() 
         "{stamps:?}"
     );
     let m = scrape(&http, &d).await;
-    for (w, outcome) in [
-        ("slow", "timeout"),
-        ("down", "error"),
-        ("stale", "invalid"),
-        ("ok", "cosigned"),
-    ] {
+    // Slow: cut once the quorum is met (or, on a stalled machine, by its timeout).
+    assert!(
+        ["not_awaited", "timeout"].iter().any(|o| sample(
+            &m,
+            &format!("tlogd_witness_requests_total{{witness=\"slow\",outcome=\"{o}\"}}")
+        ) >= 1.0),
+        "{m}"
+    );
+    for (w, outcome) in [("down", "error"), ("stale", "invalid"), ("ok", "cosigned")] {
         assert!(
             sample(
                 &m,
@@ -353,6 +356,52 @@ async fn down_slow_and_stale_witnesses_under_policies_met_unmet_and_fail_open() 
         sample(&m, "tlogd_witness_policy_unmet_total{action=\"published\"}") >= 1.0,
         "{m}"
     );
+    assert!(d.terminate().success());
+}
+
+/// Once the policy is met, a witness that does not answer delays no checkpoint (beyond a
+/// short grace): here it would hold each one for its whole 60-second timeout. A witness
+/// a little slower than the quorum still gets its cosignature in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_witness_does_not_hold_checkpoints_once_the_quorum_is_met() {
+    let ok = TestWitness::start("ok", verifier()).await;
+    let stuck = TestWitness::start("stuck", verifier()).await;
+    stuck.set_knobs(Knobs {
+        delay: Duration::from_secs(3600),
+        ..Knobs::default()
+    });
+    let policy = format!(
+        "{}{}group g any ok stuck\nquorum g\n",
+        ok.policy_line(),
+        stuck.policy_line()
+    );
+    let http = Http::new();
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = start(
+        dir.path(),
+        &policy,
+        "timeout_ms = 60000\n",
+        &Opts::default(),
+    );
+    d.wait_ready(&http).await;
+    for round in 1..=3u64 {
+        add(&http, &d.url, round - 1, round).await;
+        // Waits at most 30 s: half the stuck witness's timeout.
+        http.wait_checkpoint(&d.url, round).await;
+        let (_, stamps) = cosigned(&http, &d.url, &[&ok, &stuck]).await;
+        assert!(stamps[0].is_some() && stamps[1].is_none(), "{stamps:?}");
+    }
+    let m = scrape(&http, &d).await;
+    assert!(
+        sample(
+            &m,
+            "tlogd_witness_requests_total{witness=\"stuck\",outcome=\"not_awaited\"}"
+        ) >= 3.0,
+        "{m}"
+    );
+    // The stuck witness's connection, whose exchange was cut, is not reused for the
+    // next request: each round asked it afresh.
+    assert!(stuck.requests() >= 3, "{}", stuck.requests());
     assert!(d.terminate().success());
 }
 

@@ -322,6 +322,11 @@ pub struct Client {
     last_uri: Option<(String, Uri)>,
     /// The largest response body accepted ([`Client::with_max_body`]).
     max_body: usize,
+    /// An exchange is under way. Found set when a request starts, the previous one was
+    /// cancelled midway (its future dropped: a caller's timeout, a witness not waited
+    /// for): its answer may still arrive on the connection and must not be read as
+    /// this request's, so the connection is dropped.
+    in_exchange: bool,
 }
 
 /// A response: status, `Retry-After` seconds, duplicate marker, body.
@@ -463,6 +468,7 @@ impl Client {
             host,
             last_uri: None,
             max_body: DEFAULT_MAX_BODY,
+            in_exchange: false,
         })
     }
 
@@ -652,6 +658,10 @@ impl Client {
         } else {
             Some(self.uri(path)?)
         };
+        if self.in_exchange {
+            self.drop_connection();
+        }
+        self.in_exchange = true;
         let timeout = self.timeout;
         let result = tokio::time::timeout(timeout, async {
             match self
@@ -669,6 +679,7 @@ impl Client {
             }
         })
         .await;
+        self.in_exchange = false;
         match result {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(e)) => {
