@@ -255,6 +255,11 @@ pub struct AuthConfig {
     /// File of bearer tokens accepted on `POST /add` (one or more per line). Tokens may
     /// also come from env `TLOGD_BEARER_TOKENS`; never from the command line.
     pub bearer_tokens_file: Option<PathBuf>,
+    /// Accept adds from anyone on a listener that is not loopback. Off by default: a
+    /// transparency log can never delete what it logged, so an open one is a standing
+    /// invitation to spam. Loopback listeners (behind a proxy that authenticates) need
+    /// no tokens either way.
+    pub allow_anonymous_writes: bool,
 }
 
 /// `[witnessing]`
@@ -456,6 +461,15 @@ impl Config {
                 bail!("`{key}` must be at least 1");
             }
         }
+        let has_tokens = self.auth.bearer_tokens_file.is_some()
+            || std::env::var_os(crate::auth::TOKENS_ENV).is_some_and(|v| !v.is_empty());
+        if !self.listen.ip().is_loopback() && !has_tokens && !self.auth.allow_anonymous_writes {
+            bail!(
+                "listening on {} (not loopback) with no write tokens: anyone could add entries, which a log can never delete; set `auth.bearer_tokens_file` (or env {}), or `auth.allow_anonymous_writes = true` to accept adds from anyone",
+                self.listen,
+                crate::auth::TOKENS_ENV
+            );
+        }
         if !matches!(self.log.format.as_str(), "text" | "json") {
             bail!(
                 "`log.format` must be \"text\" or \"json\", not {:?}",
@@ -547,6 +561,33 @@ mod tests {
         let e = with(&long).unwrap_err();
         assert!(e.contains("1025 bytes long; at most 1024"), "{e}");
         assert!(!e.contains(&long), "the origin is not echoed whole: {e}");
+    }
+
+    /// An open listener with nobody checked is refused, unless asked for; loopback and
+    /// tokens need nothing more. (The env token source is not touched here: tests run
+    /// in one process.)
+    #[test]
+    fn a_public_listener_without_write_tokens_is_refused_unless_allowed() {
+        let base = "origin = \"o\"\n[storage]\ndir = \"/x\"\n";
+        let parse = |extra: &str| Config::parse(&format!("{extra}{base}")).unwrap();
+        parse("").validate().unwrap();
+        parse("listen = \"127.0.0.1:7000\"\n").validate().unwrap();
+        parse("listen = \"[::1]:7000\"\n").validate().unwrap();
+        let mut open = parse("listen = \"0.0.0.0:7000\"\n");
+        if std::env::var_os(crate::auth::TOKENS_ENV).is_none() {
+            let e = format!("{:#}", open.validate().unwrap_err());
+            assert!(
+                e.contains("0.0.0.0:7000 (not loopback) with no write tokens")
+                    && e.contains("allow_anonymous_writes"),
+                "{e}"
+            );
+            assert_eq!(e.lines().count(), 1, "{e}");
+        }
+        open.auth.allow_anonymous_writes = true;
+        open.validate().unwrap();
+        open.auth.allow_anonymous_writes = false;
+        open.auth.bearer_tokens_file = Some("/etc/tlogd/tokens".into());
+        open.validate().unwrap();
     }
 
     #[test]
