@@ -82,6 +82,16 @@ async fn ready<S: LogStorage>(State(ops): State<std::sync::Arc<Ops<S>>>) -> Resp
     }
     match ops.log.storage().check_writable().await {
         Ok(()) => (StatusCode::OK, "ready\n").into_response(),
-        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {e}\n")).into_response(),
+        Err(e) => {
+            // The probe's answer carries no backend detail (paths, hosts, database
+            // errors): whoever can reach it learns only that storage refuses writes.
+            // The detail goes to the daemon's log.
+            tracing::warn!(error = %e, "not ready: storage cannot take writes");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "not ready: storage cannot take writes (the daemon's log says why)\n",
+            )
+                .into_response()
+        }
     }
 }

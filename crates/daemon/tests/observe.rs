@@ -123,6 +123,11 @@ async fn readyz_fails_when_storage_is_unwritable() {
     std::fs::write(&staged, b"not a directory").unwrap();
     let (s, _, body) = http.get(&format!("{m}/readyz")).await.unwrap();
     assert_eq!(s, 503, "{}", String::from_utf8_lossy(&body));
+    // No backend detail (here the paths of the log) in the probe's answer.
+    assert_eq!(
+        &body[..],
+        b"not ready: storage cannot take writes (the daemon's log says why)\n"
+    );
     assert_eq!(http.get(&format!("{m}/healthz")).await.unwrap().0, 200);
     // An add is not acknowledged while storage is broken: its batch is retried
     // (`storage.commit_retry_ms`), and lands once storage is repaired.
