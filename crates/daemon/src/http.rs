@@ -334,6 +334,11 @@ fn internal_error(route: &str, detail: &dyn std::fmt::Display) -> Response {
         let seen = guard.get_or_insert_with(HashMap::new);
         if seen.len() > 1024 {
             seen.retain(|_, (at, _)| now.duration_since(*at) < Duration::from_secs(1));
+            // More than 1024 distinct failures within a second: forget them all rather
+            // than grow (some are then logged once more).
+            if seen.len() > 1024 {
+                seen.clear();
+            }
         }
         match seen.get_mut(&reference) {
             Some((at, n)) if now.duration_since(*at) < Duration::from_secs(1) => {

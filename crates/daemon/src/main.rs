@@ -98,8 +98,10 @@ struct ServeArgs {
     #[arg(long)]
     storage_dir: Option<PathBuf>,
     /// Database URL (mysql, postgres backends), e.g. mysql://user:pass@127.0.0.1:3306/tlog
-    /// or postgres://user:pass@127.0.0.1:5432/tlog.
-    #[arg(long)]
+    /// or postgres://user:pass@127.0.0.1:5432/tlog. Prefer env TLOGD_DATABASE_URL (or
+    /// `storage.url` in the config file): a command line, password included, is visible
+    /// to every user of the machine.
+    #[arg(long, env = "TLOGD_DATABASE_URL", hide_env_values = true)]
     database_url: Option<String>,
     /// Bucket (s3, gcs backends).
     #[arg(long)]
@@ -224,10 +226,29 @@ fn load_config(args: ServeArgs) -> anyhow::Result<Config> {
     Ok(c)
 }
 
+/// A secret file others on the machine can read is a key anyone there can sign with (or
+/// a token anyone can write with): say so loudly at start-up. Not refused, as a file
+/// shared with a group on purpose (a secrets volume) is legitimate.
+fn warn_if_readable_by_others(path: &std::path::Path, what: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    if let Ok(m) = std::fs::metadata(path)
+        && m.permissions().mode() & 0o077 != 0
+    {
+        tracing::warn!(
+            file = %path.display(),
+            mode = format!("{:o}", m.permissions().mode() & 0o777),
+            "{what} can be read by other users of this machine; chmod 600 it"
+        );
+    }
+}
+
 fn load_signer(c: &Config, origin: &str) -> anyhow::Result<NoteSigner> {
     let text = match &c.private_key_file {
-        Some(p) => std::fs::read_to_string(p)
-            .with_context(|| format!("reading private key file {}", p.display()))?,
+        Some(p) => {
+            warn_if_readable_by_others(p, "the signing key file");
+            std::fs::read_to_string(p)
+                .with_context(|| format!("reading private key file {}", p.display()))?
+        }
         None => std::env::var("TLOGD_PRIVATE_KEY").map_err(|_| {
             anyhow::anyhow!(
                 "no signing key: set `private_key_file` (or --private-key-file) or env TLOGD_PRIVATE_KEY; \
@@ -413,6 +434,9 @@ async fn run<S: LogStorage>(
     lc: LogConfig,
     c: &Config,
 ) -> anyhow::Result<()> {
+    if let Some(p) = &c.auth.bearer_tokens_file {
+        warn_if_readable_by_others(p, "the write tokens file");
+    }
     let tokens = tlogd::auth::load(c.auth.bearer_tokens_file.as_deref())?.map(Arc::new);
     check_fd_limit(c.http.max_connections);
     let metrics = observe::install_metrics()?;

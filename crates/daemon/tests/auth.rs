@@ -197,3 +197,59 @@ async fn a_bad_token_source_stops_the_daemon_with_one_line() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("reading bearer token file"), "{err}");
 }
+
+/// Secrets stay off the command line and private: the database URL is taken from env
+/// `TLOGD_DATABASE_URL` (here a bad one, refused by name, proving it was read), a
+/// listener that is not loopback with no tokens is refused, and a signing key file
+/// others can read is warned about.
+#[test]
+fn secrets_from_env_public_listeners_and_readable_key_files() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tlogd"));
+        cmd.args(["serve", "--metrics-listen", "", "--origin", ORIGIN])
+            .args(args)
+            .env_remove("TLOGD_BEARER_TOKENS")
+            .env_remove("TLOGD_DATABASE_URL")
+            .env("TLOGD_PRIVATE_KEY", SKEY);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let o = cmd.output().unwrap();
+        assert!(!o.status.success());
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let err = run(
+        &["--backend", "mysql", "--dedup-path", "/nonexistent/d"],
+        &[("TLOGD_DATABASE_URL", "bogus://h/db")],
+    );
+    assert!(err.contains("`storage.url` must start with"), "{err}");
+    let log = dir.path().join("log");
+    let log = log.to_str().unwrap();
+    let err = run(&["--listen", "0.0.0.0:1", "--storage-dir", log], &[]);
+    assert!(err.contains("not loopback) with no write tokens"), "{err}");
+    // A readable key file: warned about (the daemon then stops on a storage directory
+    // under a plain file, which keeps the test from serving).
+    let file = dir.path().join("plain");
+    std::fs::write(&file, b"not a directory").unwrap();
+    let under_file = file.join("log");
+    let key = dir.path().join("key");
+    std::fs::write(&key, SKEY).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let err = run(
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--storage-dir",
+            under_file.to_str().unwrap(),
+            "--private-key-file",
+            key.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(
+        err.contains("the signing key file can be read by other users"),
+        "{err}"
+    );
+}
