@@ -15,7 +15,7 @@ use subtle::ConstantTimeEq;
 
 /// The environment variable holding write tokens (separated by newlines, commas or
 /// spaces).
-pub const TOKENS_ENV: &str = "TLOGD_BEARER_TOKENS";
+pub use crate::config::TOKENS_ENV;
 
 /// Why the configured tokens could not be loaded. Messages name the source and line,
 /// never a token.

@@ -51,6 +51,10 @@ pub struct Config {
     pub http: HttpConfig,
 }
 
+/// The environment variable of write tokens, beside `auth.bearer_tokens_file` (read by
+/// `auth::load`; here so that validation sees it without the auth module).
+pub const TOKENS_ENV: &str = "TLOGD_BEARER_TOKENS";
+
 fn default_listen() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 2024))
 }
@@ -462,12 +466,12 @@ impl Config {
             }
         }
         let has_tokens = self.auth.bearer_tokens_file.is_some()
-            || std::env::var_os(crate::auth::TOKENS_ENV).is_some_and(|v| !v.is_empty());
+            || std::env::var_os(TOKENS_ENV).is_some_and(|v| !v.is_empty());
         if !self.listen.ip().is_loopback() && !has_tokens && !self.auth.allow_anonymous_writes {
             bail!(
                 "listening on {} (not loopback) with no write tokens: anyone could add entries, which a log can never delete; set `auth.bearer_tokens_file` (or env {}), or `auth.allow_anonymous_writes = true` to accept adds from anyone",
                 self.listen,
-                crate::auth::TOKENS_ENV
+                TOKENS_ENV
             );
         }
         if !matches!(self.log.format.as_str(), "text" | "json") {
@@ -574,7 +578,7 @@ mod tests {
         parse("listen = \"127.0.0.1:7000\"\n").validate().unwrap();
         parse("listen = \"[::1]:7000\"\n").validate().unwrap();
         let mut open = parse("listen = \"0.0.0.0:7000\"\n");
-        if std::env::var_os(crate::auth::TOKENS_ENV).is_none() {
+        if std::env::var_os(TOKENS_ENV).is_none() {
             let e = format!("{:#}", open.validate().unwrap_err());
             assert!(
                 e.contains("0.0.0.0:7000 (not loopback) with no write tokens")

@@ -212,8 +212,11 @@ pub enum AddError {
 
 impl LogConfig {
     /// The verifier of the first signer: the key the log is known by.
+    ///
+    /// # Panics
+    /// When `signers` is empty, a configuration [`Log::open`] refuses.
     pub fn verifier(&self) -> NoteVerifier {
-        self.verifiers().swap_remove(0)
+        self.signers[0].verifier()
     }
 
     /// The verifiers of every signer, in order.
@@ -281,6 +284,9 @@ pub enum EngineError {
         "the log's published checkpoint does not verify with the configured origin and key: {0}"
     )]
     Checkpoint(String),
+    /// [`LogConfig::signers`] is empty: the log could publish no checkpoint.
+    #[error("no checkpoint signer is configured")]
+    NoSigner,
 }
 
 /// A running log. Cheap to clone.
@@ -350,6 +356,9 @@ impl<S: LogStorage> Log<S> {
         dedup: Option<Arc<dyn DedupIndex>>,
         config: LogConfig,
     ) -> Result<(Log<S>, LogTasks), EngineError> {
+        if config.signers.is_empty() {
+            return Err(EngineError::NoSigner);
+        }
         // The checkpoint first, then the state: with several frontends on one store,
         // another may commit and publish in between, and a checkpoint is never ahead
         // of the state read after it.

@@ -1041,4 +1041,9 @@ async fn every_signer_signs_and_any_configured_key_opens_the_log() {
         Log::open(storage.clone(), None, cfg.clone()).await,
         Err(EngineError::Checkpoint(_))
     ));
+    cfg.signers.clear();
+    assert!(matches!(
+        Log::open(storage.clone(), None, cfg.clone()).await,
+        Err(EngineError::NoSigner)
+    ));
 }
