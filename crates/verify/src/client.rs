@@ -705,3 +705,60 @@ impl Client {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::net::TcpListener;
+
+    /// A hostile h2c server: every request is answered 200 and then DATA, 16 KiB at a
+    /// time, until the client resets the stream or 16 MiB are sent (then it holds the
+    /// stream open without a word, so a client without a limit waits for its timeout).
+    async fn h2_stream_forever() -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        tokio::spawn(async move {
+            let (sock, _) = listener.accept().await.expect("accept");
+            let mut conn = h2::server::handshake(sock).await.expect("handshake");
+            while let Some(Ok((_req, mut respond))) = conn.accept().await {
+                tokio::spawn(async move {
+                    let answer = hyper::Response::new(());
+                    let Ok(mut send) = respond.send_response(answer, false) else {
+                        return;
+                    };
+                    let chunk = Bytes::from(vec![b'x'; 16 << 10]);
+                    let mut sent = 0;
+                    while sent < 16 << 20 {
+                        send.reserve_capacity(chunk.len());
+                        match std::future::poll_fn(|cx| send.poll_capacity(cx)).await {
+                            Some(Ok(n)) if n > 0 => {
+                                if send.send_data(chunk.slice(..n), false).is_err() {
+                                    return;
+                                }
+                                sent += n;
+                            }
+                            Some(Ok(_)) => {}
+                            _ => return,
+                        }
+                    }
+                    std::future::pending::<()>().await;
+                });
+            }
+        });
+        addr
+    }
+
+    /// An h2c answer whose body never ends is cut at the client's limit: the request
+    /// fails as over the limit, long before its timeout.
+    #[tokio::test]
+    async fn an_endless_h2_body_is_cut_at_the_limit() {
+        let addr = h2_stream_forever().await;
+        let base = BaseUrl::parse(&format!("http://{addr}")).expect("url");
+        let pool = H2cPool::new(base, 1).expect("pool");
+        let mut c = Client::h2c(pool, None, Duration::from_secs(10))
+            .expect("client")
+            .with_max_body(64 << 10);
+        let e = c.get("tile/entries/000").await.err().expect("refused");
+        assert!(e.to_string().contains("over the 65536-byte limit"), "{e}");
+    }
+}
