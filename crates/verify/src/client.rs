@@ -758,7 +758,7 @@ mod tests {
         let mut c = Client::h2c(pool, None, Duration::from_secs(10))
             .expect("client")
             .with_max_body(64 << 10);
-        let e = c.get("tile/entries/000").await.err().expect("refused");
+        let e = c.get("tile/entries/000").await.expect_err("refused");
         assert!(e.to_string().contains("over the 65536-byte limit"), "{e}");
     }
 }
