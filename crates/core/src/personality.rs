@@ -147,7 +147,7 @@ impl Personality for TlogTiles {
     }
 
     fn dedup_key(&self, entry: &[u8]) -> [u8; 32] {
-        sha256(entry)
+        entry_hash(entry)
     }
 
     fn bundle_kind(&self) -> TileKind {
@@ -183,13 +183,15 @@ impl Personality for TlogTiles {
     }
 
     fn stored_dedup_key(&self, entry: &StoredEntry<'_>) -> [u8; 32] {
-        sha256(entry.bytes)
+        entry_hash(entry.bytes)
     }
 }
 
-fn sha256(bytes: &[u8]) -> [u8; 32] {
+/// The tlog-tiles dedup key of an entry: the full SHA-256 of its bytes (also
+/// `engine::entry_hash`, what the dedup index is keyed by).
+pub fn entry_hash(entry: &[u8]) -> [u8; 32] {
     use sha2::Digest;
-    sha2::Sha256::digest(bytes).into()
+    sha2::Sha256::digest(entry).into()
 }
 
 #[cfg(test)]

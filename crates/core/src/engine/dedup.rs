@@ -8,11 +8,7 @@
 /// truncated: Sunlight and Azul both had to widen 128-bit keys after collision attacks.
 pub type EntryHash = [u8; 32];
 
-/// SHA-256 of the entry bytes.
-pub fn entry_hash(entry: &[u8]) -> EntryHash {
-    use sha2::Digest;
-    sha2::Sha256::digest(entry).into()
-}
+pub use crate::personality::entry_hash;
 
 /// A dedup index failure.
 #[derive(Debug, thiserror::Error)]
