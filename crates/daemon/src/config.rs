@@ -72,6 +72,9 @@ pub struct StorageConfig {
     pub url: Option<String>,
     /// SQL backends: connections in the pool.
     pub pool_size: u32,
+    /// SQL backends: connections of a second pool for public tile reads only (opened
+    /// as readers need them), so readers never wait for, or take, a commit's.
+    pub reader_pool_size: u32,
     /// SQL and object-store backends: memory for cached full tiles and bundles (MiB).
     pub cache_mib: usize,
     /// How long a batch whose commit did not persist (storage unreachable) is retried
@@ -110,6 +113,7 @@ impl Default for StorageConfig {
             dir: None,
             url: None,
             pool_size: 16,
+            reader_pool_size: 4,
             cache_mib: 64,
             commit_retry_ms: 10_000,
             bucket: None,
@@ -146,6 +150,65 @@ impl Default for BatchingConfig {
     }
 }
 
+/// Why a database URL's connection may be read or altered on the way: `None` when the
+/// server is on this machine (a loopback host or a Unix socket), or TLS is required
+/// and the server's certificate verified (PostgreSQL `sslmode=verify-ca|verify-full`,
+/// MySQL/MariaDB `ssl-mode=VERIFY_CA|VERIFY_IDENTITY`). Otherwise one line for the
+/// start-up warning, naming the parameter that would fix it (never the password).
+pub fn database_tls_warning(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let (authority_path, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let authority = authority_path.split('/').next().unwrap_or("");
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = match host_port.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => host_port.split(':').next().unwrap_or(""),
+    };
+    let param = |names: &[&str]| {
+        query.split('&').find_map(|kv| {
+            let (k, v) = kv.split_once('=')?;
+            names
+                .iter()
+                .any(|n| k.eq_ignore_ascii_case(n))
+                .then(|| v.to_ascii_lowercase())
+        })
+    };
+    let socket =
+        param(&["socket", "host"]).is_some_and(|h| h.starts_with('/') || h.starts_with("%2f"));
+    let local = host.is_empty()
+        || host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    if local || socket {
+        return None;
+    }
+    let (key, mode, verified): (&str, Option<String>, &[&str]) = match scheme {
+        "postgres" | "postgresql" => (
+            "sslmode",
+            param(&["sslmode"]),
+            &["verify-ca", "verify-full"],
+        ),
+        _ => (
+            "ssl-mode",
+            param(&["ssl-mode", "sslmode", "ssl_mode"]),
+            &["verify_ca", "verify_identity"],
+        ),
+    };
+    if mode.as_deref().is_some_and(|m| verified.contains(&m)) {
+        return None;
+    }
+    let fix = verified.join(" or ");
+    Some(match mode {
+        None => format!(
+            "the database at {host} is reached without verified TLS (no `{key}` in the URL: TLS only if the server offers it, its certificate not checked); add `{key}={fix}` to the URL"
+        ),
+        Some(m) => format!(
+            "the database at {host} is reached with `{key}={m}`: the server's certificate is not verified, so anyone on the path can read or alter what the log stores; use `{key}={fix}`"
+        ),
+    })
+}
+
 /// `[checkpoint]`
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -155,6 +218,10 @@ pub struct CheckpointConfig {
     /// Republish the checkpoint after the tree has not grown for this long (fresh
     /// witness cosignatures); 0 = never.
     pub republish_interval_ms: u64,
+    /// Readers get the checkpoint from memory; with a shared store (other frontends
+    /// publish too) it is re-read at most this often. 0 = on every request that finds
+    /// the copy in hand older than a millisecond.
+    pub max_age_ms: u64,
 }
 
 impl Default for CheckpointConfig {
@@ -162,6 +229,7 @@ impl Default for CheckpointConfig {
         CheckpointConfig {
             interval_ms: 1000,
             republish_interval_ms: 600_000,
+            max_age_ms: 1000,
         }
     }
 }
@@ -312,6 +380,12 @@ pub struct HttpConfig {
     /// At shutdown, how long connections still busy are waited for before the queue is
     /// drained without them.
     pub shutdown_grace_ms: u64,
+    /// Tile and bundle reads from storage at once (the checkpoint and paths beyond the
+    /// tree are answered from memory): what readers can take from the database pool or
+    /// the object store client that commits use.
+    pub max_storage_reads: usize,
+    /// A read waiting this long for its turn is answered `503` with `Retry-After`.
+    pub storage_read_queue_timeout_ms: u64,
 }
 
 impl Default for HttpConfig {
@@ -323,6 +397,8 @@ impl Default for HttpConfig {
             max_connections: 4096,
             h2_max_concurrent_streams: 1024,
             shutdown_grace_ms: 30_000,
+            max_storage_reads: 32,
+            storage_read_queue_timeout_ms: 2_000,
         }
     }
 }
@@ -388,6 +464,9 @@ impl Config {
                 }
                 if self.storage.pool_size == 0 {
                     bail!("`storage.pool_size` must be at least 1");
+                }
+                if self.storage.reader_pool_size == 0 {
+                    bail!("`storage.reader_pool_size` must be at least 1");
                 }
                 if self.dedup.enabled && self.dedup.path.is_none() {
                     bail!(
@@ -460,6 +539,7 @@ impl Config {
                 "http.h2_max_concurrent_streams",
                 self.http.h2_max_concurrent_streams.into(),
             ),
+            ("http.max_storage_reads", self.http.max_storage_reads as u64),
         ] {
             if v == 0 {
                 bail!("`{key}` must be at least 1");
@@ -495,6 +575,40 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn database_urls_without_verified_tls_to_another_host_are_warned_about() {
+        for quiet in [
+            "mysql://u:p@127.0.0.1:3306/tlog",
+            "postgres://u:p@localhost/tlog",
+            "postgres://u:p@[::1]:5432/tlog",
+            "postgres://u:p@db.example/tlog?sslmode=verify-full",
+            "mysql://u:p@db.example/tlog?ssl-mode=VERIFY_IDENTITY",
+            "mysql://u:p@db.example/tlog?ssl-mode=verify_ca&charset=utf8mb4",
+            "postgres://u@/tlog?host=/run/postgresql",
+        ] {
+            assert_eq!(database_tls_warning(quiet), None, "{quiet}");
+        }
+        for (loud, says) in [
+            (
+                "mysql://u:secret@db.example:3306/tlog",
+                "add `ssl-mode=verify_ca",
+            ),
+            (
+                "postgres://u:secret@10.0.0.5/tlog?sslmode=require",
+                "`sslmode=require`",
+            ),
+            (
+                "mysql://u:secret@db.example/tlog?ssl-mode=REQUIRED",
+                "`ssl-mode=required`",
+            ),
+        ] {
+            let w = database_tls_warning(loud).expect(loud);
+            assert!(w.contains(says), "{w}");
+            assert!(!w.contains("secret"), "{w}");
+            assert_eq!(w.lines().count(), 1);
+        }
+    }
 
     #[test]
     fn example_configs_parse_and_validate() {

@@ -37,17 +37,33 @@ pub struct HttpOptions {
     /// `POST /add`: the whole body must arrive within this once the headers have, or
     /// the client gets `408` and the connection is closed (a slowloris body).
     pub body_read_timeout: Duration,
+    /// Tile and bundle reads from storage at once; more wait (see
+    /// `storage_read_queue_timeout`). Reads of paths beyond the tree and of the
+    /// checkpoint never reach storage per request, so this bounds what readers can take
+    /// from the connections (database pool, object store client) commits need.
+    pub max_storage_reads: usize,
+    /// How long a read waits for its turn before it is answered `503` with
+    /// `Retry-After`.
+    pub storage_read_queue_timeout: Duration,
 }
 
 impl Default for HttpOptions {
     fn default() -> Self {
+        let c = crate::config::HttpConfig::default();
         HttpOptions {
             tokens: None,
-            body_read_timeout: Duration::from_millis(
-                crate::config::HttpConfig::default().body_read_timeout_ms,
-            ),
+            body_read_timeout: Duration::from_millis(c.body_read_timeout_ms),
+            max_storage_reads: c.max_storage_reads,
+            storage_read_queue_timeout: Duration::from_millis(c.storage_read_queue_timeout_ms),
         }
     }
+}
+
+/// What the read handlers share: the log, and the turns to read its storage.
+struct Reads<S: LogStorage> {
+    log: Log<S>,
+    turns: tokio::sync::Semaphore,
+    queue_timeout: Duration,
 }
 
 /// The public router, without write authentication.
@@ -77,13 +93,24 @@ pub fn router_with<S: LogStorage>(log: Log<S>, opts: &HttpOptions) -> Router {
     if let Some(tokens) = opts.tokens.clone().filter(|t| !t.is_empty()) {
         add_route = add_route.route_layer(middleware::from_fn_with_state(tokens, require_token));
     }
-    Router::new()
-        .route("/add", add_route)
+    let reads = Arc::new(Reads {
+        log: log.clone(),
+        turns: tokio::sync::Semaphore::new(
+            opts.max_storage_reads
+                .clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
+        ),
+        queue_timeout: opts.storage_read_queue_timeout,
+    });
+    let read_routes = Router::new()
         .route("/checkpoint", get(checkpoint::<S>))
         .route("/tile/{*path}", get(tile::<S>))
+        .with_state(reads);
+    Router::new()
+        .route("/add", add_route)
+        .with_state(log)
+        .merge(read_routes)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .with_state(log)
 }
 
 async fn not_found(req: Request) -> Response {
@@ -376,8 +403,9 @@ fn read_metric(kind: &'static str, status: StatusCode) {
         .increment(1);
 }
 
-async fn checkpoint<S: LogStorage>(State(log): State<Log<S>>) -> Response {
-    match log.storage().read_checkpoint().await {
+async fn checkpoint<S: LogStorage>(State(reads): State<Arc<Reads<S>>>) -> Response {
+    // From memory (engine::latest): a flood of these never reaches storage.
+    match reads.log.latest_checkpoint().await {
         Ok(Some(b)) => {
             read_metric("checkpoint", StatusCode::OK);
             (
@@ -391,7 +419,7 @@ async fn checkpoint<S: LogStorage>(State(log): State<Log<S>>) -> Response {
         }
         Ok(None) => {
             read_metric("checkpoint", StatusCode::NOT_FOUND);
-            text(StatusCode::NOT_FOUND, "no checkpoint published yet")
+            not_yet(text(StatusCode::NOT_FOUND, "no checkpoint published yet"))
         }
         Err(e) => {
             read_metric("checkpoint", StatusCode::INTERNAL_SERVER_ERROR);
@@ -400,7 +428,17 @@ async fn checkpoint<S: LogStorage>(State(log): State<Log<S>>) -> Response {
     }
 }
 
-async fn tile<S: LogStorage>(State(log): State<Log<S>>, req: Request) -> Response {
+/// A 404 for something that may exist a moment later (a path beyond the tree, which
+/// another frontend may be committing; the first checkpoint): no cache may keep it.
+fn not_yet(mut resp: Response) -> Response {
+    resp.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
+async fn tile<S: LogStorage>(State(reads): State<Arc<Reads<S>>>, req: Request) -> Response {
+    let arrival = Instant::now();
+    let log = &reads.log;
     // The path as sent, not percent-decoded: tlog-tiles paths are plain ASCII, and
     // `tile/0/%30%30%30` or `tile/%2e%2e/x` are not paths of this log.
     let path = req
@@ -419,23 +457,50 @@ async fn tile<S: LogStorage>(State(log): State<Log<S>>, req: Request) -> Respons
             );
         }
     };
-    let (kind, available) = match id.kind {
-        TileKind::Entries => ("entries", log.committed_size()),
-        TileKind::Hash { level } => (
-            "tile",
-            log.committed_size()
-                .checked_shr(8 * level as u32)
-                .unwrap_or(0),
-        ),
+    let kind = match id.kind {
+        TileKind::Entries => "entries",
+        TileKind::Hash { .. } => "tile",
     };
-    // Only serve what a committed tree contains: files of a batch that was written but
-    // never committed (before a crash) must not be cached forever by readers.
-    let end = id.index.saturating_mul(256).saturating_add(id.width as u64);
-    if end > available && !log.storage().reads_are_committed() {
+    // Only serve what a tree known to be committed contains, and look nothing else up:
+    // files of a batch written but never committed (before a crash) must not be cached
+    // forever by readers, and a flood of paths beyond the tree must cost no tile reads.
+    // With a shared store the checkpoint in hand may be a moment behind one another
+    // frontend just published (and a reader may have it): it is re-read first, by one
+    // read shared with every request waiting, at most ten a second. There, a full tile
+    // whose partial the tree names is looked up too: once another frontend completed
+    // it, its partials are deleted and readers fall back to it (tlog-tiles "Partial
+    // Tiles"), possibly before any checkpoint covers it.
+    let start = id.index.saturating_mul(256);
+    let end = start.saturating_add(id.width as u64);
+    let at_level = |size: u64| match id.kind {
+        TileKind::Entries => size,
+        TileKind::Hash { level } => size.checked_shr(8 * u32::from(level)).unwrap_or(0),
+    };
+    let served = |size: u64| {
+        let size = at_level(size);
+        end <= size || (log.storage().reads_are_committed() && id.is_full() && start < size)
+    };
+    if !served(log.known_size()) && !served(log.known_size_since(arrival).await) {
         read_metric(kind, StatusCode::NOT_FOUND);
-        return text(StatusCode::NOT_FOUND, format!("{path} not found"));
+        return not_yet(text(StatusCode::NOT_FOUND, format!("{path} not found")));
     }
-    match log.storage().read_tile(&id).await {
+    let turn = match tokio::time::timeout(reads.queue_timeout, reads.turns.acquire()).await {
+        Ok(Ok(turn)) => turn,
+        _ => {
+            read_metric(kind, StatusCode::SERVICE_UNAVAILABLE);
+            metrics::counter!("tlogd_storage_reads_shed_total").increment(1);
+            let mut resp = text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too many reads in progress; retry later",
+            );
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            return resp;
+        }
+    };
+    let read = log.storage().read_public_tile(&id).await;
+    drop(turn);
+    match read {
         Ok(Some(b)) => {
             read_metric(kind, StatusCode::OK);
             (
@@ -449,7 +514,7 @@ async fn tile<S: LogStorage>(State(log): State<Log<S>>, req: Request) -> Respons
         }
         Ok(None) => {
             read_metric(kind, StatusCode::NOT_FOUND);
-            text(StatusCode::NOT_FOUND, format!("{path} not found"))
+            not_yet(text(StatusCode::NOT_FOUND, format!("{path} not found")))
         }
         Err(e) => {
             read_metric(kind, StatusCode::INTERNAL_SERVER_ERROR);

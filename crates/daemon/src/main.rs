@@ -275,6 +275,7 @@ async fn serve(c: Config) -> anyhow::Result<()> {
     lc.batch_max_age = Duration::from_millis(c.batching.max_age_ms);
     lc.checkpoint_interval = Duration::from_millis(c.checkpoint.interval_ms);
     lc.republish_interval = Duration::from_millis(c.checkpoint.republish_interval_ms);
+    lc.checkpoint_max_age = Duration::from_millis(c.checkpoint.max_age_ms);
     if let Some(w) = tlogd::witness::from_config(&c.witnessing, &lc.verifier())? {
         tracing::info!(quorum = %w.describe(), "checkpoints are cosigned by witnesses");
         lc.cosigner = Some(Arc::new(w));
@@ -293,9 +294,15 @@ async fn serve(c: Config) -> anyhow::Result<()> {
     let sql = MysqlOptions {
         max_connections: c.storage.pool_size,
         tile_cache_bytes: c.storage.cache_mib << 20,
+        reader_connections: c.storage.reader_pool_size,
         ..MysqlOptions::default()
     };
     let opening = || format!("opening the {} log", c.storage.backend);
+    if matches!(c.storage.backend.as_str(), "mysql" | "postgres")
+        && let Some(w) = tlogd::config::database_tls_warning(&url)
+    {
+        tracing::warn!("{w}");
+    }
     match c.storage.backend.as_str() {
         "mysql" => {
             let storage = MysqlStorage::connect(&url, &origin, sql).await;
@@ -500,6 +507,8 @@ async fn run<S: LogStorage>(
         let http = HttpOptions {
             tokens,
             body_read_timeout: Duration::from_millis(c.http.body_read_timeout_ms),
+            max_storage_reads: c.http.max_storage_reads,
+            storage_read_queue_timeout: Duration::from_millis(c.http.storage_read_queue_timeout_ms),
         };
         tlogd::server::serve(
             listener,

@@ -124,6 +124,10 @@ pub struct SqlOptions {
     pub connect_timeout: Duration,
     /// Memory budget of the full-tile cache, in bytes (0 disables it).
     pub tile_cache_bytes: usize,
+    /// Connections of a second pool that serves public tile reads only
+    /// ([`LogStorage::read_public_tile`]), opened as readers need them: a flood of
+    /// readers waits for these and never for the connections commits use.
+    pub reader_connections: u32,
     /// How long a frontend waits for the sequencing lock held by another one.
     pub lock_timeout: Duration,
 }
@@ -134,6 +138,7 @@ impl Default for SqlOptions {
             max_connections: 16,
             connect_timeout: Duration::from_secs(5),
             tile_cache_bytes: 64 << 20,
+            reader_connections: 4,
             lock_timeout: Duration::from_secs(10),
         }
     }
@@ -209,6 +214,8 @@ pub enum OpenError {
 /// A tlog-tiles log in a SQL database (see the crate documentation).
 pub struct SqlStorage<D: Dialect> {
     pool: Pool<D::Db>,
+    /// Public tile reads only (see [`SqlOptions::reader_connections`]).
+    readers: Pool<D::Db>,
     database: String,
     statements: Statements,
     cache: TileCache,
@@ -257,6 +264,11 @@ where
             database,
             display,
         } = D::target(url)?;
+        let readers = PoolOptions::<D::Db>::new()
+            .max_connections(opts.reader_connections.max(1))
+            .min_connections(0)
+            .acquire_timeout(opts.connect_timeout)
+            .connect_lazy_with(options.clone());
         let pool = PoolOptions::<D::Db>::new()
             .max_connections(opts.max_connections.max(2))
             .acquire_timeout(opts.connect_timeout)
@@ -366,6 +378,7 @@ where
         tracing::info!(database, backend = D::BACKEND, "opened SQL log storage");
         Ok(SqlStorage {
             pool,
+            readers,
             database,
             statements,
             cache: TileCache::new(opts.tile_cache_bytes),
@@ -390,6 +403,7 @@ where
 
     /// Close every connection; later operations fail.
     pub async fn close(&self) {
+        self.readers.close().await;
         self.pool.close().await;
     }
 
@@ -436,6 +450,65 @@ where
 
     fn backend(&self, what: &str, e: &sqlx::Error) -> StorageError {
         StorageError::Backend(format!("{} {what}: {e}", D::PRODUCT))
+    }
+
+    /// `ids` read on `pool`: cached full tiles from memory, every other position in
+    /// one query.
+    async fn read_tiles_on(
+        &self,
+        pool: &Pool<D::Db>,
+        ids: &[TileId],
+    ) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
+        let mut out: Vec<Option<Vec<u8>>> = vec![None; ids.len()];
+        let mut want: Vec<(usize, (u8, u64))> = Vec::new();
+        for (i, id) in ids.iter().enumerate() {
+            if id.width == 0 || id.width as u64 > TILE_WIDTH {
+                continue;
+            }
+            let key = (tile_level(id), id.index);
+            match self.cache.get(&key) {
+                Some(full) => {
+                    out[i] = prefix_len(id, TILE_WIDTH as u16, &full)?.map(|n| full[..n].to_vec());
+                }
+                None => want.push((i, key)),
+            }
+        }
+        if want.is_empty() {
+            return Ok(out);
+        }
+        let statement = self.statements.select_tiles(want.len());
+        let rows = self
+            .retry("tile read", || {
+                let mut q = sqlx::query(AssertSqlSafe(statement.as_str()));
+                for (_, (level, index)) in &want {
+                    q = q.bind(*level as i64).bind(*index as i64);
+                }
+                q.fetch_all(pool)
+            })
+            .await?;
+        let read = |e: sqlx::Error| self.backend("tile read", &e);
+        for row in rows {
+            let level = int_col::<D>(&row, 0).map_err(read)?;
+            let index = int_col::<D>(&row, 1).map_err(read)?;
+            let width = int_col::<D>(&row, 2).map_err(read)?;
+            let data: Vec<u8> = row.try_get(3).map_err(read)?;
+            let width = u16::try_from(width)
+                .ok()
+                .filter(|w| (1..=TILE_WIDTH as u16).contains(w))
+                .ok_or_else(|| {
+                    StorageError::Corrupt(format!("tile ({level}, {index}) has width {width}"))
+                })?;
+            for (i, key) in &want {
+                if (key.0 as u64, key.1) == (level, index) {
+                    out[*i] = prefix_len(&ids[*i], width, &data)?.map(|n| data[..n].to_vec());
+                }
+            }
+            if width as u64 == TILE_WIDTH {
+                self.cache
+                    .insert((level as u8, index), Arc::from(&data[..]));
+            }
+        }
+        Ok(out)
     }
 
     /// Run `op` again while it fails with a transient error, within bounds.
@@ -748,62 +821,20 @@ where
     }
 
     async fn read_tiles(&self, ids: &[TileId]) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
-        // Cached full tiles from memory, every other position in one query.
-        let mut out: Vec<Option<Vec<u8>>> = vec![None; ids.len()];
-        let mut want: Vec<(usize, (u8, u64))> = Vec::new();
-        for (i, id) in ids.iter().enumerate() {
-            if id.width == 0 || id.width as u64 > TILE_WIDTH {
-                continue;
-            }
-            let key = (tile_level(id), id.index);
-            match self.cache.get(&key) {
-                Some(full) => {
-                    out[i] = prefix_len(id, TILE_WIDTH as u16, &full)?.map(|n| full[..n].to_vec());
-                }
-                None => want.push((i, key)),
-            }
-        }
-        if want.is_empty() {
-            return Ok(out);
-        }
-        let statement = self.statements.select_tiles(want.len());
-        let rows = self
-            .retry("tile read", || {
-                let mut q = sqlx::query(AssertSqlSafe(statement.as_str()));
-                for (_, (level, index)) in &want {
-                    q = q.bind(*level as i64).bind(*index as i64);
-                }
-                q.fetch_all(&self.pool)
-            })
-            .await?;
-        let read = |e: sqlx::Error| self.backend("tile read", &e);
-        for row in rows {
-            let level = int_col::<D>(&row, 0).map_err(read)?;
-            let index = int_col::<D>(&row, 1).map_err(read)?;
-            let width = int_col::<D>(&row, 2).map_err(read)?;
-            let data: Vec<u8> = row.try_get(3).map_err(read)?;
-            let width = u16::try_from(width)
-                .ok()
-                .filter(|w| (1..=TILE_WIDTH as u16).contains(w))
-                .ok_or_else(|| {
-                    StorageError::Corrupt(format!("tile ({level}, {index}) has width {width}"))
-                })?;
-            for (i, key) in &want {
-                if (key.0 as u64, key.1) == (level, index) {
-                    out[*i] = prefix_len(&ids[*i], width, &data)?.map(|n| data[..n].to_vec());
-                }
-            }
-            if width as u64 == TILE_WIDTH {
-                self.cache
-                    .insert((level as u8, index), Arc::from(&data[..]));
-            }
-        }
-        Ok(out)
+        self.read_tiles_on(&self.pool, ids).await
     }
 
     async fn read_tile(&self, id: &TileId) -> Result<Option<Vec<u8>>, StorageError> {
         Ok(self
             .read_tiles(std::slice::from_ref(id))
+            .await?
+            .pop()
+            .flatten())
+    }
+
+    async fn read_public_tile(&self, id: &TileId) -> Result<Option<Vec<u8>>, StorageError> {
+        Ok(self
+            .read_tiles_on(&self.readers, std::slice::from_ref(id))
             .await?
             .pop()
             .flatten())

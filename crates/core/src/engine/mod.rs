@@ -78,6 +78,7 @@
 
 mod cosign;
 mod dedup;
+mod latest;
 mod queue;
 mod storage;
 
@@ -121,6 +122,10 @@ pub struct LogConfig {
     pub batch_max_age: Duration,
     /// Minimum time between two published checkpoints.
     pub checkpoint_interval: Duration,
+    /// Readers are served the latest checkpoint from memory; with a shared store (where
+    /// other frontends publish too) it is re-read from storage at most this often.
+    /// Checkpoints this frontend publishes are served at once.
+    pub checkpoint_max_age: Duration,
     /// Publish a fresh checkpoint when the tree has not grown for this long, so that
     /// witnesses keep cosigning and monitors see the log alive. Zero: never.
     pub republish_interval: Duration,
@@ -154,6 +159,7 @@ impl LogConfig {
             batch_max_entries: 4096,
             batch_max_age: Duration::ZERO,
             checkpoint_interval: Duration::from_secs(1),
+            checkpoint_max_age: Duration::from_secs(1),
             // Tessera's default.
             republish_interval: Duration::from_secs(600),
             cosigner: None,
@@ -319,6 +325,8 @@ struct Inner<S> {
     dedup_hits: metrics::Counter,
     /// 1 + the size named by the latest published checkpoint; 0 when none is.
     published: AtomicU64,
+    /// The latest checkpoint, served to readers from memory.
+    latest: latest::LatestCheckpoint,
     /// The largest entry timestamp this process has seen (ms since the Unix epoch):
     /// checkpoints are signed no earlier.
     newest_timestamp: AtomicU64,
@@ -362,8 +370,10 @@ impl<S: LogStorage> Log<S> {
         // The checkpoint first, then the state: with several frontends on one store,
         // another may commit and publish in between, and a checkpoint is never ahead
         // of the state read after it.
+        let latest = latest::LatestCheckpoint::new(config.checkpoint_max_age);
         let published = match storage.read_checkpoint().await? {
             Some(bytes) => {
+                latest.offer(&bytes);
                 let verifiers = config.verifiers();
                 let verifiers: Vec<&NoteVerifier> = verifiers.iter().collect();
                 match Checkpoint::open_with(&bytes, &config.origin, &verifiers) {
@@ -415,6 +425,7 @@ impl<S: LogStorage> Log<S> {
             dedup_lookups: metrics::counter!("tlogd_dedup_lookups_total"),
             dedup_hits: metrics::counter!("tlogd_dedup_hits_total"),
             published: AtomicU64::new(published),
+            latest,
             newest_timestamp: AtomicU64::new(edge.last_timestamp),
             ready: AtomicBool::new(true),
             failed: watch::Sender::new(None),
@@ -461,6 +472,44 @@ impl<S: LogStorage> Log<S> {
     /// one another frontend of a shared store published.
     pub fn published_size(&self) -> Option<u64> {
         self.inner.published.load(Ordering::Acquire).checked_sub(1)
+    }
+
+    /// The latest signed checkpoint, for readers, without a storage read per call:
+    /// what this frontend last published, or, with a shared store, what storage held
+    /// when last read (at most [`LogConfig::checkpoint_max_age`] ago, or a little more
+    /// while one reader re-reads it and the others are served the copy in hand).
+    pub async fn latest_checkpoint(&self) -> Result<Option<bytes::Bytes>, StorageError> {
+        let storage = &self.inner.storage;
+        if !storage.reads_are_committed() {
+            // Only this process publishes: the copy in hand is the stored one.
+            return Ok(self.inner.latest.in_hand());
+        }
+        self.inner.latest.get(|| storage.read_checkpoint()).await
+    }
+
+    /// How far the tree is known to reach, without I/O: the committed size, or the
+    /// size of the latest checkpoint in hand when another frontend of a shared store
+    /// has published a larger one. Readers learn sizes from checkpoints, so no reader
+    /// can know of a path beyond it, except from a checkpoint newer than the one in
+    /// hand: see [`Log::known_size_since`].
+    pub fn known_size(&self) -> u64 {
+        self.committed_size().max(self.inner.latest.size())
+    }
+
+    /// [`Log::known_size`] as of `arrival` (when a reader asked): with a shared store,
+    /// after a checkpoint read that began at or after `arrival` (shared by every
+    /// reader waiting, at most ten a second however many ask), so a checkpoint another
+    /// frontend had published by then counts; on a store only this process writes,
+    /// `known_size`, at once.
+    pub async fn known_size_since(&self, arrival: Instant) -> u64 {
+        let storage = &self.inner.storage;
+        if storage.reads_are_committed() {
+            self.inner
+                .latest
+                .read_since(arrival, || storage.read_checkpoint())
+                .await;
+        }
+        self.known_size()
     }
 
     /// Entries committed but not yet in the persistent dedup index.
@@ -1196,6 +1245,7 @@ impl<S: LogStorage> Log<S> {
         let Ok(Some(stored)) = storage.read_checkpoint().await else {
             return false;
         };
+        self.inner.latest.offer(&stored);
         let larger = crate::checkpoint::signed_size(&stored).is_some_and(|s| s > state.size);
         if larger {
             self.inner
@@ -1249,6 +1299,7 @@ impl<S: LogStorage> Log<S> {
                 metrics::histogram!("tlogd_storage_op_duration_seconds", "backend" => backend, "op" => "publish_checkpoint")
                     .record(started.elapsed().as_secs_f64());
                 let previous = inner.published.swap(state.size + 1, Ordering::AcqRel);
+                inner.latest.offer(&signed);
                 metrics::counter!("tlogd_checkpoints_published_total").increment(1);
                 metrics::gauge!("tlogd_checkpoint_size").set(state.size as f64);
                 metrics::gauge!("tlogd_checkpoint_published_timestamp_seconds").set(

@@ -178,6 +178,17 @@ pub trait LogStorage: Send + Sync + 'static {
         id: &TileId,
     ) -> impl Future<Output = Result<Option<Vec<u8>>, StorageError>> + Send;
 
+    /// [`read_tile`](Self::read_tile) for a public reader (the daemon's `GET /tile/...`),
+    /// not for the engine. A backend whose commits and reads share a bounded resource
+    /// (a connection pool) serves these from one of their own, so that readers can
+    /// never take what commits need (#35); the default is `read_tile`.
+    fn read_public_tile(
+        &self,
+        id: &TileId,
+    ) -> impl Future<Output = Result<Option<Vec<u8>>, StorageError>> + Send {
+        self.read_tile(id)
+    }
+
     /// [`read_tile`](Self::read_tile) of several tiles, in order. A networked store
     /// answers in one round trip (reloading the right edge after another frontend
     /// committed reads four or five tiles); the default reads them one by one.
