@@ -14,7 +14,8 @@ source scripts/env.sh
 secs="${1:-20}"
 writers="${2:-256}"
 proto="${3:-http1}"
-h2c=(); [ "$proto" = h2c ] && h2c=(--h2c --h2c-connections "${H2C_CONNECTIONS:-1}")
+# h2c: by default one connection per 100 writers (the daemon allows 100 streams each).
+h2c=(); [ "$proto" = h2c ] && h2c=(--h2c --h2c-connections "${H2C_CONNECTIONS:-0}")
 bin="$CARGO_TARGET_DIR/release"
 tlogd_bin="${TLOGD_BIN:-$bin/tlogd}"
 tools="${TLOGD_TOOLS_DIR:-$HOME/.cache/tlogd-tools/bin}"

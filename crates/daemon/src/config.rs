@@ -372,11 +372,30 @@ pub struct HttpConfig {
     /// A connection with no request in flight for this long is closed (HTTP/2; an idle
     /// HTTP/1.1 connection is closed after `header_read_timeout_ms` already).
     pub idle_timeout_ms: u64,
+    /// A response that makes no progress for this long closes its connection: a socket
+    /// write blocked (the peer reads nothing), or a response whose next piece has not
+    /// been taken (an HTTP/2 stream whose window stays shut). On progress, not on the
+    /// whole response: a slow reader that keeps reading gets all of it.
+    pub write_timeout_ms: u64,
     /// Open connections at most; a connection beyond it is closed as soon as it is
     /// accepted.
     pub max_connections: usize,
+    /// Open connections from one client address at most (beyond it, closed as soon as
+    /// accepted); addresses in `trusted_proxies` have no such cap.
+    pub max_connections_per_ip: usize,
+    /// Addresses or CIDR ranges (`10.0.0.0/8`, `::1`) exempt from
+    /// `max_connections_per_ip`: a reverse proxy or load balancer, from which every
+    /// client comes. Default: loopback (`127.0.0.0/8`, `::1`).
+    pub trusted_proxies: Vec<String>,
+    /// Response body bytes held for clients at once (each listener); a response that
+    /// does not fit gets `503` with `Retry-After: 1`.
+    pub max_response_bytes_in_flight: u64,
     /// Requests in flight at once on one HTTP/2 connection.
     pub h2_max_concurrent_streams: u32,
+    /// An HTTP/2 connection is pinged after this long without hearing from the peer.
+    pub h2_keep_alive_interval_ms: u64,
+    /// A ping not answered within this closes the connection.
+    pub h2_keep_alive_timeout_ms: u64,
     /// At shutdown, how long connections still busy are waited for before the queue is
     /// drained without them.
     pub shutdown_grace_ms: u64,
@@ -388,18 +407,106 @@ pub struct HttpConfig {
     pub storage_read_queue_timeout_ms: u64,
 }
 
+/// The largest response tlogd sends: a full entry bundle, 256 entries of the largest
+/// size with their length prefixes. `http.max_response_bytes_in_flight` must hold one.
+pub const MAX_RESPONSE_BYTES: u64 = 256 * (2 + 65_535);
+
 impl Default for HttpConfig {
     fn default() -> Self {
         HttpConfig {
             header_read_timeout_ms: 10_000,
             body_read_timeout_ms: 10_000,
             idle_timeout_ms: 60_000,
+            write_timeout_ms: 30_000,
             max_connections: 4096,
-            h2_max_concurrent_streams: 1024,
+            max_connections_per_ip: 256,
+            trusted_proxies: vec!["127.0.0.0/8".into(), "::1".into()],
+            max_response_bytes_in_flight: 256 << 20,
+            h2_max_concurrent_streams: 100,
+            h2_keep_alive_interval_ms: 20_000,
+            h2_keep_alive_timeout_ms: 20_000,
             shutdown_grace_ms: 30_000,
             max_storage_reads: 32,
             storage_read_queue_timeout_ms: 2_000,
         }
+    }
+}
+
+impl HttpConfig {
+    /// `trusted_proxies` parsed; the first entry that is not an address or a CIDR range
+    /// is the error, naming the key.
+    pub fn trusted_proxies(&self) -> anyhow::Result<Vec<IpCidr>> {
+        self.trusted_proxies
+            .iter()
+            .map(|t| {
+                IpCidr::parse(t).map_err(|why| {
+                    anyhow::anyhow!(
+                        "`http.trusted_proxies`: {t:?} is not an IP address or CIDR range ({why})"
+                    )
+                })
+            })
+            .collect()
+    }
+}
+
+/// An IP address range: an address and how many leading bits of it count (`/32` or
+/// `/128` for one address). IPv4-mapped IPv6 addresses are taken as the IPv4 ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IpCidr {
+    addr: std::net::IpAddr,
+    prefix: u8,
+}
+
+impl IpCidr {
+    /// `192.0.2.1`, `10.0.0.0/8`, `::1`, `2001:db8::/32`. Bits set beyond the prefix
+    /// are refused (`10.0.0.1/8` is most likely a typo for something else).
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let (addr, prefix) = match s.split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (s, None),
+        };
+        let addr: std::net::IpAddr = addr
+            .trim()
+            .parse()
+            .map_err(|_| format!("{:?} is not an address", addr.trim()))?;
+        let addr = addr.to_canonical();
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            None => max,
+            Some(p) => match p.trim().parse::<u8>() {
+                Ok(p) if p <= max => p,
+                _ => return Err(format!("the prefix length must be 0 to {max}")),
+            },
+        };
+        let net = IpCidr { addr, prefix };
+        if net.masked(addr) != bits(addr) {
+            return Err(format!("bits are set beyond the /{prefix} prefix"));
+        }
+        Ok(net)
+    }
+
+    /// Whether `ip` is in the range (an IPv4-mapped IPv6 address as its IPv4 one).
+    pub fn contains(&self, ip: std::net::IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        ip.is_ipv4() == self.addr.is_ipv4() && self.masked(ip) == self.masked(self.addr)
+    }
+
+    /// The first `prefix` bits of `ip`.
+    fn masked(&self, ip: std::net::IpAddr) -> u128 {
+        let width = if ip.is_ipv4() { 32 } else { 128 };
+        let keep = u32::from(self.prefix).min(width);
+        match keep {
+            0 => 0,
+            k => bits(ip) & (u128::MAX << (width - k)) & (u128::MAX >> (128 - width)),
+        }
+    }
+}
+
+/// An address as a number (IPv4 in the low 32 bits).
+fn bits(ip: std::net::IpAddr) -> u128 {
+    match ip {
+        std::net::IpAddr::V4(v4) => u32::from(v4).into(),
+        std::net::IpAddr::V6(v6) => u128::from(v6),
     }
 }
 
@@ -540,11 +647,30 @@ impl Config {
                 self.http.h2_max_concurrent_streams.into(),
             ),
             ("http.max_storage_reads", self.http.max_storage_reads as u64),
+            ("http.write_timeout_ms", self.http.write_timeout_ms),
+            (
+                "http.max_connections_per_ip",
+                self.http.max_connections_per_ip as u64,
+            ),
+            (
+                "http.h2_keep_alive_interval_ms",
+                self.http.h2_keep_alive_interval_ms,
+            ),
+            (
+                "http.h2_keep_alive_timeout_ms",
+                self.http.h2_keep_alive_timeout_ms,
+            ),
         ] {
             if v == 0 {
                 bail!("`{key}` must be at least 1");
             }
         }
+        if self.http.max_response_bytes_in_flight < MAX_RESPONSE_BYTES {
+            bail!(
+                "`http.max_response_bytes_in_flight` must be at least {MAX_RESPONSE_BYTES} (one full entry bundle)"
+            );
+        }
+        self.http.trusted_proxies()?;
         let has_tokens = self.auth.bearer_tokens_file.is_some()
             || std::env::var_os(TOKENS_ENV).is_some_and(|v| !v.is_empty());
         if !self.listen.ip().is_loopback() && !has_tokens && !self.auth.allow_anonymous_writes {
@@ -772,5 +898,117 @@ mod tests {
         );
         let e = Config::parse("origin = \"o\"\n[http]\nidle_timeout = 5\n").unwrap_err();
         assert!(format!("{e:#}").contains("idle_timeout"), "{e:#}");
+    }
+
+    #[test]
+    fn http_limits_have_defaults_and_parse() {
+        let d = HttpConfig::default();
+        assert_eq!(d.write_timeout_ms, 30_000);
+        assert_eq!(d.max_connections_per_ip, 256);
+        assert_eq!(d.max_response_bytes_in_flight, 256 << 20);
+        assert_eq!(d.h2_max_concurrent_streams, 100);
+        assert_eq!(d.h2_keep_alive_interval_ms, 20_000);
+        assert_eq!(d.h2_keep_alive_timeout_ms, 20_000);
+        let loopback = d.trusted_proxies().unwrap();
+        assert!(
+            loopback
+                .iter()
+                .any(|n| n.contains("127.0.0.1".parse().unwrap()))
+        );
+        assert!(
+            loopback
+                .iter()
+                .any(|n| n.contains("127.9.8.7".parse().unwrap()))
+        );
+        assert!(loopback.iter().any(|n| n.contains("::1".parse().unwrap())));
+        assert!(
+            loopback
+                .iter()
+                .any(|n| n.contains("::ffff:127.0.0.1".parse().unwrap()))
+        );
+        assert!(
+            !loopback
+                .iter()
+                .any(|n| n.contains("10.0.0.1".parse().unwrap()))
+        );
+        let c = Config::parse(
+            "origin = \"o\"\n[storage]\ndir = \"/x\"\n[http]\nwrite_timeout_ms = 1500\n\
+             max_connections_per_ip = 3\ntrusted_proxies = [\"10.1.0.0/16\", \"2001:db8::/32\"]\n\
+             max_response_bytes_in_flight = 33554432\nh2_keep_alive_interval_ms = 7\n\
+             h2_keep_alive_timeout_ms = 8\n",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.http.write_timeout_ms, 1500);
+        assert_eq!(c.http.max_connections_per_ip, 3);
+        assert_eq!(c.http.max_response_bytes_in_flight, 32 << 20);
+        assert_eq!(
+            (
+                c.http.h2_keep_alive_interval_ms,
+                c.http.h2_keep_alive_timeout_ms
+            ),
+            (7, 8)
+        );
+        let t = c.http.trusted_proxies().unwrap();
+        assert!(t[0].contains("10.1.200.3".parse().unwrap()));
+        assert!(!t[0].contains("10.2.0.1".parse().unwrap()));
+        assert!(t[1].contains("2001:db8:ffff::1".parse().unwrap()));
+        assert!(!t[1].contains("2001:db9::1".parse().unwrap()));
+        // An empty list trusts nobody.
+        let c = Config::parse("origin = \"o\"\n[http]\ntrusted_proxies = []\n").unwrap();
+        assert!(c.http.trusted_proxies().unwrap().is_empty());
+    }
+
+    #[test]
+    fn bad_http_limits_are_named_in_one_line() {
+        let base = "origin = \"o\"\n[storage]\ndir = \"/x\"\n[http]\n";
+        for (extra, says) in [
+            (
+                "trusted_proxies = [\"10.0.0.0/33\"]",
+                "`http.trusted_proxies`: \"10.0.0.0/33\"",
+            ),
+            ("trusted_proxies = [\"10.0.0.1/8\"]", "beyond the /8 prefix"),
+            (
+                "trusted_proxies = [\"::1\", \"proxy.local\"]",
+                "\"proxy.local\" is not",
+            ),
+            ("trusted_proxies = [\"::/129\"]", "0 to 128"),
+            (
+                "write_timeout_ms = 0",
+                "`http.write_timeout_ms` must be at least 1",
+            ),
+            (
+                "max_connections_per_ip = 0",
+                "`http.max_connections_per_ip`",
+            ),
+            (
+                "h2_keep_alive_timeout_ms = 0",
+                "`http.h2_keep_alive_timeout_ms`",
+            ),
+            (
+                "max_response_bytes_in_flight = 1048576",
+                "one full entry bundle",
+            ),
+        ] {
+            let c = Config::parse(&format!("{base}{extra}\n")).unwrap();
+            let e = format!("{:#}", c.validate().unwrap_err());
+            assert!(e.contains(says), "{extra}: {e}");
+            assert_eq!(e.lines().count(), 1, "{e}");
+        }
+        assert!(
+            IpCidr::parse("0.0.0.0/0")
+                .unwrap()
+                .contains("203.0.113.9".parse().unwrap())
+        );
+        assert!(
+            !IpCidr::parse("0.0.0.0/0")
+                .unwrap()
+                .contains("::2".parse().unwrap())
+        );
+        assert!(
+            IpCidr::parse("::/0")
+                .unwrap()
+                .contains("::2".parse().unwrap())
+        );
     }
 }

@@ -1,6 +1,6 @@
 //! Serving a router on a TCP listener: HTTP/1.1 and HTTP/2 without TLS (h2c, prior
-//! knowledge) on the same port, with the timeouts and the connection limit that keep
-//! slow, idle or greedy clients from pinning the daemon, and graceful shutdown.
+//! knowledge) on the same port, with the timeouts and the limits that keep slow, idle or
+//! greedy clients from pinning the daemon, and graceful shutdown.
 //!
 //! `axum::serve` has none of these (no timer, so hyper's header-read timeout never
 //! runs): a client that sends half a request and stops would hold its connection, its
@@ -10,36 +10,71 @@
 //!   must start within it (this also covers a client that connects and sends nothing,
 //!   or a few bytes of the HTTP/2 preface, which hyper would wait on forever while
 //!   telling the two protocols apart); on HTTP/1.1, each next request's headers must
-//!   arrive within it of the previous response, which also bounds a keep-alive
-//!   connection's wait for its next request. The connection's own timer checks this,
-//!   not hyper's: hyper's sets, polls and cancels a timer for every request (boxed, in
-//!   tokio's timer wheel), ~3 % of the daemon's CPU under load.
+//!   arrive within it of the previous response (of its last byte written), which also
+//!   bounds a keep-alive connection's wait for its next request. The connection's own
+//!   timer checks this, not hyper's: hyper's sets, polls and cancels a timer for every
+//!   request (boxed, in tokio's timer wheel), ~3 % of the daemon's CPU under load.
 //! * **Idle** (`idle_timeout`): a connection with no request in flight for this long
 //!   is shut down gracefully (HTTP/2: `GOAWAY`). A request counts as in flight until
 //!   its response body has been handed to the connection, so a long add waiting for its
-//!   commit is never cut.
+//!   commit is never cut; nothing is idle while a write is blocked.
+//! * **Write progress** (`write_timeout`): a connection is dropped when a socket write
+//!   has been blocked that long with no byte accepted (the peer reads nothing), or when
+//!   a response handed to hyper has not had its next piece taken for that long (an
+//!   HTTP/2 stream whose flow-control window the peer keeps shut: hyper does not poll a
+//!   body while its stream has no send capacity, and the socket has nothing to write).
+//!   The deadline is on progress: a slow reader that keeps reading gets everything.
+//!   Response bodies are handed over in pieces of at most [`FRAME`] bytes (slices of
+//!   one buffer, no copy), so that "taken" follows what was sent: a whole bundle polled
+//!   at once would sit in hyper's or h2's buffer, taken yet unsent.
+//! * **HTTP/2 keep-alive** (`h2_keep_alive_*`): a connection the peer has sent nothing
+//!   on for the interval is pinged; a ping not answered in time closes it.
+//! * **Response bytes** (`max_response_bytes_in_flight`): response bodies hold their
+//!   size from one budget per listener until dropped; one that does not fit is
+//!   answered `503` with `Retry-After: 1` instead.
 //! * **Body read**: the handlers' business (`POST /add` bounds it, see `http.rs`).
-//! * **Connections** (`max_connections`): one permit each; a connection accepted beyond
-//!   the limit is closed at once and counted in `tlogd_http_connections_rejected_total`.
+//! * **Connections** (`max_connections`, `max_connections_per_ip`): one permit each,
+//!   and at most so many from one address (except `trusted_proxies`); a connection
+//!   accepted beyond either is closed at once and counted in
+//!   `tlogd_http_connections_rejected_total{reason="limit"|"per_ip"}`.
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Arc;
+use std::net::IpAddr;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Body;
 use axum::extract::Request;
-use http_body_util::BodyExt;
-use hyper::body::Incoming;
+use axum::http::{HeaderValue, StatusCode, header};
+use bytes::Bytes;
+use hyper::body::{Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tlog_verify::yield_first::YieldFirst;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tower_service::Service;
 
-use crate::config::HttpConfig;
+use crate::config::{HttpConfig, IpCidr};
+
+/// The largest piece of a response body handed to hyper at once: a larger body is
+/// handed over in slices of this (no copy), so that what hyper (or h2, for one stream)
+/// buffers unsent is bounded and a body's progress follows what the peer receives.
+pub const FRAME: usize = 64 << 10;
+
+/// Response bodies of at most this many bytes take nothing from the response-byte
+/// budget: they are the hot path (add answers, checkpoints; ~80k a second on two cores,
+/// where the budget's shared counter would be one more contended atomic pair each), and
+/// they are no larger than what every stream costs anyway (its task, its h2 state, its
+/// request's headers), which no budget counts either; a stuck one is bounded by the
+/// write timeout and the stream and connection limits.
+pub const SMALL_BODY: u64 = 4 << 10;
 
 /// Timeouts and limits of one listener.
 #[derive(Clone, Debug)]
@@ -51,10 +86,22 @@ pub struct ServeOptions {
     pub header_read_timeout: Duration,
     /// A connection with no request in flight for this long is closed.
     pub idle_timeout: Duration,
+    /// A response that makes no progress for this long closes its connection.
+    pub write_timeout: Duration,
     /// Open connections at most.
     pub max_connections: usize,
+    /// Open connections from one address at most, except from `trusted_proxies`.
+    pub max_connections_per_ip: usize,
+    /// Addresses without a per-address cap (reverse proxies).
+    pub trusted_proxies: Vec<IpCidr>,
+    /// Response body bytes held at once (this listener); beyond it, `503`.
+    pub max_response_bytes_in_flight: u64,
     /// Requests in flight at once on one HTTP/2 connection.
     pub h2_max_concurrent_streams: u32,
+    /// An HTTP/2 connection silent for this long is pinged.
+    pub h2_keep_alive_interval: Duration,
+    /// A ping not answered within this closes the connection.
+    pub h2_keep_alive_timeout: Duration,
     /// At shutdown, how long busy connections are waited for.
     pub shutdown_grace: Duration,
 }
@@ -71,8 +118,20 @@ impl From<&HttpConfig> for ServeOptions {
             name: "public",
             header_read_timeout: Duration::from_millis(c.header_read_timeout_ms.max(1)),
             idle_timeout: Duration::from_millis(c.idle_timeout_ms.max(1)),
+            write_timeout: Duration::from_millis(c.write_timeout_ms.max(1)),
             max_connections: c.max_connections.max(1),
+            max_connections_per_ip: c.max_connections_per_ip.max(1),
+            // Validated with the rest of the configuration (`Config::validate`), which
+            // names a bad entry; here an unparsable one is only skipped.
+            trusted_proxies: c
+                .trusted_proxies
+                .iter()
+                .filter_map(|t| IpCidr::parse(t).ok())
+                .collect(),
+            max_response_bytes_in_flight: c.max_response_bytes_in_flight,
             h2_max_concurrent_streams: c.h2_max_concurrent_streams.max(1),
+            h2_keep_alive_interval: Duration::from_millis(c.h2_keep_alive_interval_ms.max(1)),
+            h2_keep_alive_timeout: Duration::from_millis(c.h2_keep_alive_timeout_ms.max(1)),
             shutdown_grace: Duration::from_millis(c.shutdown_grace_ms),
         }
     }
@@ -98,16 +157,31 @@ pub async fn serve(
     builder
         .http2()
         .timer(TokioTimer::new())
-        .max_concurrent_streams(opts.h2_max_concurrent_streams);
+        .max_concurrent_streams(opts.h2_max_concurrent_streams)
+        .keep_alive_interval(opts.h2_keep_alive_interval)
+        .keep_alive_timeout(opts.h2_keep_alive_timeout);
     let builder = Arc::new(builder);
     let max = opts.max_connections.min(Semaphore::MAX_PERMITS);
     let permits = Arc::new(Semaphore::new(max));
+    let per_ip = Arc::new(PerIp {
+        max: opts.max_connections_per_ip,
+        trusted: opts.trusted_proxies.clone(),
+        open: Mutex::new(HashMap::new()),
+    });
+    let shared = Arc::new(Shared {
+        budget: Budget {
+            used: AtomicU64::new(0),
+            limit: opts.max_response_bytes_in_flight,
+            gauge: metrics::gauge!("tlogd_http_response_bytes_in_flight", "listener" => opts.name),
+        },
+        shed: metrics::counter!("tlogd_http_responses_shed_total", "listener" => opts.name),
+    });
     let (close_tx, close_rx) = watch::channel(());
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(a) => a,
                 Err(e) => {
                     accept_error(e, opts.name).await;
                     continue;
@@ -115,11 +189,19 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            // Over the limit: closing at once costs the least; the client sees the
-            // connection reset or closed and may retry later.
-            metrics::counter!("tlogd_http_connections_rejected_total", "listener" => opts.name)
+        // Over a limit: closing at once costs the least; the client sees the
+        // connection reset or closed and may retry later.
+        let reject = |reason: &'static str| {
+            metrics::counter!("tlogd_http_connections_rejected_total", "listener" => opts.name, "reason" => reason)
                 .increment(1);
+        };
+        let Some(ip_slot) = per_ip.admit(peer.ip()) else {
+            reject("per_ip");
+            drop(stream);
+            continue;
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            reject("limit");
             drop(stream);
             continue;
         };
@@ -131,8 +213,9 @@ pub async fn serve(
             stream,
             app.clone(),
             opts.clone(),
+            shared.clone(),
             close_rx.clone(),
-            permit,
+            (permit, ip_slot),
         ));
     }
     // Stop accepting (the kernel refuses new connections from now on), then ask every
@@ -169,15 +252,145 @@ async fn accept_error(e: std::io::Error, listener: &'static str) {
     tokio::time::sleep(Duration::from_millis(100)).await;
 }
 
-/// Requests in flight on one connection and when the last one ended.
+/// Open connections per client address (`max_connections_per_ip`).
+struct PerIp {
+    max: usize,
+    trusted: Vec<IpCidr>,
+    /// Addresses with at least one connection open; an entry is removed at zero, so the
+    /// map holds no more entries than there are connections.
+    open: Mutex<HashMap<IpAddr, usize>>,
+}
+
+impl PerIp {
+    /// A place for one more connection from `ip`, or `None` when it has its fill.
+    /// Trusted addresses get a place that counts nothing.
+    fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<IpSlot> {
+        // One client is one client, over IPv4 or as an IPv4-mapped IPv6 address.
+        let ip = ip.to_canonical();
+        if self.trusted.iter().any(|t| t.contains(ip)) {
+            return Some(IpSlot(None));
+        }
+        // A poisoned lock (a panic while held: none of the code under it can panic)
+        // still holds consistent counts.
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let n = open.entry(ip).or_insert(0);
+        if *n >= self.max {
+            return None;
+        }
+        *n += 1;
+        Some(IpSlot(Some((self.clone(), ip))))
+    }
+}
+
+/// One connection's place in [`PerIp`], given back when dropped.
+struct IpSlot(Option<(Arc<PerIp>, IpAddr)>);
+
+impl Drop for IpSlot {
+    fn drop(&mut self) {
+        if let Some((per_ip, ip)) = self.0.take() {
+            let mut open = per_ip.open.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(n) = open.get_mut(&ip) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    open.remove(&ip);
+                }
+            }
+        }
+    }
+}
+
+/// What all connections of one listener share.
+struct Shared {
+    budget: Budget,
+    /// `tlogd_http_responses_shed_total{listener}`.
+    shed: metrics::Counter,
+}
+
+/// Response body bytes held for clients (`max_response_bytes_in_flight`).
+struct Budget {
+    used: AtomicU64,
+    limit: u64,
+    /// `tlogd_http_response_bytes_in_flight{listener}`.
+    gauge: metrics::Gauge,
+}
+
+/// `n` bytes of the listener's [`Budget`], given back when dropped (with the body).
+struct Held {
+    shared: Arc<Shared>,
+    n: u64,
+}
+
+impl Held {
+    /// `n` bytes if they fit.
+    fn take(shared: &Arc<Shared>, n: u64) -> Option<Held> {
+        let b = &shared.budget;
+        b.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(n).filter(|&total| total <= b.limit)
+            })
+            .ok()?;
+        b.gauge.increment(n as f64);
+        Some(Held {
+            shared: shared.clone(),
+            n,
+        })
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let b = &self.shared.budget;
+        b.used.fetch_sub(self.n, Ordering::AcqRel);
+        b.gauge.decrement(self.n as f64);
+    }
+}
+
+/// What a response that does not fit in the budget gets instead: one line, and a hint
+/// to come back in a second, as the add queue's `503`s.
+fn shed_response() -> axum::response::Response {
+    let mut r = axum::response::Response::new(Body::from(
+        "busy: too many response bytes in flight; retry later\n",
+    ));
+    *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    let h = r.headers_mut();
+    h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+/// Marks a time stamp as unset (no request ended yet, no write blocked, a free slot).
+const NEVER: u64 = u64::MAX;
+
+/// What happens on one connection: requests in flight and when the last one ended,
+/// socket writes and reads, and the progress of each response handed to hyper.
 struct Activity {
     epoch: Instant,
     /// The connection speaks HTTP/2 (known from its first request).
     http2: AtomicBool,
     in_flight: AtomicUsize,
-    /// Milliseconds after `epoch` when a request last ended; `u64::MAX` before the
+    /// Milliseconds after `epoch` when a request last ended; [`NEVER`] before the
     /// first request started.
     last_end_ms: AtomicU64,
+    /// When a socket write last made progress.
+    last_write_ms: AtomicU64,
+    /// Since when socket writes have been refused (the socket's buffer full, the peer
+    /// not reading) with no progress since; [`NEVER`] while writes go through.
+    blocked_since_ms: AtomicU64,
+    /// For each response handed to hyper and not yet dropped, when its body last
+    /// handed over a piece (or was handed to hyper); [`NEVER`] marks a free slot. One
+    /// entry for HTTP/1.1, up to the stream limit for HTTP/2; the lock is the
+    /// connection's own and held for a store or a scan of those few entries.
+    responses: Mutex<Slots>,
+}
+
+/// A small slab of time stamps.
+#[derive(Default)]
+struct Slots {
+    at: Vec<u64>,
+    free: Vec<usize>,
 }
 
 impl Activity {
@@ -186,30 +399,157 @@ impl Activity {
             epoch: Instant::now(),
             http2: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
-            last_end_ms: AtomicU64::new(u64::MAX),
+            last_end_ms: AtomicU64::new(NEVER),
+            last_write_ms: AtomicU64::new(0),
+            blocked_since_ms: AtomicU64::new(NEVER),
+            responses: Mutex::new(Slots::default()),
         }
     }
 
-    /// When the connection may be closed, and whether for a header read (`None` while
-    /// a request is in flight): before any request, `header_read` after it opened;
-    /// then on HTTP/1.1 the sooner of `header_read` and `idle` after the last request
-    /// ended (the next request's headers are read from then on), on HTTP/2 `idle`.
-    fn deadline(&self, header_read: Duration, idle: Duration) -> Option<(Instant, bool)> {
-        if self.in_flight.load(Ordering::Acquire) > 0 {
-            return None;
-        }
-        match self.last_end_ms.load(Ordering::Acquire) {
-            u64::MAX => Some((self.epoch + header_read, true)),
-            ms => {
-                let end = self.epoch + Duration::from_millis(ms);
-                if !self.http2.load(Ordering::Relaxed) && header_read < idle {
-                    Some((end + header_read, true))
-                } else {
-                    Some((end + idle, false))
-                }
+    /// Milliseconds from `epoch` to now.
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    fn at(&self, ms: u64) -> Instant {
+        self.epoch + Duration::from_millis(ms)
+    }
+
+    fn slots(&self) -> std::sync::MutexGuard<'_, Slots> {
+        // Nothing under this lock can panic; a poisoned one still holds stamps.
+        self.responses.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A slot for a new response, stamped now.
+    fn add_response(&self) -> usize {
+        let now = self.now_ms();
+        let mut s = self.slots();
+        match s.free.pop() {
+            Some(i) => {
+                s.at[i] = now;
+                i
+            }
+            None => {
+                s.at.push(now);
+                s.at.len() - 1
             }
         }
     }
+
+    /// Response `slot` handed over a piece.
+    fn response_progress(&self, slot: usize) {
+        let now = self.now_ms();
+        if let Some(at) = self.slots().at.get_mut(slot) {
+            *at = now;
+        }
+    }
+
+    fn remove_response(&self, slot: usize) {
+        let mut s = self.slots();
+        if let Some(at) = s.at.get_mut(slot) {
+            *at = NEVER;
+            s.free.push(slot);
+        }
+    }
+
+    /// When the response that has waited longest for its next piece last moved.
+    fn oldest_response(&self) -> Option<u64> {
+        self.slots()
+            .at
+            .iter()
+            .copied()
+            .filter(|&t| t != NEVER)
+            .min()
+    }
+
+    /// A socket write returned.
+    fn wrote(&self, r: &Poll<std::io::Result<usize>>) {
+        match r {
+            Poll::Ready(Ok(n)) if *n > 0 => {
+                self.last_write_ms.store(self.now_ms(), Ordering::Release);
+                if self.blocked_since_ms.load(Ordering::Relaxed) != NEVER {
+                    self.blocked_since_ms.store(NEVER, Ordering::Release);
+                }
+            }
+            // The first refusal since the last progress starts the clock.
+            Poll::Pending if self.blocked_since_ms.load(Ordering::Relaxed) == NEVER => {
+                self.blocked_since_ms
+                    .store(self.now_ms(), Ordering::Release);
+            }
+            _ => {}
+        }
+    }
+
+    /// What the connection's timer finds at `now`: close it, or look again at the
+    /// instant returned. Rules, all of them from `now`'s view:
+    ///
+    /// * a socket write blocked, or a response without progress, for `write_timeout`:
+    ///   closed (on HTTP/1.1 the one response owns the socket, so a write that goes
+    ///   through is its progress too; on HTTP/2 it is not: pings and other streams'
+    ///   data are written too);
+    /// * while a request is in flight or a write is blocked: nothing else;
+    /// * before any request: its headers by `header_read` after the connection opened;
+    /// * then on HTTP/1.1 the sooner of `header_read` and `idle` after the later of the
+    ///   last request's end and the last write (the next request's headers are read
+    ///   from then on, and a response is not over before its last byte is written);
+    ///   on HTTP/2 `idle` after the last request ended (not the last write: keep-alive
+    ///   pings are writes).
+    fn check(&self, now: Instant, o: &ServeOptions) -> Result<Instant, Close> {
+        let now_ms = now.saturating_duration_since(self.epoch).as_millis() as u64;
+        let write_ms = o.write_timeout.as_millis() as u64;
+        // Busy: look again in a while, so a deadline that starts when the request
+        // ends is at most that late.
+        let mut next = now
+            + o.header_read_timeout
+                .min(o.idle_timeout)
+                .min(o.write_timeout);
+        let http2 = self.http2.load(Ordering::Relaxed);
+        let last_write = self.last_write_ms.load(Ordering::Acquire);
+        let blocked = self.blocked_since_ms.load(Ordering::Acquire);
+        let stalled = self
+            .oldest_response()
+            .map(|t| if http2 { t } else { t.max(last_write) });
+        for since in [blocked, stalled.unwrap_or(NEVER)] {
+            if since != NEVER {
+                let d = since.saturating_add(write_ms);
+                if d <= now_ms {
+                    return Err(Close::WriteTimeout);
+                }
+                next = next.min(self.at(d));
+            }
+        }
+        if self.in_flight.load(Ordering::Acquire) > 0 || blocked != NEVER {
+            return Ok(next);
+        }
+        let (deadline, why) = match self.last_end_ms.load(Ordering::Acquire) {
+            NEVER => (self.epoch + o.header_read_timeout, Close::HeaderTimeout),
+            end if http2 => (self.at(end) + o.idle_timeout, Close::Idle),
+            end => {
+                let from = self.at(end.max(last_write));
+                if o.header_read_timeout < o.idle_timeout {
+                    (from + o.header_read_timeout, Close::HeaderTimeout)
+                } else {
+                    (from + o.idle_timeout, Close::Idle)
+                }
+            }
+        };
+        if deadline <= now {
+            Err(why)
+        } else {
+            Ok(deadline)
+        }
+    }
+}
+
+/// Why the timer closes a connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Close {
+    /// No request, or not all of its headers, in time: dropped.
+    HeaderTimeout,
+    /// Nothing in flight for the idle timeout: shut down gracefully.
+    Idle,
+    /// A write or a response made no progress for the write timeout: dropped.
+    WriteTimeout,
 }
 
 /// Marks one request in flight until dropped (with the response body).
@@ -221,7 +561,7 @@ impl InFlight {
         // A request has started: the "first request" deadline no longer applies.
         let _ = a
             .last_end_ms
-            .compare_exchange(u64::MAX, 0, Ordering::AcqRel, Ordering::Relaxed);
+            .compare_exchange(NEVER, 0, Ordering::AcqRel, Ordering::Relaxed);
         InFlight(a.clone())
     }
 }
@@ -229,9 +569,147 @@ impl InFlight {
 impl Drop for InFlight {
     fn drop(&mut self) {
         let a = &self.0;
-        a.last_end_ms
-            .store(a.epoch.elapsed().as_millis() as u64, Ordering::Release);
+        a.last_end_ms.store(a.now_ms(), Ordering::Release);
         a.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A response body as handed to hyper: its request stays in flight and its bytes stay
+/// held from the budget until it is dropped; every piece it hands over is progress; a
+/// large piece is handed over in slices of at most [`FRAME`] bytes.
+struct Watched {
+    inner: Body,
+    /// What is left of the last piece of `inner`, handed over before polling it again.
+    rest: Bytes,
+    slot: usize,
+    _held: Option<Held>,
+    in_flight: InFlight,
+}
+
+impl Watched {
+    fn new(inner: Body, in_flight: InFlight, held: Option<Held>) -> Self {
+        let slot = in_flight.0.add_response();
+        Watched {
+            inner,
+            rest: Bytes::new(),
+            slot,
+            _held: held,
+            in_flight,
+        }
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        self.in_flight.0.remove_response(self.slot);
+    }
+}
+
+impl hyper::body::Body for Watched {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = self.get_mut();
+        if !this.rest.is_empty() {
+            let piece = this.rest.split_to(FRAME.min(this.rest.len()));
+            this.in_flight.0.response_progress(this.slot);
+            return Poll::Ready(Some(Ok(Frame::data(piece))));
+        }
+        let frame = match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
+            Some(Ok(f)) => f,
+            other => return Poll::Ready(other),
+        };
+        this.in_flight.0.response_progress(this.slot);
+        match frame.into_data() {
+            Ok(mut data) => {
+                if data.len() > FRAME {
+                    this.rest = data.split_off(FRAME);
+                }
+                Poll::Ready(Some(Ok(Frame::data(data))))
+            }
+            Err(other) => Poll::Ready(Some(Ok(other))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.rest.is_empty() && self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let inner = self.inner.size_hint();
+        let rest = self.rest.len() as u64;
+        let mut h = SizeHint::new();
+        h.set_lower(inner.lower().saturating_add(rest));
+        if let Some(u) = inner.upper() {
+            h.set_upper(u.saturating_add(rest));
+        }
+        h
+    }
+}
+
+/// The connection's socket, noting in its [`Activity`] when writes make progress or
+/// are refused (reads pass through).
+struct Io {
+    inner: TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl AsyncRead for Io {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Io {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.activity.wrote(&r);
+        r
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.activity.wrote(&r);
+        r
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+/// The `reason` of a connection that hyper ended with an error: an HTTP/2 keep-alive
+/// ping not answered in time (the only timer hyper runs here), or anything else.
+fn error_reason(e: &(dyn std::error::Error + 'static)) -> &'static str {
+    match e.downcast_ref::<hyper::Error>() {
+        Some(h) if h.is_timeout() => "keep_alive_timeout",
+        _ => "error",
     }
 }
 
@@ -240,8 +718,9 @@ async fn connection(
     stream: TcpStream,
     app: Router,
     opts: ServeOptions,
+    shared: Arc<Shared>,
     mut close_rx: watch::Receiver<()>,
-    _permit: OwnedSemaphorePermit,
+    _places: (OwnedSemaphorePermit, IpSlot),
 ) {
     let name = opts.name;
     metrics::gauge!("tlogd_http_connections", "listener" => name).increment(1.0);
@@ -254,24 +733,39 @@ async fn connection(
             }
             let guard = InFlight::new(&activity);
             let call = app.clone().call(Request::from(req.map(Body::new)));
+            let shared = shared.clone();
             async move {
                 let resp = call.await?;
-                // The request stays in flight until hyper has taken its whole body.
-                Ok::<_, std::convert::Infallible>(resp.map(move |b| {
-                    Body::new(b.map_frame(move |f| {
-                        let _in_flight = &guard;
-                        f
-                    }))
-                }))
+                // A large body holds its size from the budget while it is with hyper
+                // (a body of unknown size holds nothing: tlogd's are all in memory and
+                // sized); one that does not fit is dropped and answered 503.
+                let held = match hyper::body::Body::size_hint(resp.body()).exact() {
+                    Some(n) if n > SMALL_BODY => match Held::take(&shared, n) {
+                        Some(h) => Some(h),
+                        None => {
+                            shared.shed.increment(1);
+                            let shed = shed_response();
+                            return Ok(shed.map(|b| Body::new(Watched::new(b, guard, None))));
+                        }
+                    },
+                    _ => None,
+                };
+                // The request stays in flight until hyper has dropped its body.
+                Ok::<_, std::convert::Infallible>(
+                    resp.map(move |b| Body::new(Watched::new(b, guard, held))),
+                )
             }
         })
     };
-    let conn = builder.serve_connection(TokioIo::new(stream), service);
+    let io = Io {
+        inner: stream,
+        activity: activity.clone(),
+    };
+    let conn = builder.serve_connection(TokioIo::new(io), service);
     let mut conn = std::pin::pin!(conn);
-    let first = activity.epoch + opts.header_read_timeout;
+    let first = activity.epoch + opts.header_read_timeout.min(opts.write_timeout);
     let check = tokio::time::sleep_until(first.into());
     let mut check = std::pin::pin!(check);
-    let recheck = opts.header_read_timeout.min(opts.idle_timeout);
     let mut closing = false;
     let mut closed_for: Option<&'static str> = None;
     let error = loop {
@@ -280,45 +774,49 @@ async fn connection(
         tokio::select! {
             done = polled => match done {
                 Ok(()) => break None,
-                // hyper times nothing out here (the header-read deadline is
-                // checked below, see `serve`): any error is the connection's.
-                Err(_) => break Some("error"),
+                // hyper times out nothing here but HTTP/2 keep-alive pings (the
+                // header-read deadline is checked below, see `serve`): any other
+                // error is the connection's.
+                Err(e) => break Some(error_reason(&*e)),
             },
             _ = close_rx.changed(), if !closing => {
                 conn.as_mut().graceful_shutdown();
                 closing = true;
             }
             () = &mut check => {
-                let now = Instant::now();
-                match activity.deadline(opts.header_read_timeout, opts.idle_timeout) {
-                    // Busy: look again in a while (so a deadline that starts when
-                    // the request ends is at most that late).
-                    None => check.as_mut().reset((now + recheck).into()),
-                    Some((d, _)) if d > now => check.as_mut().reset(d.into()),
+                match activity.check(Instant::now(), &opts) {
+                    Ok(next) => check.as_mut().reset(next.into()),
+                    // Stuck: whatever is in flight cannot be delivered, so the
+                    // connection is dropped (its bodies with it, and their bytes).
+                    Err(Close::WriteTimeout) => {
+                        closed_for = Some("write_timeout");
+                        break None;
+                    }
                     // Asked to close before and still idle: the peer did not go away.
-                    Some(_) if closing => break None,
+                    Err(_) if closing => break None,
                     // No request (or its headers) in time: nothing is in flight to
                     // finish, and hyper would go on waiting for a head it has begun
                     // to read, so the connection is dropped.
-                    Some((_, true)) => {
+                    Err(Close::HeaderTimeout) => {
                         closed_for = Some("header_timeout");
                         break None;
                     }
-                    Some((_, false)) => {
+                    Err(Close::Idle) => {
                         conn.as_mut().graceful_shutdown();
                         closing = true;
                         closed_for = Some("idle");
                         // Give a request that raced the shutdown time to finish.
-                        check.as_mut().reset((now + opts.idle_timeout).into());
+                        check.as_mut().reset((Instant::now() + opts.idle_timeout).into());
                     }
                 }
             }
         }
     };
     // One count per connection that the daemon closed: a header read (or a first
-    // request) that did not come in time, idleness, or a connection error. Closing a
-    // connection that is still telling HTTP/1.1 from HTTP/2 apart ends it with an
-    // error: that is the timeout's close too.
+    // request) that did not come in time, idleness, a write that made no progress, an
+    // unanswered ping, or a connection error. Closing a connection that is still
+    // telling HTTP/1.1 from HTTP/2 apart ends it with an error: that is the timeout's
+    // close too.
     let reason = closed_for.or(error);
     if let Some(r) = reason {
         metrics::counter!("tlogd_http_connections_closed_total", "listener" => name, "reason" => r)

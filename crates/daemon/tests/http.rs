@@ -286,7 +286,7 @@ async fn connections_beyond_the_limit_are_closed_and_counted() {
     assert!(
         metric(
             &m,
-            "tlogd_http_connections_rejected_total{listener=\"public\"}"
+            "tlogd_http_connections_rejected_total{listener=\"public\",reason=\"limit\"}"
         ) >= 1.0,
         "{m}"
     );

@@ -79,8 +79,10 @@ pub struct Args {
     /// multiplexed. Default: HTTP/1.1, one keep-alive connection per writer.
     #[arg(long)]
     pub h2c: bool,
-    /// With --h2c: connections per write URL shared by all writers.
-    #[arg(long, default_value_t = 1)]
+    /// With --h2c: connections per write URL shared by all writers; 0 (the default):
+    /// one per 100 writers (tlogd allows 100 streams per connection by default; a
+    /// writer beyond a connection's limit waits for one of its streams to end).
+    #[arg(long, default_value_t = 0)]
     pub h2c_connections: usize,
     /// Global write rate limit in adds/s (0 = unlimited).
     #[arg(long, default_value_t = 0.0)]
@@ -366,6 +368,19 @@ impl Ctx {
     }
 }
 
+/// Writers per h2c connection when `--h2c-connections` is 0: tlogd's default limit of
+/// concurrent streams per connection (`http.h2_max_concurrent_streams`).
+pub const WRITERS_PER_H2C_CONNECTION: usize = 100;
+
+/// The h2c connections per write URL: as asked, or one per
+/// [`WRITERS_PER_H2C_CONNECTION`] writers (at least one).
+pub fn h2c_connections(args: &Args) -> usize {
+    match args.h2c_connections {
+        0 => args.writers.div_ceil(WRITERS_PER_H2C_CONNECTION).max(1),
+        n => n,
+    }
+}
+
 /// Run the load and verification; the report says whether it succeeded.
 pub async fn run(mut args: Args) -> anyhow::Result<Report> {
     let started = Instant::now();
@@ -416,7 +431,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<Report> {
     let write_pools = if args.h2c {
         write_bases
             .iter()
-            .map(|b| H2cPool::new(b.clone(), args.h2c_connections))
+            .map(|b| H2cPool::new(b.clone(), h2c_connections(&args)))
             .collect::<Result<_, _>>()?
     } else {
         Vec::new()

@@ -500,3 +500,19 @@ async fn h2c_streams_refused_over_the_servers_limit_are_sent_again() {
     assert_eq!(r.write_errors, 0);
     assert_eq!(r.tree_growth, r.writes_new);
 }
+
+/// By default the writers share one h2c connection per 100 of them (tlogd's default
+/// stream limit per connection); a count given is kept.
+#[test]
+fn h2c_connections_default_to_one_per_hundred_writers() {
+    let n = |extra: &[&str]| tlog_loadgen::h2c_connections(&args("http://127.0.0.1:9", extra));
+    assert_eq!(n(&["--h2c", "--writers", "1"]), 1);
+    assert_eq!(n(&["--h2c", "--writers", "100"]), 1);
+    assert_eq!(n(&["--h2c", "--writers", "101"]), 2);
+    assert_eq!(n(&["--h2c", "--writers", "1024"]), 11);
+    assert_eq!(n(&["--h2c", "--writers", "0"]), 1);
+    assert_eq!(
+        n(&["--h2c", "--writers", "1024", "--h2c-connections", "4"]),
+        4
+    );
+}
