@@ -71,6 +71,21 @@ start_mariadb() {
   return 1
 }
 
+# A private PostgreSQL (initdb + postgres as the postgres user; fsync and
+# synchronous_commit on, the defaults) in $work/pg on a free port: sets `pgport`, adds
+# the server to `pids`, returns once it answers. `$work` must be readable by postgres.
+start_postgres() {
+  local pgbin; pgbin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+  pgport=$(free_port)
+  install -d -o postgres -m 700 "$work/pg"
+  su postgres -c "$pgbin/initdb -D $work/pg -U postgres --auth=trust --no-instructions --no-sync" >/dev/null
+  su postgres -c "$pgbin/postgres -D $work/pg -p $pgport -c listen_addresses=127.0.0.1 -c unix_socket_directories= -c shared_buffers=1GB -c max_connections=300" >"$work/pg.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 100); do psql -h 127.0.0.1 -p "$pgport" -U postgres -c 'select 1' >/dev/null 2>&1 && return 0; sleep 0.2; done
+  echo "PostgreSQL did not start (see $work/pg.log)" >&2
+  return 1
+}
+
 # Run `run ITEM ARGS...` for every item, ROUNDS times, rotating the order each round so
 # no item always runs first (or on the warmer machine):
 #   bench_rounds ROUNDS N ITEM_1 .. ITEM_N [ARGS...]

@@ -15,17 +15,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
-secs="${1:?seconds per run}"
-rounds="${2:?rounds}"
-shift 2
-binaries=()
-while [ $# -gt 0 ] && [ "$1" != -- ]; do binaries+=("$1"); shift; done
-[ "${1:-}" = -- ] && shift
-backends=("$@")
-[ ${#backends[@]} -gt 0 ] || backends=(postgres mysql s3 posix)
 bin="$CARGO_TARGET_DIR/release"
 tools="${TLOGD_TOOLS_DIR:-$HOME/.cache/tlogd-tools/bin}"
 source benches/lib.sh
+# The binaries are the items; what follows `--` names the backends.
+bench_args "$@"
+binaries=("${items[@]}")
+backends=("${loadgen_args[@]}")
+[ ${#backends[@]} -gt 0 ] || backends=(postgres mysql s3 posix)
 bench_work tlogd-readbench
 chmod 755 "$work"
 command -v h2load >/dev/null || { echo "h2load is missing: apt-get install nghttp2-client" >&2; exit 1; }
@@ -34,15 +31,7 @@ command -v h2load >/dev/null || { echo "h2load is missing: apt-get install nghtt
 
 for b in "${backends[@]}"; do
   case $b in
-    postgres)
-      pgbin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
-      pgport=$(free_port)
-      install -d -o postgres -m 700 "$work/pg"
-      su postgres -c "$pgbin/initdb -D $work/pg -U postgres --auth=trust --no-instructions --no-sync" >/dev/null
-      su postgres -c "$pgbin/postgres -D $work/pg -p $pgport -c listen_addresses=127.0.0.1 -c unix_socket_directories= -c shared_buffers=1GB -c max_connections=300" >"$work/pg.log" 2>&1 &
-      pids+=($!)
-      for _ in $(seq 100); do psql -h 127.0.0.1 -p "$pgport" -U postgres -c 'select 1' >/dev/null 2>&1 && break; sleep 0.2; done
-      ;;
+    postgres) start_postgres ;;
     mysql) start_mariadb "$work/my" ;;
     s3) start_minio ;;
     posix) ;;

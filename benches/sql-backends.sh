@@ -19,18 +19,8 @@ chmod 755 "$work"
 
 "$bin/tlogd" keygen --origin bench.example/log --out "$work/key" > "$work/vkey" 2>/dev/null
 
-# PostgreSQL: initdb + postgres, fsync and synchronous_commit on (the defaults).
-pgbin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
-pgport=$(free_port)
-install -d -o postgres -m 700 "$work/pg"
-su postgres -c "$pgbin/initdb -D $work/pg -U postgres --auth=trust --no-instructions --no-sync" >/dev/null
-su postgres -c "$pgbin/postgres -D $work/pg -p $pgport -c listen_addresses=127.0.0.1 -c unix_socket_directories= -c shared_buffers=1GB -c max_connections=300" >"$work/pg.log" 2>&1 &
-pids+=($!)
+start_postgres
 start_mariadb "$work/my"
-for _ in $(seq 100); do
-  psql -h 127.0.0.1 -p "$pgport" -U postgres -c 'select 1' >/dev/null 2>&1 && break
-  sleep 0.2
-done
 
 run() { # backend url-base frontends label
   local backend=$1 base=$2 n=$3 label=$4 db="b$RANDOM"
