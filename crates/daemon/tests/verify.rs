@@ -453,3 +453,46 @@ async fn reads_an_https_log_and_checks_its_certificate() {
     );
     assert!(d.terminate().success());
 }
+
+/// A hostile `https://` server whose answer never ends (HTTP/1.1, read until close,
+/// behind real TLS): `tlogd verify` stops reading at its body limit and fails saying
+/// so, before its 10 s request timeout, instead of filling its memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endless_https_body_is_cut_at_the_limit() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let target = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = [0u8; 4096];
+                let _ = sock.read(&mut head).await;
+                if sock
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n")
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+                let chunk = vec![b'x'; 64 << 10];
+                // Until the client hangs up.
+                while sock.write_all(&chunk).await.is_ok() {}
+            });
+        }
+    });
+    let front = tls::TlsFront::start(&dir.path().join("tls"), target).await;
+    let (url, ca) = (front.url.clone(), front.ca.clone());
+    let o = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_tlogd"))
+            .args(["verify", &url, "--http-timeout", "10", "--log-public-key"])
+            .arg(verifier().to_vkey())
+            .env("SSL_CERT_FILE", ca)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    // Not "timed out": the limit cut it.
+    assert_fails_naming(&o, "byte limit");
+}
