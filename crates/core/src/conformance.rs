@@ -9,7 +9,7 @@
 //! several frontends share, a commit on a stale state conflicts and leaves nothing
 //! visible, two engines racing never fork the tree nor hand out an index twice, and the
 //! checkpoint never goes backwards; blobs beside the tree are write-once and survive a
-//! reopen. Every test that writes the tree ends with the whole-log check.
+//! reopen; a frozen log takes no more entries on any frontend, also after a reopen. Every test that writes the tree ends with the whole-log check.
 //!
 //! The Go vectors are read from `$TLOGD_VECTORS_DIR` or the repository's
 //! `testdata/vectors` (relative to the test crate, two levels below the root).
@@ -310,14 +310,14 @@ pub async fn seventy_thousand_entries_in_irregular_batches_match_the_go_referenc
 
 /// A batch of `entries` on top of `tree` (advanced), as the engine would build it.
 fn batch(tree: &mut TileTree, bundle: &mut Vec<u8>, entries: &[&[u8]]) -> CommitBatch {
-    let prev = TreeState {
-        size: tree.size(),
-        root: if tree.size() == 0 {
+    let prev = TreeState::new(
+        tree.size(),
+        if tree.size() == 0 {
             TreeState::empty().root
         } else {
             tree.root()
         },
-    };
+    );
     let mut tiles = Vec::new();
     let leaves: Vec<_> = entries.iter().map(|e| leaf_hash(e)).collect();
     tree.append(&leaves, &mut tiles);
@@ -329,10 +329,7 @@ fn batch(tree: &mut TileTree, bundle: &mut Vec<u8>, entries: &[&[u8]]) -> Commit
     tiles.push((TileId::entries(0, width), bundle.clone()));
     CommitBatch {
         prev,
-        next: TreeState {
-            size: tree.size(),
-            root: tree.root(),
-        },
+        next: TreeState::new(tree.size(), tree.root()),
         tiles,
     }
 }
@@ -414,10 +411,7 @@ pub async fn the_largest_possible_bundle_round_trips<B: ConformanceStore>(b: &B)
     }
     assert_eq!(bundle.len(), 16_777_472);
     tiles.push((TileId::entries(0, 256), bundle.clone()));
-    let next = TreeState {
-        size: 256,
-        root: tree.root(),
-    };
+    let next = TreeState::new(256, tree.root());
     s.load_state().await.expect("state");
     s.commit(CommitBatch {
         prev: TreeState::empty(),
@@ -661,6 +655,116 @@ pub async fn blobs_are_write_once_and_read_back_after_reopening<B: ConformanceSt
     }
 }
 
+/// Freezing (docs/seams.md, "Freezing"): one frontend freezes the log after its queued
+/// entries commit; from then on every frontend refuses adds (a frontend that has not
+/// heard of it learns at its next commit, whose swap loses), a commit built on the
+/// unfrozen state conflicts, the final checkpoint names the frozen size, a second
+/// freeze is a no-op, and a reopened log is still frozen and checks whole.
+pub async fn a_frozen_log_takes_no_more_entries_on_any_frontend<B: ConformanceStore>(b: &B) {
+    let location = b.fresh("frozen").await;
+    let (a, a_tasks) = Log::open(b.open(&location).await, None, config(64))
+        .await
+        .expect("open");
+    add_in_order(
+        &a,
+        (0..10u8).map(|i| Bytes::from(vec![b'a', i])).collect(),
+        0,
+    )
+    .await;
+    let other = match b.shared() {
+        true => {
+            let (o, tasks) = Log::open(b.open(&location).await, None, config(64))
+                .await
+                .expect("open a second frontend");
+            let out = o
+                .add(Bytes::from_static(b"from the other"))
+                .await
+                .expect("add");
+            assert_eq!(out.index, 10);
+            Some((o, tasks))
+        }
+        false => None,
+    };
+    let size = if other.is_some() { 11 } else { 10 };
+    // An add queued before the freeze commits first.
+    let queued = {
+        let a = a.clone();
+        tokio::spawn(async move { a.add(Bytes::from_static(b"last one")).await })
+    };
+    tokio::task::yield_now().await;
+    let frozen = a.freeze().await.expect("freeze");
+    let last = queued.await.expect("add task");
+    let size = match last {
+        Ok(out) => {
+            assert_eq!(out.index, size, "the queued add");
+            size + 1
+        }
+        // Asked after the freeze (the task ran late): refused, not logged.
+        Err(e) => {
+            assert_eq!(e, crate::engine::AddError::Frozen);
+            size
+        }
+    };
+    assert!(frozen.frozen);
+    assert_eq!(frozen.size, size);
+    assert!(a.is_frozen());
+    assert_eq!(
+        a.add(Bytes::from_static(b"too late")).await,
+        Err(crate::engine::AddError::Frozen)
+    );
+    assert_eq!(
+        a.freeze().await.expect("freeze again"),
+        frozen,
+        "idempotent"
+    );
+    wait_published(&a, size).await;
+    let s = a.storage().clone();
+    assert_eq!(s.load_state().await.expect("state"), Some(frozen));
+    // A commit built on the tree before the freeze loses its swap.
+    let mut stale_next = frozen;
+    stale_next.size += 1;
+    stale_next.frozen = false;
+    let stale = s
+        .commit(CommitBatch {
+            prev: TreeState::new(frozen.size, frozen.root),
+            next: stale_next,
+            tiles: Vec::new(),
+        })
+        .await;
+    assert!(
+        matches!(stale, Err(StorageError::Conflict { .. })),
+        "a commit on the unfrozen state: {stale:?}"
+    );
+    if let Some((o, tasks)) = other {
+        assert_eq!(
+            o.add(Bytes::from_static(b"the other, too late")).await,
+            Err(crate::engine::AddError::Frozen)
+        );
+        assert!(o.is_frozen());
+        o.shutdown();
+        tasks.join().await;
+    }
+    drop(s);
+    a.shutdown();
+    a_tasks.join().await;
+    let storage = a.storage().clone();
+    drop(a);
+    b.close(storage).await;
+    let (reopened, tasks) = Log::open(b.open(&location).await, None, config(64))
+        .await
+        .expect("reopen");
+    assert!(reopened.is_frozen());
+    assert_eq!(
+        reopened.add(Bytes::from_static(b"after a restart")).await,
+        Err(crate::engine::AddError::Frozen)
+    );
+    reopened.shutdown();
+    tasks.join().await;
+    let s = reopened.storage().clone();
+    assert_eq!(s.load_state().await.expect("state"), Some(frozen));
+    assert_eq!(check_entries(&*s, |_| None).await, size);
+}
+
 /// The suite as `#[tokio::test]`s, for a type implementing [`ConformanceStore`] and an
 /// expression making one: `tlogd_core::conformance_tests!(MyStore, MyStore::new());`.
 #[macro_export]
@@ -675,7 +779,8 @@ macro_rules! conformance_tests {
             a_commit_on_a_stale_state_conflicts_and_leaves_nothing_visible,
             two_engines_on_one_store_sequence_without_forking,
             the_checkpoint_never_goes_backwards,
-            blobs_are_write_once_and_read_back_after_reopening);
+            blobs_are_write_once_and_read_back_after_reopening,
+            a_frozen_log_takes_no_more_entries_on_any_frontend);
     };
     (@ $store:ty, $make:expr, current_thread: $($name:ident),*) => {$(
         #[tokio::test(flavor = "current_thread")]

@@ -326,6 +326,8 @@ async fn add<S: LogStorage>(
                 AddError::Empty => (StatusCode::BAD_REQUEST, "bad_request"),
                 AddError::Rejected(_) => (StatusCode::BAD_REQUEST, "bad_request"),
                 AddError::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
+                // Final: retrying cannot help, so not a 503.
+                AddError::Frozen => (StatusCode::FORBIDDEN, "frozen"),
                 e if e.is_pushback() => (StatusCode::SERVICE_UNAVAILABLE, "pushback"),
                 _ => (StatusCode::INTERNAL_SERVER_ERROR, "error"),
             };

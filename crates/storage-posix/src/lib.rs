@@ -135,6 +135,8 @@ const STATE_MAGIC_V1: &str = "tlogd-posix-state v1";
 /// have stale bytes after them, and carry the full tiles not yet durable at their
 /// public paths (commit protocol).
 const SLOT_MAGIC: &[u8] = b"tlogd-posix-state v4\n";
+/// The flags byte ending a v4 record of a frozen tree ([`TreeState::frozen`]).
+const SLOT_FROZEN: u8 = 1;
 /// The previous release's slot: a v4 record without carried tiles. Read, never
 /// written; its full tiles were synced before its state was written.
 const SLOT_MAGIC_V3: &[u8] = b"tlogd-posix-state v3\n";
@@ -771,10 +773,7 @@ fn adopt_tessera(root: &Path, origin: &str) -> Result<Committed, OpenError> {
                 "{TESSERA_TREE_STATE}: root is not base64 of 32 bytes"
             ))
         })?;
-    let state = TreeState {
-        size: ts.size,
-        root: state_root,
-    };
+    let state = TreeState::new(ts.size, state_root);
     // The edge at that size, from the public files.
     let mut edge = Vec::new();
     for id in edge_ids(state.size) {
@@ -922,6 +921,12 @@ fn encode_slot(
     for (id, bytes) in carried {
         encode_tile(&mut out, id, bytes);
     }
+    // A frozen tree ends with one flags byte; a writable one has none, as earlier
+    // releases wrote it, and they refuse a frozen record ("trailing bytes") rather
+    // than commit on it.
+    if tree.frozen {
+        out.push(SLOT_FROZEN);
+    }
     let len = (out.len() + 32) as u32;
     out[SLOT_MAGIC.len()..SLOT_MAGIC.len() + 4].copy_from_slice(&len.to_be_bytes());
     let sum = Sha256::digest(&out);
@@ -988,7 +993,7 @@ fn decode_slot(b: &[u8]) -> Result<Slot, String> {
     let origin_len = u16::from_be_bytes(r.take()?) as usize;
     let origin = String::from_utf8(r.bytes(origin_len)?.to_vec()).map_err(|_| "origin")?;
     let seq = u64::from_be_bytes(r.take()?);
-    let tree = TreeState::from_bytes(r.bytes(40)?).ok_or("state")?;
+    let mut tree = TreeState::from_bytes(r.bytes(40)?).ok_or("state")?;
     let n: [u8; 1] = r.take()?;
     let mut edge = Vec::with_capacity(n[0] as usize);
     for _ in 0..n[0] {
@@ -1022,6 +1027,10 @@ fn decode_slot(b: &[u8]) -> Result<Slot, String> {
     } else {
         None
     };
+    if v4 && r.0 == [SLOT_FROZEN] {
+        tree.frozen = true;
+        r.0 = &[];
+    }
     if !r.0.is_empty() {
         return Err("trailing bytes".into());
     }
@@ -1689,10 +1698,7 @@ mod tests {
     use super::*;
 
     fn sample(seq: u64) -> (TreeState, Vec<u8>) {
-        let tree = TreeState {
-            size: 3,
-            root: [seq as u8; 32],
-        };
+        let tree = TreeState::new(3, [seq as u8; 32]);
         let edge: Vec<(TileId, Vec<u8>)> = edge_ids(3)
             .map(|id| (id, vec![seq as u8; id.width as usize * 32]))
             .collect();
@@ -1753,10 +1759,7 @@ mod tests {
 
     #[test]
     fn a_slot_carries_full_tiles_of_its_tree_only() {
-        let tree = TreeState {
-            size: 600,
-            root: [1; 32],
-        };
+        let tree = TreeState::new(600, [1; 32]);
         let edge: Vec<(TileId, Vec<u8>)> = edge_ids(600)
             .map(|id| (id, vec![2; id.width as usize * 32]))
             .collect();

@@ -12,7 +12,8 @@
 //!   of the log the database holds. A database of another log, or one upgraded by a
 //!   newer tlogd, is refused ([`OpenError`]).
 //! * `tlogd_tree`: one row, the committed tree size and root (`NULL` for a log never
-//!   written): the commit point. Its row lock sequences the commits of every frontend.
+//!   written) and the frozen flag (a later migration's column, default 0): the commit
+//!   point. Its row lock sequences the commits of every frontend.
 //! * `tlogd_tiles`: hash tiles (`tile_level` 0..=63) and entry bundles (`tile_level`
 //!   255), one row per tile position holding its newest width. Hash tiles and bundles
 //!   are prefix-stable (a partial of width W is the first W hashes or entries of every
@@ -30,14 +31,15 @@
 //!
 //! One transaction per batch:
 //!
-//! 1. `BEGIN`; `SELECT size, root FROM tlogd_tree ... FOR UPDATE`: the row lock that
+//! 1. `BEGIN`; `SELECT size, root, frozen FROM tlogd_tree ... FOR UPDATE`: the row lock that
 //!    sequences every frontend's commits, held until the transaction ends.
 //! 2. Compare-and-swap: if the locked state is not the batch's `prev`, `ROLLBACK` and
 //!    return [`StorageError::Conflict`]. Nothing of the batch was written.
 //! 3. Upsert every tile and bundle of the batch, many rows per statement (at most
 //!    4 MiB each, within the server's message limit). Rows written here are invisible
 //!    to every other session until step 5.
-//! 4. `UPDATE tlogd_tree` to the batch's `next` state.
+//! 4. `UPDATE tlogd_tree` to the batch's `next` state (a freeze is a batch of no
+//!    tiles whose `next` differs from `prev` only by the frozen flag).
 //! 5. `COMMIT`: the tiles and the state become visible and durable together (the
 //!    server flushes its log at commit; each dialect checks the settings that make it
 //!    so at connect). Only then does [`LogStorage::commit`] return `Ok`.
@@ -613,7 +615,7 @@ where
         .fetch_optional(&mut **tx)
         .await
         .map_err(Attempt::NotCommitted)?;
-        let session = row.as_ref().and_then(|r| D::int_col(r, 2).ok().flatten());
+        let session = row.as_ref().and_then(|r| D::int_col(r, 3).ok().flatten());
         let found = decode_state::<D>(row)
             .map_err(|e| match e {
                 StateError::Db(e) => Attempt::NotCommitted(e),
@@ -643,6 +645,7 @@ where
         sqlx::query(AssertSqlSafe(self.statements.update_tree.as_str()))
             .bind(batch.next.size as i64)
             .bind(&batch.next.root[..])
+            .bind(i64::from(batch.next.frozen))
             .execute(&mut **tx)
             .await
             .map_err(Attempt::NotCommitted)?;
@@ -687,6 +690,7 @@ where
     let row = row.ok_or_else(|| StateError::Corrupt("tlogd_tree has no row".into()))?;
     let size = int_col::<D>(&row, 0).map_err(StateError::Db)?;
     let root: Option<Vec<u8>> = row.try_get(1).map_err(StateError::Db)?;
+    let frozen = int_col::<D>(&row, 2).map_err(StateError::Db)? != 0;
     match root {
         None if size == 0 => Ok(None),
         None => Err(StateError::Corrupt(format!(
@@ -696,7 +700,7 @@ where
             let root: [u8; 32] = root.try_into().map_err(|r: Vec<u8>| {
                 StateError::Corrupt(format!("tlogd_tree root is {} bytes", r.len()))
             })?;
-            Ok(Some(TreeState { size, root }))
+            Ok(Some(TreeState { size, root, frozen }))
         }
     }
 }

@@ -30,19 +30,19 @@ const CLAIM_ORIGIN: &str = "UPDATE tlogd_meta SET origin = ? WHERE id = 1 AND or
 const SELECT_META: &str = "SELECT schema_version, origin FROM tlogd_meta WHERE id = 1";
 
 /// The committed tree state (non-locking read of the latest committed version).
-const SELECT_TREE: &str = "SELECT size, root FROM tlogd_tree WHERE id = 1";
+const SELECT_TREE: &str = "SELECT size, root, frozen FROM tlogd_tree WHERE id = 1";
 
 /// The committed tree state, taking the row lock that sequences commits: held until
 /// the transaction ends. Both InnoDB and PostgreSQL return the newest committed
 /// version of a row locked this way, even after waiting for another transaction. The
-/// third column, the dialect's session id, is what fences a `COMMIT` whose outcome is
+/// fourth column, the dialect's session id, is what fences a `COMMIT` whose outcome is
 /// unknown (see the crate documentation).
 fn select_tree_for_update(session_id: &str) -> String {
-    format!("SELECT size, root, {session_id} FROM tlogd_tree WHERE id = 1 FOR UPDATE")
+    format!("SELECT size, root, frozen, {session_id} FROM tlogd_tree WHERE id = 1 FOR UPDATE")
 }
 
-/// Advance the tree state (under the row lock). Binds: size, root.
-const UPDATE_TREE: &str = "UPDATE tlogd_tree SET size = ?, root = ? WHERE id = 1";
+/// Advance the tree state (under the row lock). Binds: size, root, frozen (0 or 1).
+const UPDATE_TREE: &str = "UPDATE tlogd_tree SET size = ?, root = ?, frozen = ? WHERE id = 1";
 
 /// The published signed checkpoint.
 const SELECT_CHECKPOINT: &str = "SELECT data FROM tlogd_checkpoint WHERE id = 1";
@@ -200,11 +200,11 @@ mod tests {
         );
         assert_eq!(
             s.select_tree_for_update,
-            "SELECT size, root, S() FROM tlogd_tree WHERE id = 1 FOR UPDATE"
+            "SELECT size, root, frozen, S() FROM tlogd_tree WHERE id = 1 FOR UPDATE"
         );
         assert_eq!(
             s.update_tree,
-            "UPDATE tlogd_tree SET size = $1, root = $2 WHERE id = 1"
+            "UPDATE tlogd_tree SET size = $1, root = $2, frozen = $3 WHERE id = 1"
         );
         assert_eq!(s.upsert_checkpoint, "X $1, $2");
         assert_eq!(s.insert_blob, "B $1, $2");

@@ -199,6 +199,10 @@ pub enum AddError {
     /// The log is shutting down.
     #[error("log is shutting down")]
     ShuttingDown,
+    /// The log is frozen ([`Log::freeze`]): it accepts no more entries, ever. Reads and
+    /// checkpoints go on. HTTP 403.
+    #[error("this log is frozen: it accepts no more entries")]
+    Frozen,
     /// The batch could not be committed; the entry was not logged.
     #[error("storage: {0}")]
     Storage(String),
@@ -331,6 +335,8 @@ struct Inner<S> {
     /// checkpoints are signed no earlier.
     newest_timestamp: AtomicU64,
     ready: AtomicBool,
+    /// The stored tree is frozen ([`Log::freeze`]).
+    frozen: AtomicBool,
     /// Set, with the task's name, when a background task died: the log stops.
     failed: watch::Sender<Option<String>>,
 }
@@ -414,10 +420,12 @@ impl<S: LogStorage> Log<S> {
                 .max_pending_bytes
                 .max(config.personality.max_entry_size()),
         };
+        let mut queue = Queue::new();
+        queue.frozen = state.frozen;
         let inner = Arc::new(Inner {
             storage,
             limits,
-            queue: Mutex::new(Queue::new()),
+            queue: Mutex::new(queue),
             work: Notify::new(),
             dedup,
             committed_size: AtomicU64::new(state.size),
@@ -428,10 +436,12 @@ impl<S: LogStorage> Log<S> {
             latest,
             newest_timestamp: AtomicU64::new(edge.last_timestamp),
             ready: AtomicBool::new(true),
+            frozen: AtomicBool::new(state.frozen),
             failed: watch::Sender::new(None),
             config,
         });
         metrics::gauge!("tlogd_integrated_tree_size").set(state.size as f64);
+        metrics::gauge!("tlogd_log_frozen").set(if state.frozen { 1.0 } else { 0.0 });
         let log = Log { inner };
         let mut handles = Vec::new();
         let (index_tx, index_rx) = mpsc::unbounded_channel();
@@ -642,6 +652,8 @@ impl<S: LogStorage> Log<S> {
             q.closed = true;
             q.entries = 0;
             q.bytes = 0;
+            // Freezes waiting are answered "stopped" when their senders drop.
+            q.freezes.clear();
             std::mem::take(&mut q.batches)
         };
         drop(queued);
@@ -663,6 +675,36 @@ impl<S: LogStorage> Log<S> {
         }
     }
 
+    /// Whether the log is frozen: as stored when it was opened, frozen by
+    /// [`Log::freeze`], or found frozen by another frontend of a shared store at a
+    /// commit.
+    pub fn is_frozen(&self) -> bool {
+        self.inner.frozen.load(Ordering::Acquire)
+    }
+
+    /// Freeze the log for good: from now on adds are refused ([`AddError::Frozen`],
+    /// HTTP 403), entries already queued are committed first, then the stored tree is
+    /// frozen by one compare-and-swap, which every frontend of a shared store obeys and
+    /// every later open reads. Reads, checkpoints and republishing go on; the final
+    /// checkpoint names the frozen size. Resolves to the frozen state once it is
+    /// durable (at once if it already is). Err when storage would not take it within
+    /// the commit-retry time: the log then refuses adds until a restart, which reads
+    /// the stored state again.
+    pub async fn freeze(&self) -> Result<TreeState, String> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        {
+            let mut q = lock(&self.inner.queue);
+            if q.closed {
+                return Err("the log is shutting down".into());
+            }
+            q.frozen = true;
+            q.freezes.push(tx);
+        }
+        self.inner.work.notify_one();
+        rx.await
+            .unwrap_or_else(|_| Err("the log stopped before it was frozen".into()))
+    }
+
     /// Stop accepting adds. Queued entries are still committed, then a final checkpoint
     /// is published; await [`LogTasks::join`] for that to finish.
     pub fn shutdown(&self) {
@@ -674,10 +716,11 @@ impl<S: LogStorage> Log<S> {
         lock(&self.inner.queue).closed
     }
 
-    async fn next_batch(&self) -> Option<PendingBatch> {
+    async fn next_work(&self) -> Option<Work> {
         enum Next {
             Take,
             Linger,
+            Freeze,
             Wait,
             Done,
         }
@@ -686,6 +729,8 @@ impl<S: LogStorage> Log<S> {
             let next = {
                 let q = lock(&inner.queue);
                 match q.batches.front() {
+                    // Entries accepted before a freeze was asked for are committed first.
+                    None if !q.freezes.is_empty() => Next::Freeze,
                     None if q.closed => Next::Done,
                     None => Next::Wait,
                     Some(b) => {
@@ -699,11 +744,18 @@ impl<S: LogStorage> Log<S> {
                 }
             };
             match next {
-                Next::Take => return lock(&inner.queue).batches.pop_front(),
+                Next::Take => return lock(&inner.queue).batches.pop_front().map(Work::Batch),
                 Next::Done => return None,
+                Next::Freeze => {
+                    return Some(Work::Freeze(std::mem::take(
+                        &mut lock(&inner.queue).freezes,
+                    )));
+                }
                 Next::Linger => {
                     tokio::time::sleep(inner.config.batch_max_age).await;
-                    return lock(&inner.queue).batches.pop_front();
+                    if let Some(b) = lock(&inner.queue).batches.pop_front() {
+                        return Some(Work::Batch(b));
+                    }
                 }
                 Next::Wait => inner.work.notified().await,
             }
@@ -724,7 +776,29 @@ impl<S: LogStorage> Log<S> {
         // `Uncertain`): no batch is committed before it is resolved, so it can never
         // be appended twice.
         let mut unresolved: Option<Unresolved> = None;
-        while let Some(mut batch) = self.next_batch().await {
+        while let Some(work) = self.next_work().await {
+            let mut batch = match work {
+                Work::Batch(batch) => batch,
+                Work::Freeze(callers) => {
+                    let frozen = match self
+                        .settle(&mut unresolved, &mut edge, &index_tx, &committed_tx, None)
+                        .await
+                    {
+                        Ok(()) => {
+                            self.freeze_tree(&mut edge, &committed_tx, &mut sequencer)
+                                .await
+                        }
+                        Err(reason) => Err(reason),
+                    };
+                    if sequencer.take().is_some() {
+                        inner.storage.release_sequencer(true).await;
+                    }
+                    for caller in callers {
+                        let _ = caller.send(frozen.clone());
+                    }
+                    continue;
+                }
+            };
             metrics::gauge!("tlogd_queue_depth").set(self.queue_depth() as f64);
             let settled = self
                 .settle(
@@ -981,6 +1055,7 @@ impl<S: LogStorage> Log<S> {
                 Err(Retry::Conflict) => "tree state kept changing under us".to_string(),
                 Err(Retry::Transient(reason)) => reason,
                 Err(Retry::Bug(reason)) => return Err(unsettled(AddError::Internal(reason))),
+                Err(Retry::Frozen) => return Err(unsettled(AddError::Frozen)),
                 Err(Retry::Unknown) => {
                     return Err(Outcome::Unknown {
                         attempts: maybe_late,
@@ -1071,6 +1146,12 @@ impl<S: LogStorage> Log<S> {
             tracing::error!("{why}");
             return Err(Retry::Transient(why));
         }
+        if prev.frozen {
+            // Frozen by another frontend of the store (or before a restart): refuse
+            // every add from now on. An attempt of this batch that landed before the
+            // freeze is still found below.
+            self.note_frozen();
+        }
         for a in maybe_late.iter() {
             match holds(&*inner.storage, prev, a.next).await {
                 Ok(true) => {
@@ -1091,6 +1172,10 @@ impl<S: LogStorage> Log<S> {
                     return Err(Retry::Unknown);
                 }
             }
+        }
+        if prev.frozen {
+            *edge = Some(current);
+            return Err(Retry::Frozen);
         }
         let mut next_edge = current.clone();
         let tiles = next_edge
@@ -1168,6 +1253,92 @@ impl<S: LogStorage> Log<S> {
                     }
                 }
             }
+        }
+    }
+
+    /// The log is frozen: refuse adds from now on (queued batches fail as they reach
+    /// the integrator, which finds the stored state frozen).
+    fn note_frozen(&self) {
+        if !self.inner.frozen.swap(true, Ordering::AcqRel) {
+            lock(&self.inner.queue).frozen = true;
+            tracing::warn!(
+                size = self.committed_size(),
+                "the log is frozen: it accepts no more entries"
+            );
+            metrics::gauge!("tlogd_log_frozen").set(1.0);
+        }
+    }
+
+    /// Freeze the stored tree: one compare-and-swap to the same size and root with the
+    /// frozen flag set (a commit of no tiles; [`LogStorage`]'s contract). Under the
+    /// sequencing lock, on a freshly read state; a lost race (another frontend
+    /// committed) is retried on the grown tree, a failure for up to the commit-retry
+    /// time. Idempotent: a tree found frozen (by another frontend, or by an attempt
+    /// whose answer was lost) is the outcome wanted.
+    async fn freeze_tree(
+        &self,
+        edge: &mut Option<Edge>,
+        committed_tx: &watch::Sender<TreeState>,
+        sequencer: &mut Option<Instant>,
+    ) -> Result<TreeState, String> {
+        let inner = &self.inner;
+        let storage = &inner.storage;
+        let deadline = Instant::now() + inner.config.commit_retry.max(Duration::from_secs(1));
+        let mut backoff = Duration::from_millis(20);
+        loop {
+            let attempt = async {
+                if sequencer.is_none() {
+                    storage.acquire_sequencer().await?;
+                    *sequencer = Some(Instant::now());
+                }
+                let current = Edge::load(&**storage, &*inner.config.personality, None).await?;
+                let prev = current.state();
+                let seen = *committed_tx.borrow();
+                if prev.size < seen.size {
+                    return Err(StorageError::Corrupt(format!(
+                        "the stored tree (size {}) is behind the tree this process saw committed (size {})",
+                        prev.size, seen.size
+                    )));
+                }
+                if prev.frozen {
+                    *edge = Some(current);
+                    return Ok(prev);
+                }
+                let next = prev.into_frozen();
+                storage
+                    .commit(CommitBatch {
+                        prev,
+                        next,
+                        tiles: Vec::new(),
+                    })
+                    .await?;
+                let mut frozen = current;
+                frozen.frozen = true;
+                *edge = Some(frozen);
+                Ok(next)
+            };
+            let reason = match attempt.await {
+                Ok(state) => {
+                    self.advance(state, committed_tx);
+                    self.note_frozen();
+                    return Ok(state);
+                }
+                Err(StorageError::Conflict { .. }) if Instant::now() < deadline => {
+                    tracing::info!("the tree moved while freezing; freezing the grown tree");
+                    continue;
+                }
+                Err(e @ StorageError::Corrupt(_)) => return Err(e.to_string()),
+                Err(e) => e.to_string(),
+            };
+            if sequencer.take().is_some() {
+                storage.release_sequencer(false).await;
+            }
+            if Instant::now() + backoff > deadline {
+                return Err(format!("the log could not be frozen: {reason}"));
+            }
+            tracing::warn!(error = %reason, "freezing the log failed; retrying");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
         }
     }
 
@@ -1511,6 +1682,14 @@ async fn sleep_until_or_never(at: Option<tokio::time::Instant>) {
 /// of a shared store have a turn.
 const SEQUENCER_SLICE: Duration = Duration::from_millis(25);
 
+/// What the integrator does next.
+enum Work {
+    /// Commit a batch.
+    Batch(PendingBatch),
+    /// Freeze the tree (the queue is empty), then answer these callers.
+    Freeze(Vec<tokio::sync::oneshot::Sender<Result<TreeState, String>>>),
+}
+
 /// Why a commit attempt did not persist.
 enum Retry {
     /// Another writer advanced the tree: re-integrate on the new edge at once.
@@ -1523,6 +1702,8 @@ enum Retry {
     WritesRefused(String),
     /// A commit failed and its outcome could not be learned in time.
     Unknown,
+    /// The stored tree is frozen (by this or another frontend): nothing is appended.
+    Frozen,
 }
 
 /// One failed attempt to commit a batch, which may have persisted.
@@ -1572,7 +1753,8 @@ async fn holds<S: LogStorage>(
     attempt: TreeState,
 ) -> Result<bool, StorageError> {
     if stored.size <= attempt.size {
-        return Ok(stored == attempt);
+        // Frozen since or not: the same tree.
+        return Ok(stored.same_tree(&attempt));
     }
     Ok(root_at(storage, attempt.size, stored.size).await? == attempt.root)
 }
@@ -1663,6 +1845,8 @@ struct Edge {
     /// newest entry's is the largest: a checkpoint signed at or after it is later than
     /// every entry it covers (docs/seams.md, "Timestamps").
     last_timestamp: u64,
+    /// The stored state is frozen ([`TreeState::frozen`]): nothing is appended.
+    frozen: bool,
 }
 
 impl Edge {
@@ -1670,6 +1854,7 @@ impl Edge {
         TreeState {
             size: self.tree.size(),
             root: self.tree.root(),
+            frozen: self.frozen,
         }
     }
 
@@ -1761,6 +1946,7 @@ impl Edge {
             tree,
             bundle,
             last_timestamp,
+            frozen: state.frozen,
         })
     }
 

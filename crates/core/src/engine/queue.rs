@@ -173,6 +173,12 @@ pub(crate) struct Queue {
     pub(crate) entries: usize,
     pub(crate) bytes: usize,
     pub(crate) closed: bool,
+    /// The log is frozen, or a freeze was asked for: adds are refused
+    /// ([`AddError::Frozen`]); batches already queued still commit first.
+    pub(crate) frozen: bool,
+    /// Callers of [`Log::freeze`](super::Log::freeze) waiting for the integrator to
+    /// freeze the tree once the queue is empty.
+    pub(crate) freezes: Vec<tokio::sync::oneshot::Sender<Result<super::TreeState, String>>>,
     /// Dedup layer above the persistent index: in-flight and not-yet-indexed entries.
     /// Keyed by digests of client-chosen bytes, so seeded (no one can aim entries at
     /// one bucket); foldhash, several times cheaper than std's SipHash for these keys.
@@ -203,6 +209,8 @@ impl Queue {
             entries: 0,
             bytes: 0,
             closed: false,
+            frozen: false,
+            freezes: Vec::new(),
             inflight: HashMap::default(),
         }
     }
@@ -222,6 +230,9 @@ impl Queue {
     ) -> Result<Pushed, AddError> {
         if self.closed {
             return Err(AddError::ShuttingDown);
+        }
+        if self.frozen {
+            return Err(AddError::Frozen);
         }
         if let Some(h) = &hash {
             match self.inflight.get(h) {

@@ -12,19 +12,46 @@ pub struct TreeState {
     pub size: u64,
     /// RFC 6962 root hash of the tree at `size`.
     pub root: Hash,
+    /// The log is frozen: it takes no more entries, ever (a CT shard past its window, a
+    /// retired log). Set by one last compare-and-swap to the same size and root
+    /// ([`TreeState::into_frozen`]), so it binds every frontend of a shared store, and a
+    /// commit racing the freeze loses its swap (its `prev` is not frozen). Part of the
+    /// state every backend compares and stores; states of older releases read as not
+    /// frozen.
+    pub frozen: bool,
 }
 
 impl TreeState {
     /// The empty tree.
     pub fn empty() -> Self {
+        TreeState::new(0, crate::hash::empty_root())
+    }
+
+    /// A writable tree of `size` with `root`.
+    pub fn new(size: u64, root: Hash) -> Self {
         TreeState {
-            size: 0,
-            root: crate::hash::empty_root(),
+            size,
+            root,
+            frozen: false,
         }
     }
 
-    /// Fixed 40-byte encoding (`size` big-endian, then `root`) used by backends that
-    /// store the state as one blob.
+    /// This tree, frozen: the `next` of the commit that freezes the log (a batch of no
+    /// tiles; docs/seams.md, "Freezing").
+    pub fn into_frozen(self) -> Self {
+        TreeState {
+            frozen: true,
+            ..self
+        }
+    }
+
+    /// The same tree (size and root), frozen or not.
+    pub fn same_tree(&self, other: &TreeState) -> bool {
+        self.size == other.size && self.root == other.root
+    }
+
+    /// Fixed 40-byte encoding of `size` (big-endian) and `root`, used by backends that
+    /// store the state as one blob; each stores [`frozen`](Self::frozen) its own way.
     pub fn to_bytes(&self) -> [u8; 40] {
         let mut out = [0u8; 40];
         out[..8].copy_from_slice(&self.size.to_be_bytes());
@@ -32,7 +59,7 @@ impl TreeState {
         out
     }
 
-    /// Inverse of [`TreeState::to_bytes`].
+    /// Inverse of [`TreeState::to_bytes`] (not frozen).
     pub fn from_bytes(b: &[u8]) -> Option<Self> {
         if b.len() != 40 {
             return None;
@@ -41,10 +68,7 @@ impl TreeState {
         size.copy_from_slice(&b[..8]);
         let mut root = [0u8; 32];
         root.copy_from_slice(&b[8..]);
-        Some(TreeState {
-            size: u64::from_be_bytes(size),
-            root,
-        })
+        Some(TreeState::new(u64::from_be_bytes(size), root))
     }
 }
 
@@ -154,6 +178,11 @@ impl StorageError {
 ///   them from the staged copy in the background). Then `publish_checkpoint` waits until
 ///   every tile of the size it publishes is readable (invariant 4), and `read_tile` of
 ///   a tile this process committed waits for its upload rather than answer `None`.
+/// * **Freezing is a commit of no tiles.** A batch whose `next` is its `prev` with
+///   [`TreeState::frozen`] set, and no tiles, freezes the log: the same compare-and-swap
+///   as any commit, so a commit racing it loses (its `prev` is not frozen). The flag is
+///   stored with the state and read back by [`load_state`](Self::load_state); a backend
+///   never commits on a frozen state (the engine never asks it to).
 /// * **Blobs are write-once and content-addressed.** [`put_blob`](Self::put_blob)
 ///   stores bytes beside the tree at a public path the tree does not own (CT's issuer
 ///   certificates at `issuer/<hex SHA-256>`), checked by [`check_blob_key`]: put if

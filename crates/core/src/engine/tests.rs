@@ -1047,3 +1047,33 @@ async fn every_signer_signs_and_any_configured_key_opens_the_log() {
         Err(EngineError::NoSigner)
     ));
 }
+
+/// A freeze whose storage answer is lost after it persisted ("fail but persist"), or
+/// that fails without persisting, ends frozen exactly once; duplicates of logged
+/// entries are still answered with their index (dedup on), new entries refused, and
+/// the whole log checks out with the frozen state.
+#[tokio::test]
+async fn a_freeze_survives_lost_answers_and_still_answers_duplicates() {
+    for fault in [Fault::FailButPersist, Fault::FailAndDontPersist] {
+        let storage = Arc::new(MemoryStorage::new());
+        let cfg = config();
+        let dedup: Arc<dyn DedupIndex> = Arc::new(MapIndex::default());
+        let (log, tasks) = Log::open(storage.clone(), Some(dedup), cfg.clone())
+            .await
+            .unwrap();
+        for i in 0..5 {
+            assert_eq!(log.add(entry(i)).await.unwrap().index, i);
+        }
+        storage.fail_next_commit(fault);
+        let frozen = log.freeze().await.expect("freeze");
+        assert_eq!((frozen.size, frozen.frozen), (5, true), "{fault:?}");
+        assert_eq!(storage.load_state().await.unwrap(), Some(frozen));
+        assert_eq!(log.add(entry(9)).await, Err(AddError::Frozen));
+        let again = log.add(entry(3)).await.expect("a duplicate");
+        assert_eq!((again.index, again.duplicate), (3, true));
+        log.shutdown();
+        tasks.join().await;
+        assert_eq!(check(&storage, &cfg).await.state, frozen);
+        assert_eq!(logged(&storage, &cfg).await.len(), 5);
+    }
+}

@@ -224,10 +224,7 @@ pub async fn the_tile_cache_serves_the_largest_bundle<B: SqlBackend>() {
     }
     assert_eq!(bundle.len(), 16_777_472);
     tiles.push((TileId::entries(0, 256), bundle.clone()));
-    let next = TreeState {
-        size: 256,
-        root: tree.root(),
-    };
+    let next = TreeState::new(256, tree.root());
     s.commit(CommitBatch {
         prev: TreeState::empty(),
         next,
@@ -693,10 +690,7 @@ pub async fn a_commit_in_flight_is_settled_before_its_error_returns<B: SqlBacken
     let mut bundle = Vec::new();
     append_entry(&mut bundle, b"late").unwrap();
     tiles.push((TileId::entries(0, 1), bundle));
-    let next = TreeState {
-        size: 1,
-        root: tree.root(),
-    };
+    let next = TreeState::new(1, tree.root());
     proxy.deliver_next_commit_late(Duration::from_millis(500));
     let out = storage
         .commit(CommitBatch {

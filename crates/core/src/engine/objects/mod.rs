@@ -161,8 +161,12 @@ impl StateRecord {
         let fence = self
             .fence
             .map_or(String::new(), |f| format!("fence {f:016x}\n"));
+        // Last, and only when set: a record of a writable log is what earlier releases
+        // wrote, and one they cannot read (six or seven lines) is one they never
+        // commit on.
+        let frozen = if self.state.frozen { "frozen\n" } else { "" };
         Bytes::from(format!(
-            "{STATE_MAGIC}\n{}\n{}\n{}\n{staged}\n{fence}",
+            "{STATE_MAGIC}\n{}\n{}\n{}\n{staged}\n{fence}{frozen}",
             self.origin,
             self.state.size,
             B64.encode(self.state.root)
@@ -172,7 +176,11 @@ impl StateRecord {
     fn decode(b: &[u8]) -> Result<Self, StorageError> {
         let bad = |why: &str| StorageError::Corrupt(format!("state record {STATE_KEY}: {why}"));
         let text = std::str::from_utf8(b).map_err(|_| bad("not UTF-8"))?;
-        let lines: Vec<&str> = text.split('\n').collect();
+        let mut lines: Vec<&str> = text.split('\n').collect();
+        let frozen = lines.len() >= 7 && lines[lines.len() - 2] == "frozen";
+        if frozen {
+            lines.remove(lines.len() - 2);
+        }
         let (magic, origin, size, root, staged, fence) = match lines[..] {
             [magic, origin, size, root, staged, ""] => (magic, origin, size, root, staged, None),
             [magic, origin, size, root, staged, fence, ""] => {
@@ -182,7 +190,7 @@ impl StateRecord {
                     .ok_or_else(|| bad("bad fence line"))?;
                 (magic, origin, size, root, staged, Some(fence))
             }
-            _ => return Err(bad("not five or six lines")),
+            _ => return Err(bad("not five to seven lines")),
         };
         if magic != STATE_MAGIC {
             return Err(bad("unknown format"));
@@ -195,7 +203,7 @@ impl StateRecord {
             .ok_or_else(|| bad("bad root"))?;
         Ok(StateRecord {
             origin: origin.to_string(),
-            state: TreeState { size, root },
+            state: TreeState { size, root, frozen },
             staged: (staged != "-").then(|| staged.to_string()),
             fence,
         })
@@ -553,8 +561,12 @@ impl<B: ObjectBackend> ObjectLog<B> {
                 match self.backend.get(&key).await? {
                     Some(bytes) => {
                         let batch = Staged::decode(&key, &bytes)?;
-                        let expected = record.as_ref().map(|r| r.state);
-                        if Some(batch.next) != expected || batch.prev.size > batch.next.size {
+                        // A frozen record names the batch that ended the tree: the
+                        // same tree, frozen since (`swap_frozen`).
+                        let ends_here = record
+                            .as_ref()
+                            .is_some_and(|r| r.state.same_tree(&batch.next));
+                        if !ends_here || batch.prev.size > batch.next.size {
                             return Err(StorageError::Corrupt(format!(
                                 "staged batch {key} does not end at the committed state"
                             )));
@@ -675,6 +687,60 @@ impl<B: ObjectBackend> ObjectLog<B> {
                     }
                 }
             }
+        }
+    }
+
+    /// Freeze the log ([`LogStorage`]'s contract: a commit of no tiles): the state
+    /// record rewritten with the frozen flag, conditional on the version holding
+    /// `prev`, naming the same staged batch (a frontend recovering from a crash still
+    /// applies it). Nothing is staged. A failed request is reported as such: the engine
+    /// reads the state back, and a freeze is idempotent (landing late, it sets what the
+    /// engine's retry sets, on the same condition).
+    async fn swap_frozen(&self, prev: TreeState, next: TreeState) -> Result<(), StorageError> {
+        let (record, version) = {
+            let k = self.known();
+            (k.record.clone(), k.version.clone())
+        };
+        let stored = record.as_ref().map_or(TreeState::empty(), |r| r.state);
+        if stored != prev {
+            return Err(StorageError::Conflict {
+                expected: prev.size,
+                found: stored.size,
+            });
+        }
+        let new = StateRecord {
+            state: next,
+            fence: None,
+            ..record.unwrap_or_else(|| StateRecord {
+                origin: self.origin.clone(),
+                state: next,
+                staged: None,
+                fence: None,
+            })
+        };
+        let condition = match version {
+            Some(v) => PutCondition::Matches(v),
+            None => PutCondition::Absent,
+        };
+        match self
+            .backend
+            .put_if(STATE_KEY, new.encode(), ObjectClass::Private, condition)
+            .await?
+        {
+            PutOutcome::Written(v) => {
+                self.remember(new, v);
+                Ok(())
+            }
+            PutOutcome::ConditionFailed => match self.read_versioned_record().await? {
+                Some((r, v)) if r.state == next => {
+                    self.remember(r, v);
+                    Ok(())
+                }
+                found => Err(StorageError::Conflict {
+                    expected: prev.size,
+                    found: found.map_or(0, |(r, _)| r.state.size),
+                }),
+            },
         }
     }
 
@@ -1040,6 +1106,9 @@ impl<B: ObjectBackend> LogStorage for ObjectLog<B> {
 
     async fn commit(&self, batch: CommitBatch) -> Result<(), StorageError> {
         let CommitBatch { prev, next, tiles } = batch;
+        if tiles.is_empty() && next.frozen && next.same_tree(&prev) {
+            return self.swap_frozen(prev, next).await;
+        }
         let tiles: Vec<(TileId, Bytes)> = tiles
             .into_iter()
             .map(|(id, b)| (id, Bytes::from(b)))

@@ -153,10 +153,7 @@ async fn a_stale_commit_conflicts_and_changes_nothing() {
     // `b` read the empty store at open: its commit is built on a stale state.
     let batch = CommitBatch {
         prev: TreeState::empty(),
-        next: TreeState {
-            size: 1,
-            root: crate::hash::leaf_hash(b"other"),
-        },
+        next: TreeState::new(1, crate::hash::leaf_hash(b"other")),
         tiles: vec![(TileId::entries(0, 1), b"\x00\x05other".to_vec())],
     };
     let err = b.commit(batch).await.err();
