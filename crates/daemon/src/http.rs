@@ -87,11 +87,15 @@ pub fn router_with_auth<S: LogStorage>(log: Log<S>, tokens: Option<Arc<WriteToke
 /// The public router with `opts`.
 pub fn router_with<S: LogStorage>(log: Log<S>, opts: &HttpOptions) -> Router {
     let timeout = opts.body_read_timeout;
-    let done = Arc::new(AddMetrics::new());
+    let label = log.config().name.clone();
+    let done = Arc::new(AddMetrics::new(&label));
     let mut add_route =
         post(move |State(log): State<Log<S>>, req: Request| add(log, req, timeout, done.clone()));
     if let Some(tokens) = opts.tokens.clone().filter(|t| !t.is_empty()) {
-        add_route = add_route.route_layer(middleware::from_fn_with_state(tokens, require_token));
+        add_route = add_route.route_layer(middleware::from_fn_with_state(
+            (tokens, label.clone()),
+            require_token,
+        ));
     }
     let reads = Arc::new(Reads {
         log: log.clone(),
@@ -109,12 +113,12 @@ pub fn router_with<S: LogStorage>(log: Log<S>, opts: &HttpOptions) -> Router {
         .route("/add", add_route)
         .with_state(log)
         .merge(read_routes)
-        .fallback(not_found)
+        .fallback(move |req: Request| not_found(req, label.clone()))
         .method_not_allowed_fallback(method_not_allowed)
 }
 
-async fn not_found(req: Request) -> Response {
-    read_metric("other", StatusCode::NOT_FOUND);
+async fn not_found(req: Request, log: String) -> Response {
+    read_metric("other", StatusCode::NOT_FOUND, &log);
     text(
         StatusCode::NOT_FOUND,
         format!("{} not found", printable(req.uri().path())),
@@ -170,11 +174,11 @@ struct AddMetrics {
 }
 
 impl AddMetrics {
-    fn new() -> Self {
+    fn new(log: &str) -> Self {
         let pair = |o: &'static str| {
             (
-                metrics::counter!("tlogd_add_requests_total", "outcome" => o),
-                metrics::histogram!("tlogd_add_duration_seconds", "outcome" => o),
+                metrics::counter!("tlogd_add_requests_total", "log" => log.to_string(), "outcome" => o),
+                metrics::histogram!("tlogd_add_duration_seconds", "log" => log.to_string(), "outcome" => o),
             )
         };
         AddMetrics {
@@ -184,16 +188,17 @@ impl AddMetrics {
     }
 }
 
-fn outcome(o: &'static str, started: Instant) {
-    metrics::counter!("tlogd_add_requests_total", "outcome" => o).increment(1);
-    metrics::histogram!("tlogd_add_duration_seconds", "outcome" => o)
+fn outcome(o: &'static str, started: Instant, log: &str) {
+    metrics::counter!("tlogd_add_requests_total", "log" => log.to_string(), "outcome" => o)
+        .increment(1);
+    metrics::histogram!("tlogd_add_duration_seconds", "log" => log.to_string(), "outcome" => o)
         .record(started.elapsed().as_secs_f64());
 }
 
 /// RFC 6750 section 3: 401 with a `WWW-Authenticate` challenge when credentials are
 /// missing, 403 when they are not accepted. The token is never logged.
 async fn require_token(
-    State(tokens): State<Arc<WriteTokens>>,
+    State((tokens, log)): State<(Arc<WriteTokens>, String)>,
     request: Request,
     next: Next,
 ) -> Response {
@@ -201,7 +206,7 @@ async fn require_token(
     match tokens.check(request.headers().get(header::AUTHORIZATION)) {
         Verdict::Allowed => next.run(request).await,
         Verdict::Missing => {
-            outcome("unauthorized", started);
+            outcome("unauthorized", started, &log);
             let mut resp = text(
                 StatusCode::UNAUTHORIZED,
                 "POST /add needs an Authorization: Bearer token",
@@ -213,7 +218,7 @@ async fn require_token(
             resp
         }
         Verdict::Wrong => {
-            outcome("forbidden", started);
+            outcome("forbidden", started, &log);
             text(StatusCode::FORBIDDEN, "the bearer token is not accepted")
         }
     }
@@ -300,6 +305,7 @@ async fn add<S: LogStorage>(
                     _ => "bad_request",
                 },
                 started,
+                &log.config().name,
             );
             return resp;
         }
@@ -331,7 +337,7 @@ async fn add<S: LogStorage>(
                 e if e.is_pushback() => (StatusCode::SERVICE_UNAVAILABLE, "pushback"),
                 _ => (StatusCode::INTERNAL_SERVER_ERROR, "error"),
             };
-            outcome(o, started);
+            outcome(o, started, &log.config().name);
             if status == StatusCode::INTERNAL_SERVER_ERROR {
                 return internal_error("POST /add", &e);
             }
@@ -400,8 +406,8 @@ fn internal_error(route: &str, detail: &dyn std::fmt::Display) -> Response {
     )
 }
 
-fn read_metric(kind: &'static str, status: StatusCode) {
-    metrics::counter!("tlogd_read_requests_total", "kind" => kind, "status" => status.as_str().to_owned())
+fn read_metric(kind: &'static str, status: StatusCode, log: &str) {
+    metrics::counter!("tlogd_read_requests_total", "log" => log.to_string(), "kind" => kind, "status" => status.as_str().to_owned())
         .increment(1);
 }
 
@@ -409,7 +415,7 @@ async fn checkpoint<S: LogStorage>(State(reads): State<Arc<Reads<S>>>) -> Respon
     // From memory (engine::latest): a flood of these never reaches storage.
     match reads.log.latest_checkpoint().await {
         Ok(Some(b)) => {
-            read_metric("checkpoint", StatusCode::OK);
+            read_metric("checkpoint", StatusCode::OK, &reads.log.config().name);
             (
                 [
                     (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
@@ -420,11 +426,19 @@ async fn checkpoint<S: LogStorage>(State(reads): State<Arc<Reads<S>>>) -> Respon
                 .into_response()
         }
         Ok(None) => {
-            read_metric("checkpoint", StatusCode::NOT_FOUND);
+            read_metric(
+                "checkpoint",
+                StatusCode::NOT_FOUND,
+                &reads.log.config().name,
+            );
             not_yet(text(StatusCode::NOT_FOUND, "no checkpoint published yet"))
         }
         Err(e) => {
-            read_metric("checkpoint", StatusCode::INTERNAL_SERVER_ERROR);
+            read_metric(
+                "checkpoint",
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &reads.log.config().name,
+            );
             internal_error("GET /checkpoint", &e)
         }
     }
@@ -452,7 +466,7 @@ async fn tile<S: LogStorage>(State(reads): State<Arc<Reads<S>>>, req: Request) -
     let id = match TileId::parse(&path) {
         Ok(id) => id,
         Err(e) => {
-            read_metric("invalid", StatusCode::BAD_REQUEST);
+            read_metric("invalid", StatusCode::BAD_REQUEST, &reads.log.config().name);
             return text(
                 StatusCode::BAD_REQUEST,
                 format!("malformed tile path {}: {e}", printable(&path)),
@@ -483,14 +497,19 @@ async fn tile<S: LogStorage>(State(reads): State<Arc<Reads<S>>>, req: Request) -
         end <= size || (log.storage().reads_are_committed() && id.is_full() && start < size)
     };
     if !served(log.known_size()) && !served(log.known_size_since(arrival).await) {
-        read_metric(kind, StatusCode::NOT_FOUND);
+        read_metric(kind, StatusCode::NOT_FOUND, &reads.log.config().name);
         return not_yet(text(StatusCode::NOT_FOUND, format!("{path} not found")));
     }
     let turn = match tokio::time::timeout(reads.queue_timeout, reads.turns.acquire()).await {
         Ok(Ok(turn)) => turn,
         _ => {
-            read_metric(kind, StatusCode::SERVICE_UNAVAILABLE);
-            metrics::counter!("tlogd_storage_reads_shed_total").increment(1);
+            read_metric(
+                kind,
+                StatusCode::SERVICE_UNAVAILABLE,
+                &reads.log.config().name,
+            );
+            metrics::counter!("tlogd_storage_reads_shed_total", "log" => reads.log.config().name.clone())
+                .increment(1);
             let mut resp = text(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "too many reads in progress; retry later",
@@ -504,7 +523,7 @@ async fn tile<S: LogStorage>(State(reads): State<Arc<Reads<S>>>, req: Request) -
     drop(turn);
     match read {
         Ok(Some(b)) => {
-            read_metric(kind, StatusCode::OK);
+            read_metric(kind, StatusCode::OK, &reads.log.config().name);
             (
                 [
                     (header::CONTENT_TYPE, "application/octet-stream"),
@@ -515,11 +534,15 @@ async fn tile<S: LogStorage>(State(reads): State<Arc<Reads<S>>>, req: Request) -
                 .into_response()
         }
         Ok(None) => {
-            read_metric(kind, StatusCode::NOT_FOUND);
+            read_metric(kind, StatusCode::NOT_FOUND, &reads.log.config().name);
             not_yet(text(StatusCode::NOT_FOUND, format!("{path} not found")))
         }
         Err(e) => {
-            read_metric(kind, StatusCode::INTERNAL_SERVER_ERROR);
+            read_metric(
+                kind,
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &reads.log.config().name,
+            );
             internal_error(&format!("GET /{path}"), &e)
         }
     }

@@ -7,6 +7,7 @@ pub mod auth;
 pub mod config;
 pub mod http;
 pub mod observe;
+pub mod routes;
 pub mod server;
 pub mod verify;
 pub mod witness;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use tlogd_core::engine::objects::{ObjectLog, ObjectLogOptions};
-use tlogd_core::engine::{DedupIndex, Log, LogConfig, LogStorage};
+use tlogd_core::engine::{DedupIndex, Log, LogConfig, LogStorage, LogTasks, ServedLog};
 use tlogd_core::note::{NoteSigner, generate_key};
 use tlogd_dedup_rocksdb::{DedupOptions, RocksDedup};
 use tlogd_storage_mysql::{MysqlOptions, MysqlStorage};
@@ -18,9 +18,10 @@ use tlogd_storage_object::{CachedTiles, ObjectStoreBackend};
 use tlogd_storage_posix::PosixStorage;
 use tlogd_storage_postgres::PostgresStorage;
 
-use tlogd::config::Config;
+use tlogd::config::{Config, LogSection};
 use tlogd::http::HttpOptions;
 use tlogd::observe;
+use tlogd::routes::LogRoutes;
 use tlogd::server::ServeOptions;
 
 // glibc's malloc and free were ~10 % of the daemon's CPU under load (hyper, axum and
@@ -83,6 +84,20 @@ enum Command {
     /// root, the checkpoint's partial tiles. Exit 0 when it verifies, 1 naming the
     /// first failure, 2 on bad arguments.
     Verify(tlogd::verify::VerifyArgs),
+    /// Freeze a log for good: it accepts no more entries (HTTP 403), keeps serving
+    /// reads and republishing its checkpoint. Recorded in the log's storage, so every
+    /// frontend of a shared store obeys it. Opens the log as `serve` would (a POSIX
+    /// log's daemon must be stopped first), commits what it holds, freezes it,
+    /// publishes the final checkpoint and exits. `read_only = true` in the file does
+    /// the same at start-up.
+    Freeze {
+        /// The daemon's TOML configuration file.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Which of the file's `[[logs]]` (by name); not needed for a single log.
+        #[arg(long)]
+        log: Option<String>,
+    },
 }
 
 /// Flags override the config file; without a file, they are all that is needed.
@@ -146,6 +161,16 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Keygen { origin, out } => keygen(&origin, &out),
         Command::Verify(args) => std::process::exit(tlogd::verify::run(args).into()),
+        Command::Freeze { config, log } => {
+            let c = Config::load(&config)?;
+            c.validate()?;
+            observe::init_logging(&c.log)?;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("starting the async runtime")?;
+            runtime.block_on(freeze(c, log))
+        }
         Command::Serve(args) => {
             let config = load_config(args)?;
             observe::init_logging(&config.log)?;
@@ -180,6 +205,23 @@ fn load_config(args: ServeArgs) -> anyhow::Result<Config> {
         Some(p) => Config::load(p)?,
         None => Config::defaults(),
     };
+    let per_log_flag = args.backend.is_some()
+        || args.storage_dir.is_some()
+        || args.database_url.is_some()
+        || args.bucket.is_some()
+        || args.prefix.is_some()
+        || args.region.is_some()
+        || args.endpoint.is_some()
+        || args.allow_http
+        || args.dedup_path.is_some()
+        || args.origin.is_some()
+        || args.private_key_file.is_some()
+        || args.no_dedup;
+    if per_log_flag && !c.logs.is_empty() {
+        bail!(
+            "the config file serves several logs ([[logs]]): set storage, origin, key and dedup inside each [[logs]] entry, not by flags"
+        );
+    }
     if let Some(b) = args.backend {
         c.storage.backend = b;
     }
@@ -242,7 +284,7 @@ fn warn_if_readable_by_others(path: &std::path::Path, what: &str) {
     }
 }
 
-fn load_signer(c: &Config, origin: &str) -> anyhow::Result<NoteSigner> {
+fn load_signer(c: &LogSection, origin: &str) -> anyhow::Result<NoteSigner> {
     let text = match &c.private_key_file {
         Some(p) => {
             warn_if_readable_by_others(p, "the signing key file");
@@ -267,60 +309,70 @@ fn load_signer(c: &Config, origin: &str) -> anyhow::Result<NoteSigner> {
     Ok(signer)
 }
 
-async fn serve(c: Config) -> anyhow::Result<()> {
-    let origin = c.origin.clone().unwrap_or_default();
-    let signer = Arc::new(load_signer(&c, &origin)?);
+/// One log, open: its facade, its routes and its background tasks.
+struct Opened {
+    log: Arc<dyn ServedLog>,
+    routes: LogRoutes,
+    tasks: LogTasks,
+}
+
+/// Open one log of the file: its key, storage, dedup index and engine, frozen first
+/// if `read_only` says so; and its public routes.
+async fn open_log(c: &Config, l: &LogSection) -> anyhow::Result<Opened> {
+    let origin = l.origin.clone().unwrap_or_default();
+    let signer = Arc::new(load_signer(l, &origin)?);
     let mut lc = LogConfig::new(origin.clone(), signer);
-    lc.batch_max_entries = c.batching.max_entries;
-    lc.batch_max_age = Duration::from_millis(c.batching.max_age_ms);
-    lc.checkpoint_interval = Duration::from_millis(c.checkpoint.interval_ms);
-    lc.republish_interval = Duration::from_millis(c.checkpoint.republish_interval_ms);
-    lc.checkpoint_max_age = Duration::from_millis(c.checkpoint.max_age_ms);
-    if let Some(w) = tlogd::witness::from_config(&c.witnessing, &lc.verifier())? {
-        tracing::info!(quorum = %w.describe(), "checkpoints are cosigned by witnesses");
+    lc.name = l.label().to_string();
+    lc.batch_max_entries = l.batching.max_entries;
+    lc.batch_max_age = Duration::from_millis(l.batching.max_age_ms);
+    lc.checkpoint_interval = Duration::from_millis(l.checkpoint.interval_ms);
+    lc.republish_interval = Duration::from_millis(l.checkpoint.republish_interval_ms);
+    lc.checkpoint_max_age = Duration::from_millis(l.checkpoint.max_age_ms);
+    if let Some(w) = tlogd::witness::from_config(&l.witnessing, &lc.verifier())? {
+        tracing::info!(log = l.label(), quorum = %w.describe(), "checkpoints are cosigned by witnesses");
         lc.cosigner = Some(Arc::new(w));
     }
-    lc.max_pending_entries = c.queue.max_entries;
-    lc.max_pending_bytes = c.queue.max_bytes;
-    lc.dedup_max_lag = c.dedup.max_lag;
-    lc.retry_after = Duration::from_secs(c.queue.retry_after_s.max(1));
-    lc.commit_retry = Duration::from_millis(c.storage.commit_retry_ms);
+    lc.max_pending_entries = l.queue.max_entries;
+    lc.max_pending_bytes = l.queue.max_bytes;
+    lc.dedup_max_lag = l.dedup.max_lag;
+    lc.retry_after = Duration::from_secs(l.queue.retry_after_s.max(1));
+    lc.commit_retry = Duration::from_millis(l.storage.commit_retry_ms);
     if std::env::var_os("TLOGD_ENGINE_SHARED").is_none() {
         lc.background = Some(engine_runtime()?);
     }
     // The SQL backends share one layer and one set of options (MysqlOptions and
     // PostgresOptions are both tlogd_storage_sql::SqlOptions).
-    let url = c.storage.url.clone().unwrap_or_default();
+    let url = l.storage.url.clone().unwrap_or_default();
     let sql = MysqlOptions {
-        max_connections: c.storage.pool_size,
-        tile_cache_bytes: c.storage.cache_mib << 20,
-        reader_connections: c.storage.reader_pool_size,
+        max_connections: l.storage.pool_size,
+        tile_cache_bytes: l.storage.cache_mib << 20,
+        reader_connections: l.storage.reader_pool_size,
         ..MysqlOptions::default()
     };
-    let opening = || format!("opening the {} log", c.storage.backend);
-    if matches!(c.storage.backend.as_str(), "mysql" | "postgres")
+    let opening = || format!("opening the {} log", l.storage.backend);
+    if matches!(l.storage.backend.as_str(), "mysql" | "postgres")
         && let Some(w) = tlogd::config::database_tls_warning(&url)
     {
-        tracing::warn!("{w}");
+        tracing::warn!(log = l.label(), "{w}");
     }
-    match c.storage.backend.as_str() {
+    match l.storage.backend.as_str() {
         "mysql" => {
             let storage = MysqlStorage::connect(&url, &origin, sql).await;
             let storage = Arc::new(storage.with_context(opening)?);
-            return run(storage, open_dedup(&c, None).await?, lc, &c).await;
+            return assemble(storage, open_dedup(l, None).await?, lc, l, c).await;
         }
         "postgres" => {
             let storage = PostgresStorage::connect(&url, &origin, sql).await;
             let storage = Arc::new(storage.with_context(opening)?);
-            return run(storage, open_dedup(&c, None).await?, lc, &c).await;
+            return assemble(storage, open_dedup(l, None).await?, lc, l, c).await;
         }
         "s3" | "gcs" => {
-            let storage = open_object_store(&c, &origin).await.with_context(opening)?;
-            return run(Arc::new(storage), open_dedup(&c, None).await?, lc, &c).await;
+            let storage = open_object_store(l, &origin).await.with_context(opening)?;
+            return assemble(Arc::new(storage), open_dedup(l, None).await?, lc, l, c).await;
         }
         _ => {}
     }
-    let dir = c.storage.dir.clone().unwrap_or_default();
+    let dir = l.storage.dir.clone().unwrap_or_default();
     let storage = Arc::new(
         PosixStorage::open(&dir, &origin)
             .with_context(|| format!("opening log directory {}", dir.display()))?,
@@ -328,17 +380,223 @@ async fn serve(c: Config) -> anyhow::Result<()> {
     if let Some(state) = storage.adopted_tessera() {
         tlogd::verify::check_adopted_tessera(&dir, &origin, &lc.verifier(), state).await?;
     }
-    let dedup = open_dedup(&c, Some(storage.private_dir().join("dedup"))).await?;
-    run(storage, dedup, lc, &c).await
+    let dedup = open_dedup(l, Some(storage.private_dir().join("dedup"))).await?;
+    assemble(storage, dedup, lc, l, c).await
+}
+
+/// The engine over `storage`, frozen if `read_only` says so, and its routes.
+async fn assemble<S: LogStorage>(
+    storage: Arc<S>,
+    dedup: Option<Arc<dyn DedupIndex>>,
+    lc: LogConfig,
+    l: &LogSection,
+    c: &Config,
+) -> anyhow::Result<Opened> {
+    if let Some(p) = &l.auth.bearer_tokens_file {
+        warn_if_readable_by_others(p, "the write tokens file");
+    }
+    let tokens = tlogd::auth::load(l.auth.bearer_tokens_file.as_deref())?.map(Arc::new);
+    let (log, tasks) = Log::open(storage, dedup, lc)
+        .await
+        .context("opening the log")?;
+    if l.read_only && !log.is_frozen() {
+        let size = log.committed_size();
+        tracing::warn!(
+            log = l.label(),
+            size,
+            "read_only is set: freezing the log for good"
+        );
+        log.freeze().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    } else if !l.read_only && log.is_frozen() {
+        tracing::warn!(
+            log = l.label(),
+            "the log is frozen in its storage: it accepts no entries (a freeze is for good, whether `read_only` is set or not)"
+        );
+    }
+    let http = HttpOptions {
+        tokens: tokens.clone(),
+        body_read_timeout: Duration::from_millis(c.http.body_read_timeout_ms),
+        max_storage_reads: c.http.max_storage_reads,
+        storage_read_queue_timeout: Duration::from_millis(c.http.storage_read_queue_timeout_ms),
+    };
+    let router = tlogd::http::router_with(log.clone(), &http);
+    tracing::info!(
+        log = l.label(),
+        path = %format!("/{}", l.name),
+        host = l.host.as_deref().unwrap_or("(any)"),
+        origin = %log.config().origin,
+        vkey = %log.config().verifier().to_vkey(),
+        backend = log.storage().backend_name(),
+        size = log.committed_size(),
+        frozen = log.is_frozen(),
+        write_tokens = tokens.as_ref().map_or(0, |t| t.len()),
+        "log open"
+    );
+    Ok(Opened {
+        log: Arc::new(log),
+        routes: LogRoutes {
+            name: l.name.clone(),
+            host: l.host.clone(),
+            router,
+        },
+        tasks,
+    })
+}
+
+/// Open every log of the file (several: in order, each named in its errors).
+async fn open_logs(c: &Config) -> anyhow::Result<Vec<Opened>> {
+    let mut opened = Vec::new();
+    for l in c.served_logs() {
+        let log = open_log(c, &l).await;
+        opened.push(match l.name.is_empty() {
+            true => log?,
+            false => log.with_context(|| format!("log {:?}", l.name))?,
+        });
+    }
+    Ok(opened)
+}
+
+/// `tlogd freeze`: open the one log, freeze it, publish its final checkpoint, stop.
+async fn freeze(mut c: Config, name: Option<String>) -> anyhow::Result<()> {
+    let logs = c.served_logs();
+    let mut section = match (&name, logs.len()) {
+        (None, 1) => logs[0].clone(),
+        (None, _) => bail!("the file serves several logs: name one with --log"),
+        (Some(n), _) => logs
+            .iter()
+            .find(|l| &l.name == n)
+            .cloned()
+            .ok_or_else(|| anyhow::anyhow!("the file has no [[logs]] named {n:?}"))?,
+    };
+    section.read_only = true;
+    c.logs.clear();
+    let opened = open_log(&c, &section).await?;
+    opened.log.shutdown();
+    opened.tasks.join().await;
+    let (size, published) = (opened.log.committed_size(), opened.log.published_size());
+    if published != Some(size) {
+        bail!(
+            "the log is frozen at size {size}, but its final checkpoint was not published (a restart publishes it)"
+        );
+    }
+    println!(
+        "log {} ({}) is frozen at size {size}",
+        section.label(),
+        opened.log.origin()
+    );
+    Ok(())
+}
+
+async fn serve(c: Config) -> anyhow::Result<()> {
+    check_fd_limit(c.http.max_connections);
+    let metrics = observe::install_metrics()?;
+    // Histograms buffer raw samples until drained: drain them even if nobody scrapes,
+    // so memory stays bounded.
+    let upkeep = {
+        let handle = metrics.clone();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                every.tick().await;
+                handle.run_upkeep();
+            }
+        })
+    };
+    // Bind first: a taken port fails before any log is opened or written.
+    let listener = listen(c.listen, c.http.max_connections)
+        .with_context(|| format!("listening on {}", c.listen))?;
+    let opened = open_logs(&c).await?;
+    let logs: Vec<Arc<dyn ServedLog>> = opened.iter().map(|o| o.log.clone()).collect();
+    let mut routes = Vec::new();
+    let mut tasks = Vec::new();
+    for o in opened {
+        routes.push(o.routes);
+        tasks.push(o.tasks);
+    }
+    let metrics_task = if c.metrics.listen.is_empty() {
+        None
+    } else {
+        let addr: SocketAddr = c.metrics.listen.parse()?;
+        let ml = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("metrics: listening on {addr}"))?;
+        let app = observe::router(logs.clone(), metrics);
+        tracing::info!(%addr, "metrics and health endpoints listening");
+        let opts = ServeOptions {
+            name: "metrics",
+            ..ServeOptions::from(&c.http)
+        };
+        Some(tokio::spawn(tlogd::server::serve(
+            ml,
+            app,
+            opts,
+            std::future::pending(),
+        )))
+    };
+    tracing::info!(
+        addr = %c.listen,
+        logs = logs.len(),
+        max_connections = c.http.max_connections,
+        "tlogd serving"
+    );
+    // Stop on a signal, or when a background task of a log died (fail-stop: a restart
+    // re-reads storage; staying up would only answer errors).
+    let failed = {
+        let watched = logs.clone();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let stop = async move {
+            let failures = watched.iter().map(|l| l.failed());
+            tokio::select! {
+                _ = shutdown_signal() => {}
+                (reason, _, _) = futures_util::future::select_all(failures) => { let _ = tx.send(reason); }
+            }
+        };
+        tlogd::server::serve(
+            listener,
+            tlogd::routes::public_router(routes),
+            ServeOptions::from(&c.http),
+            stop,
+        )
+        .await;
+        rx.await.ok()
+    };
+    if let Some(reason) = failed {
+        bail!("{reason}; stopping (restart to recover from storage)");
+    }
+    tracing::info!("shutting down: draining the queues");
+    for log in &logs {
+        log.shutdown();
+    }
+    for t in tasks {
+        t.join().await;
+    }
+    if let Some(t) = metrics_task {
+        t.abort();
+    }
+    upkeep.abort();
+    let mut unpublished = Vec::new();
+    for log in &logs {
+        tracing::info!(log = log.name(), size = log.committed_size(), checkpoint = ?log.published_size(), "stopped");
+        if log.published_size() != Some(log.committed_size()) {
+            unpublished.push(log.name().to_string());
+        }
+    }
+    if !unpublished.is_empty() {
+        bail!(
+            "final checkpoint was not published ({})",
+            unpublished.join(", ")
+        );
+    }
+    Ok(())
 }
 
 /// The log in an S3 or GCS bucket, with a cache of full tiles for reads served through
 /// this daemon.
 async fn open_object_store(
-    c: &Config,
+    l: &LogSection,
     origin: &str,
 ) -> anyhow::Result<CachedTiles<ObjectLog<ObjectStoreBackend>>> {
-    let st = &c.storage;
+    let st = &l.storage;
     let bucket = st.bucket.clone().unwrap_or_default();
     let backend = match st.backend.as_str() {
         "s3" => tlogd_storage_object::s3::backend(&S3Options {
@@ -414,7 +672,7 @@ fn listen(addr: SocketAddr, max_connections: usize) -> std::io::Result<tokio::ne
 
 /// The RocksDB dedup index, if enabled: at `dedup.path`, else at `default_path`.
 async fn open_dedup(
-    c: &Config,
+    c: &LogSection,
     default_path: Option<PathBuf>,
 ) -> anyhow::Result<Option<Arc<dyn DedupIndex>>> {
     if !c.dedup.enabled {
@@ -433,107 +691,6 @@ async fn open_dedup(
         .await
         .context("opening dedup index")??;
     Ok(Some(Arc::new(index)))
-}
-
-async fn run<S: LogStorage>(
-    storage: Arc<S>,
-    dedup: Option<Arc<dyn DedupIndex>>,
-    lc: LogConfig,
-    c: &Config,
-) -> anyhow::Result<()> {
-    if let Some(p) = &c.auth.bearer_tokens_file {
-        warn_if_readable_by_others(p, "the write tokens file");
-    }
-    let tokens = tlogd::auth::load(c.auth.bearer_tokens_file.as_deref())?.map(Arc::new);
-    check_fd_limit(c.http.max_connections);
-    let metrics = observe::install_metrics()?;
-    // Histograms buffer raw samples until drained: drain them even if nobody scrapes,
-    // so memory stays bounded.
-    let upkeep = {
-        let handle = metrics.clone();
-        tokio::spawn(async move {
-            let mut every = tokio::time::interval(Duration::from_secs(5));
-            loop {
-                every.tick().await;
-                handle.run_upkeep();
-            }
-        })
-    };
-    let (log, tasks) = Log::open(storage, dedup, lc)
-        .await
-        .context("opening the log")?;
-    let listener = listen(c.listen, c.http.max_connections)
-        .with_context(|| format!("listening on {}", c.listen))?;
-    let metrics_task = if c.metrics.listen.is_empty() {
-        None
-    } else {
-        let addr: SocketAddr = c.metrics.listen.parse()?;
-        let ml = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("metrics: listening on {addr}"))?;
-        let app = observe::router(log.clone(), metrics);
-        tracing::info!(%addr, "metrics and health endpoints listening");
-        let opts = ServeOptions {
-            name: "metrics",
-            ..ServeOptions::from(&c.http)
-        };
-        Some(tokio::spawn(tlogd::server::serve(
-            ml,
-            app,
-            opts,
-            std::future::pending(),
-        )))
-    };
-    tracing::info!(
-        addr = %c.listen,
-        origin = %log.config().origin,
-        vkey = %log.config().verifier().to_vkey(),
-        size = log.committed_size(),
-        write_tokens = tokens.as_ref().map_or(0, |t| t.len()),
-        max_connections = c.http.max_connections,
-        "tlogd serving"
-    );
-    // Stop on a signal, or when a background task of the log died (fail-stop: a
-    // restart re-reads storage; staying up would only answer errors).
-    let failed = {
-        let watched = log.clone();
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let stop = async move {
-            tokio::select! {
-                _ = shutdown_signal() => {}
-                reason = watched.failed() => { let _ = tx.send(reason); }
-            }
-        };
-        let http = HttpOptions {
-            tokens,
-            body_read_timeout: Duration::from_millis(c.http.body_read_timeout_ms),
-            max_storage_reads: c.http.max_storage_reads,
-            storage_read_queue_timeout: Duration::from_millis(c.http.storage_read_queue_timeout_ms),
-        };
-        tlogd::server::serve(
-            listener,
-            tlogd::http::router_with(log.clone(), &http),
-            ServeOptions::from(&c.http),
-            stop,
-        )
-        .await;
-        rx.await.ok()
-    };
-    if let Some(reason) = failed {
-        bail!("{reason}; stopping (restart to recover from storage)");
-    }
-    tracing::info!("shutting down: draining the queue");
-    log.shutdown();
-    tasks.join().await;
-    if let Some(t) = metrics_task {
-        t.abort();
-    }
-    upkeep.abort();
-    tracing::info!(size = log.committed_size(), checkpoint = ?log.published_size(), "stopped");
-    if log.published_size() != Some(log.committed_size()) {
-        bail!("final checkpoint was not published");
-    }
-    Ok(())
 }
 
 /// Raise the soft limit on open files to the hard one (as Go programs do): every

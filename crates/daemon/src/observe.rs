@@ -2,12 +2,14 @@
 
 use anyhow::Context;
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use tlogd_core::engine::{Log, LogStorage};
+use std::sync::Arc;
+
+use tlogd_core::engine::ServedLog;
 use tracing_subscriber::EnvFilter;
 
 use crate::config::LogFormatConfig;
@@ -47,24 +49,30 @@ pub fn install_metrics() -> anyhow::Result<PrometheusHandle> {
     Ok(handle)
 }
 
-struct Ops<S: LogStorage> {
-    log: Log<S>,
+struct Ops {
+    logs: Vec<Arc<dyn ServedLog>>,
     metrics: PrometheusHandle,
 }
 
-/// The operator router: `/metrics`, `/healthz`, `/readyz`.
-pub fn router<S: LogStorage>(log: Log<S>, metrics: PrometheusHandle) -> Router {
+/// The operator router: `/metrics`, `/healthz`, `/readyz` (every log), and with
+/// several logs `/readyz/<name>` (one log: a load balancer in front of one log's host
+/// asks about that log only, so one log's failing store does not pull the others).
+pub fn router(logs: Vec<Arc<dyn ServedLog>>, metrics: PrometheusHandle) -> Router {
     Router::new()
-        .route("/metrics", get(render::<S>))
+        .route("/metrics", get(render))
         .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(ready::<S>))
-        .with_state(std::sync::Arc::new(Ops { log, metrics }))
+        .route("/readyz", get(ready_all))
+        .route("/readyz/{name}", get(ready_one))
+        .with_state(Arc::new(Ops { logs, metrics }))
 }
 
-async fn render<S: LogStorage>(State(ops): State<std::sync::Arc<Ops<S>>>) -> Response {
+async fn render(State(ops): State<Arc<Ops>>) -> Response {
     // Gauges that are cheaper to sample at scrape time than to keep updated.
-    metrics::gauge!("tlogd_queue_depth").set(ops.log.queue_depth() as f64);
-    metrics::gauge!("tlogd_dedup_lag").set(ops.log.dedup_lag() as f64);
+    for log in &ops.logs {
+        let name = log.name().to_string();
+        metrics::gauge!("tlogd_queue_depth", "log" => name.clone()).set(log.queue_depth() as f64);
+        metrics::gauge!("tlogd_dedup_lag", "log" => name).set(log.dedup_lag() as f64);
+    }
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         ops.metrics.render(),
@@ -72,26 +80,57 @@ async fn render<S: LogStorage>(State(ops): State<std::sync::Arc<Ops<S>>>) -> Res
         .into_response()
 }
 
-async fn ready<S: LogStorage>(State(ops): State<std::sync::Arc<Ops<S>>>) -> Response {
-    if !ops.log.is_ready() {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "not ready: the tree could not be reloaded from storage\n",
-        )
-            .into_response();
+/// One log's readiness: `Ok` with a note, or why not. The answer carries no backend
+/// detail (paths, hosts, database errors): whoever can reach it learns only that
+/// storage refuses writes. The detail goes to the daemon's log.
+async fn readiness(log: &dyn ServedLog) -> Result<&'static str, &'static str> {
+    if !log.is_ready() {
+        return Err("not ready: the tree could not be reloaded from storage");
     }
-    match ops.log.storage().check_writable().await {
-        Ok(()) => (StatusCode::OK, "ready\n").into_response(),
+    match log.check_writable().await {
+        Ok(()) if log.is_frozen() => Ok("ready (frozen: serves reads, accepts no entries)"),
+        Ok(()) => Ok("ready"),
         Err(e) => {
-            // The probe's answer carries no backend detail (paths, hosts, database
-            // errors): whoever can reach it learns only that storage refuses writes.
-            // The detail goes to the daemon's log.
-            tracing::warn!(error = %e, "not ready: storage cannot take writes");
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "not ready: storage cannot take writes (the daemon's log says why)\n",
-            )
-                .into_response()
+            tracing::warn!(log = log.name(), error = %e, "not ready: storage cannot take writes");
+            Err("not ready: storage cannot take writes (the daemon's log says why)")
         }
+    }
+}
+
+fn answer(ready: bool, body: String) -> Response {
+    let status = match ready {
+        true => StatusCode::OK,
+        false => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    (status, body).into_response()
+}
+
+/// Every log: `200` when all are ready, else `503`; a line per log (a single log of a
+/// single-log file: just its answer, as before several logs).
+async fn ready_all(State(ops): State<Arc<Ops>>) -> Response {
+    if let [log] = &ops.logs[..]
+        && log.name() == crate::config::DEFAULT_LOG_NAME
+    {
+        let r = readiness(&**log).await;
+        return answer(r.is_ok(), format!("{}\n", r.unwrap_or_else(|e| e)));
+    }
+    let mut all = true;
+    let mut body = String::new();
+    for log in &ops.logs {
+        let r = readiness(&**log).await;
+        all &= r.is_ok();
+        body.push_str(&format!("{}: {}\n", log.name(), r.unwrap_or_else(|e| e)));
+    }
+    answer(all, body)
+}
+
+/// One log by name.
+async fn ready_one(State(ops): State<Arc<Ops>>, Path(name): Path<String>) -> Response {
+    match ops.logs.iter().find(|l| l.name() == name) {
+        Some(log) => {
+            let r = readiness(&**log).await;
+            answer(r.is_ok(), format!("{}\n", r.unwrap_or_else(|e| e)))
+        }
+        None => (StatusCode::NOT_FOUND, "no such log\n").into_response(),
     }
 }

@@ -80,10 +80,12 @@ mod cosign;
 mod dedup;
 mod latest;
 mod queue;
+mod served;
 mod storage;
 
 pub use cosign::{BoxFuture, CheckpointCosigner, ConsistencyProver, StorageProver, read_hashes};
 pub use dedup::{DedupError, DedupIndex, EntryHash, entry_hash};
+pub use served::ServedLog;
 pub use storage::{CommitBatch, LogStorage, MAX_BLOB_KEY, StorageError, TreeState, check_blob_key};
 
 use std::collections::HashMap;
@@ -108,6 +110,9 @@ use queue::{InFlight, PendingBatch, Placed, Pushed, Queue, QueueLimits};
 pub struct LogConfig {
     /// The checkpoint origin line (tlog-checkpoint "Note text").
     pub origin: String,
+    /// The log's short name, the `log` label of every metric it records (a daemon
+    /// serving several logs names each; `""` by default).
+    pub name: String,
     /// The log's checkpoint signers: each signs every checkpoint, in this order. The
     /// first is the key the log is known by ([`LogConfig::verifier`]); a stored
     /// checkpoint opens if any of them verifies it (a key being rotated in or out).
@@ -154,6 +159,7 @@ impl LogConfig {
     pub fn new(origin: impl Into<String>, signer: Arc<NoteSigner>) -> Self {
         LogConfig {
             origin: origin.into(),
+            name: String::new(),
             signers: vec![signer as Arc<dyn LogSigner>],
             personality: Arc::new(TlogTiles),
             batch_max_entries: 4096,
@@ -430,8 +436,8 @@ impl<S: LogStorage> Log<S> {
             dedup,
             committed_size: AtomicU64::new(state.size),
             indexed_size: AtomicU64::new(indexed),
-            dedup_lookups: metrics::counter!("tlogd_dedup_lookups_total"),
-            dedup_hits: metrics::counter!("tlogd_dedup_hits_total"),
+            dedup_lookups: metrics::counter!("tlogd_dedup_lookups_total", "log" => config.name.clone()),
+            dedup_hits: metrics::counter!("tlogd_dedup_hits_total", "log" => config.name.clone()),
             published: AtomicU64::new(published),
             latest,
             newest_timestamp: AtomicU64::new(edge.last_timestamp),
@@ -440,8 +446,10 @@ impl<S: LogStorage> Log<S> {
             failed: watch::Sender::new(None),
             config,
         });
-        metrics::gauge!("tlogd_integrated_tree_size").set(state.size as f64);
-        metrics::gauge!("tlogd_log_frozen").set(if state.frozen { 1.0 } else { 0.0 });
+        metrics::gauge!("tlogd_integrated_tree_size", "log" => inner.config.name.clone())
+            .set(state.size as f64);
+        metrics::gauge!("tlogd_log_frozen", "log" => inner.config.name.clone())
+            .set(if state.frozen { 1.0 } else { 0.0 });
         let log = Log { inner };
         let mut handles = Vec::new();
         let (index_tx, index_rx) = mpsc::unbounded_channel();
@@ -622,6 +630,11 @@ impl<S: LogStorage> Log<S> {
         name: &'static str,
         task: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> JoinHandle<()> {
+        // Every line the task logs names its log (a daemon may serve several).
+        let task = tracing::Instrument::instrument(
+            task,
+            tracing::info_span!("log", name = %self.inner.config.name),
+        );
         let task = match &self.inner.config.background {
             Some(runtime) => runtime.spawn(task),
             None => tokio::spawn(task),
@@ -641,7 +654,7 @@ impl<S: LogStorage> Log<S> {
     /// [`Log::failed`]; a restart re-reads storage, the only source of truth.
     fn fail_stop(&self, task: &str) {
         tracing::error!(task, "a background task of the log panicked; the log stops");
-        metrics::counter!("tlogd_task_failures_total", "task" => task.to_string()).increment(1);
+        metrics::counter!("tlogd_task_failures_total", "log" => self.inner.config.name.clone(), "task" => task.to_string()).increment(1);
         self.inner.ready.store(false, Ordering::Release);
         self.inner
             .failed
@@ -799,7 +812,8 @@ impl<S: LogStorage> Log<S> {
                     continue;
                 }
             };
-            metrics::gauge!("tlogd_queue_depth").set(self.queue_depth() as f64);
+            metrics::gauge!("tlogd_queue_depth", "log" => self.inner.config.name.clone())
+                .set(self.queue_depth() as f64);
             let settled = self
                 .settle(
                     &mut unresolved,
@@ -1193,18 +1207,19 @@ impl<S: LogStorage> Log<S> {
             .commit(CommitBatch { prev, next, tiles })
             .await;
         let took = started.elapsed().as_secs_f64();
-        metrics::histogram!("tlogd_commit_duration_seconds", "backend" => backend).record(took);
-        metrics::histogram!("tlogd_storage_op_duration_seconds", "backend" => backend, "op" => "commit")
+        metrics::histogram!("tlogd_commit_duration_seconds", "log" => self.inner.config.name.clone(), "backend" => backend).record(took);
+        metrics::histogram!("tlogd_storage_op_duration_seconds", "log" => self.inner.config.name.clone(), "backend" => backend, "op" => "commit")
             .record(took);
         match outcome {
             Ok(()) => {
-                metrics::histogram!("tlogd_batch_size").record(batch.entries.len() as f64);
+                metrics::histogram!("tlogd_batch_size", "log" => self.inner.config.name.clone())
+                    .record(batch.entries.len() as f64);
                 *edge = Some(next_edge);
                 self.advance(next, committed_tx);
                 Ok(prev.size)
             }
             Err(StorageError::Conflict { expected, found }) => {
-                metrics::counter!("tlogd_storage_errors_total", "backend" => backend, "op" => "commit_conflict").increment(1);
+                metrics::counter!("tlogd_storage_errors_total", "log" => self.inner.config.name.clone(), "backend" => backend, "op" => "commit_conflict").increment(1);
                 tracing::info!(
                     expected,
                     found,
@@ -1213,14 +1228,14 @@ impl<S: LogStorage> Log<S> {
                 Err(Retry::Conflict)
             }
             Err(StorageError::WritesRefused(reason)) => {
-                metrics::counter!("tlogd_storage_errors_total", "backend" => backend, "op" => "commit_refused").increment(1);
+                metrics::counter!("tlogd_storage_errors_total", "log" => self.inner.config.name.clone(), "backend" => backend, "op" => "commit_refused").increment(1);
                 // Nothing persisted (a failed write, not a failed sync): the edge we
                 // took is still the stored one.
                 *edge = Some(current);
                 Err(Retry::WritesRefused(reason))
             }
             Err(e) => {
-                metrics::counter!("tlogd_storage_errors_total", "backend" => backend, "op" => "commit").increment(1);
+                metrics::counter!("tlogd_storage_errors_total", "log" => self.inner.config.name.clone(), "backend" => backend, "op" => "commit").increment(1);
                 tracing::error!(error = %e, size = prev.size, "commit failed; reloading the tree");
                 let attempt = Attempt {
                     prev,
@@ -1265,7 +1280,7 @@ impl<S: LogStorage> Log<S> {
                 size = self.committed_size(),
                 "the log is frozen: it accepts no more entries"
             );
-            metrics::gauge!("tlogd_log_frozen").set(1.0);
+            metrics::gauge!("tlogd_log_frozen", "log" => self.inner.config.name.clone()).set(1.0);
         }
     }
 
@@ -1346,7 +1361,8 @@ impl<S: LogStorage> Log<S> {
         self.inner
             .committed_size
             .store(next.size, Ordering::Release);
-        metrics::gauge!("tlogd_integrated_tree_size").set(next.size as f64);
+        metrics::gauge!("tlogd_integrated_tree_size", "log" => self.inner.config.name.clone())
+            .set(next.size as f64);
         committed_tx.send_replace(next);
     }
 
@@ -1422,7 +1438,7 @@ impl<S: LogStorage> Log<S> {
             self.inner
                 .published
                 .store(state.size + 1, Ordering::Release);
-            metrics::counter!("tlogd_checkpoints_superseded_total").increment(1);
+            metrics::counter!("tlogd_checkpoints_superseded_total", "log" => self.inner.config.name.clone()).increment(1);
             tracing::debug!(
                 size = state.size,
                 "a larger checkpoint is published already; not publishing this one"
@@ -1457,7 +1473,7 @@ impl<S: LogStorage> Log<S> {
             match cosigner.cosign(&cp, &signed, &prover).await {
                 Ok(cosigned) => signed = cosigned,
                 Err(reason) => {
-                    metrics::counter!("tlogd_checkpoints_withheld_total").increment(1);
+                    metrics::counter!("tlogd_checkpoints_withheld_total", "log" => self.inner.config.name.clone()).increment(1);
                     tracing::error!(size = state.size, %reason, "checkpoint not published");
                     return false;
                 }
@@ -1467,13 +1483,14 @@ impl<S: LogStorage> Log<S> {
         let started = Instant::now();
         match inner.storage.publish_checkpoint(&signed).await {
             Ok(()) => {
-                metrics::histogram!("tlogd_storage_op_duration_seconds", "backend" => backend, "op" => "publish_checkpoint")
+                metrics::histogram!("tlogd_storage_op_duration_seconds", "log" => self.inner.config.name.clone(), "backend" => backend, "op" => "publish_checkpoint")
                     .record(started.elapsed().as_secs_f64());
                 let previous = inner.published.swap(state.size + 1, Ordering::AcqRel);
                 inner.latest.offer(&signed);
-                metrics::counter!("tlogd_checkpoints_published_total").increment(1);
-                metrics::gauge!("tlogd_checkpoint_size").set(state.size as f64);
-                metrics::gauge!("tlogd_checkpoint_published_timestamp_seconds").set(
+                metrics::counter!("tlogd_checkpoints_published_total", "log" => self.inner.config.name.clone()).increment(1);
+                metrics::gauge!("tlogd_checkpoint_size", "log" => self.inner.config.name.clone())
+                    .set(state.size as f64);
+                metrics::gauge!("tlogd_checkpoint_published_timestamp_seconds", "log" => self.inner.config.name.clone()).set(
                     std::time::SystemTime::now()
                         .duration_since(std::time::UNIX_EPOCH)
                         .map(|d| d.as_secs_f64())
@@ -1487,7 +1504,7 @@ impl<S: LogStorage> Log<S> {
                 true
             }
             Err(e) => {
-                metrics::counter!("tlogd_storage_errors_total", "backend" => backend, "op" => "publish_checkpoint").increment(1);
+                metrics::counter!("tlogd_storage_errors_total", "log" => self.inner.config.name.clone(), "backend" => backend, "op" => "publish_checkpoint").increment(1);
                 tracing::error!(error = %e, size = state.size, "publishing checkpoint failed");
                 false
             }
@@ -1533,7 +1550,8 @@ impl<S: LogStorage> Log<S> {
                     }
                     indexed = upto;
                     inner.indexed_size.store(indexed, Ordering::Release);
-                    metrics::gauge!("tlogd_dedup_lag").set(self.dedup_lag() as f64);
+                    metrics::gauge!("tlogd_dedup_lag", "log" => self.inner.config.name.clone())
+                        .set(self.dedup_lag() as f64);
                 }
                 Err(e) => {
                     if self.is_closed() {
@@ -1610,7 +1628,8 @@ impl<S: LogStorage> Log<S> {
                     }
                 }
             }
-            metrics::gauge!("tlogd_dedup_lag").set(self.dedup_lag() as f64);
+            metrics::gauge!("tlogd_dedup_lag", "log" => self.inner.config.name.clone())
+                .set(self.dedup_lag() as f64);
         }
         // Shutting down: persist what the index holds in memory, so the next start has
         // nothing to re-index.
