@@ -47,7 +47,7 @@ last=$(size); m=0; hz=$(getconf CLK_TCK)
 # The commit histogram's and the accepted adds' sums and counts, from one scrape:
 # "SUM COUNT ADD_SUM ADD_COUNT".
 commits() { awk '$1 ~ /^tlogd_commit_duration_seconds_sum/ {s = $2} $1 ~ /^tlogd_commit_duration_seconds_count/ {c = $2}
-  $1 == "tlogd_add_duration_seconds_sum{outcome=\"ok\"}" {as = $2} $1 == "tlogd_add_duration_seconds_count{outcome=\"ok\"}" {ac = $2}
+  $1 == "tlogd_add_duration_seconds_sum{log=\"default\",outcome=\"ok\"}" {as = $2} $1 == "tlogd_add_duration_seconds_count{log=\"default\",outcome=\"ok\"}" {ac = $2}
   END {printf "%s %d %s %d", s + 0, c, as + 0, ac}'; }
 read -r last_csum last_ccount last_asum last_acount <<< "$(scrape | commits)"
 last_ticks=$(ticks_pid "$tl"); last_rocks=$(ticks_threads "$tl" rocksdb); last_lg=$(ticks_pid "$lg")
