@@ -994,6 +994,106 @@ mod tests {
         let c = Config::load(&dir.join("../../config/gcs.toml")).unwrap();
         c.validate().unwrap();
         assert_eq!(c.storage.backend, "gcs");
+        let c = Config::load(&dir.join("../../config/three-logs.toml")).unwrap();
+        c.validate().unwrap();
+        let logs = c.served_logs();
+        let names: Vec<&str> = logs.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(names, ["products", "audit", "archive"]);
+        assert_eq!(logs[1].storage.backend, "mysql");
+        assert!(logs[2].read_only);
+    }
+
+    fn two_logs(a: &str, b: &str) -> String {
+        format!(
+            "[[logs]]\nname = \"a\"\norigin = \"example.com/a\"\nprivate_key_file = \"a.key\"\n{a}\
+             [[logs]]\nname = \"b\"\norigin = \"example.com/b\"\nprivate_key_file = \"b.key\"\n{b}"
+        )
+    }
+
+    /// What several logs must not share, and keys that belong inside `[[logs]]`: each
+    /// refused with one line naming it. A single-log file is one log named "" at `/`.
+    #[test]
+    fn several_logs_are_checked_for_what_they_must_not_share() {
+        let single = Config::parse("origin = \"example.com/x\"\nstorage.dir = \"x\"\n").unwrap();
+        single.validate().unwrap();
+        let logs = single.served_logs();
+        assert_eq!(
+            (logs.len(), logs[0].name.as_str(), logs[0].label()),
+            (1, "", "default")
+        );
+        let ok = two_logs("storage.dir = \"a\"\n", "storage.dir = \"b\"\n");
+        Config::parse(&ok).unwrap().validate().unwrap();
+        for (toml, says) in [
+            (
+                two_logs("storage.dir = \"x\"\n", "storage.dir = \"x\"\n"),
+                "same storage.dir x",
+            ),
+            (
+                two_logs(
+                    "storage.dir = \"a\"\nhost = \"h.example\"\n",
+                    "storage.dir = \"b\"\nhost = \"H.example\"\n",
+                ),
+                "same host h.example",
+            ),
+            (
+                two_logs(
+                    "storage.backend = \"mysql\"\nstorage.url = \"mysql://u:p@db:3306/t\"\ndedup.path = \"d1\"\n",
+                    "storage.backend = \"mysql\"\nstorage.url = \"mysql://v:q@db:3306/t\"\ndedup.path = \"d2\"\n",
+                ),
+                "same database mysql://db:3306/t",
+            ),
+            (
+                two_logs(
+                    "storage.dir = \"a\"\ndedup.path = \"d\"\n",
+                    "storage.dir = \"b\"\ndedup.path = \"d\"\n",
+                ),
+                "same dedup.path d",
+            ),
+            (
+                two_logs("storage.dir = \"a\"\n", "storage.dir = \"b\"\n")
+                    .replace("name = \"b\"", "name = \"a\""),
+                "two [[logs]] are named \"a\"",
+            ),
+            (
+                two_logs("storage.dir = \"a\"\n", "storage.dir = \"b\"\n")
+                    .replace("name = \"b\"", "name = \"B/x\""),
+                "a log's name is its path prefix",
+            ),
+            (
+                two_logs("storage.dir = \"a\"\n", "storage.dir = \"b\"\n")
+                    .replace("private_key_file = \"b.key\"\n", ""),
+                "`private_key_file` is required",
+            ),
+            (
+                two_logs("storage.dir = \"a\"\n", "storage.dir = \"b\"\n")
+                    .replace("origin = \"example.com/b\"", "origin = \"example.com/a\""),
+                "same origin",
+            ),
+            (
+                two_logs("", "storage.dir = \"b\"\n"),
+                "[[logs]] \"a\": `storage.dir` is required",
+            ),
+        ] {
+            let e = Config::parse(&toml)
+                .unwrap()
+                .validate()
+                .expect_err(says)
+                .to_string();
+            assert!(e.contains(says), "{says}: {e}");
+            assert_eq!(e.lines().count(), 1, "{e}");
+        }
+        for key in [
+            "origin = \"example.com/x\"",
+            "read_only = true",
+            "[storage]\ndir = \"x\"",
+        ] {
+            let toml = format!(
+                "{key}\n{}",
+                two_logs("storage.dir = \"a\"\n", "storage.dir = \"b\"\n")
+            );
+            let e = Config::parse(&toml).expect_err(key).to_string();
+            assert!(e.contains("inside each [[logs]] entry"), "{key}: {e}");
+        }
     }
 
     #[test]

@@ -143,8 +143,18 @@ async fn adds_need_a_configured_bearer_token_and_reads_stay_public() {
         .await
         .unwrap();
     let m = String::from_utf8(m.to_vec()).unwrap();
-    assert!(metric(&m, "tlogd_add_requests_total{log=\"default\",outcome=\"forbidden\"}") >= 3.0);
-    assert!(metric(&m, "tlogd_add_requests_total{log=\"default\",outcome=\"unauthorized\"}") >= 3.0);
+    assert!(
+        metric(
+            &m,
+            "tlogd_add_requests_total{log=\"default\",outcome=\"forbidden\"}"
+        ) >= 3.0
+    );
+    assert!(
+        metric(
+            &m,
+            "tlogd_add_requests_total{log=\"default\",outcome=\"unauthorized\"}"
+        ) >= 3.0
+    );
 
     assert!(d.terminate().success());
     let log = std::fs::read_to_string(&stderr).unwrap();

@@ -189,7 +189,10 @@ async fn a_slowloris_body_gets_408_and_changes_nothing() {
     assert_eq!(http.add(&d.url, Bytes::from("first")).await.unwrap().0, 0);
     let m = scrape(&http, &d).await;
     assert_eq!(
-        metric(&m, "tlogd_add_requests_total{log=\"default\",outcome=\"timeout\"}"),
+        metric(
+            &m,
+            "tlogd_add_requests_total{log=\"default\",outcome=\"timeout\"}"
+        ),
         2.0
     );
     assert!(d.terminate().success());

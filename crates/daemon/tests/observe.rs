@@ -140,9 +140,11 @@ async fn readyz_fails_when_storage_is_unwritable() {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
         let (_, _, body) = http.get(&format!("{m}/metrics")).await.unwrap();
-        let failed = String::from_utf8_lossy(&body)
-            .lines()
-            .any(|l| l.starts_with("tlogd_storage_errors_total{backend=\"posix\",op=\"commit\"} "));
+        let failed = String::from_utf8_lossy(&body).lines().any(|l| {
+            l.starts_with(
+                "tlogd_storage_errors_total{log=\"default\",backend=\"posix\",op=\"commit\"} ",
+            )
+        });
         if failed {
             break;
         }

@@ -487,12 +487,22 @@ impl Writers {
     }
 }
 
-/// The value of the Prometheus sample `name_and_labels` in a `/metrics` text.
+/// The value of the Prometheus sample `name_and_labels` in a `/metrics` text; a
+/// log's metric is also found without its `log` label (the single log of these tests
+/// is `log="default"`).
 pub fn metric(text: &str, name_and_labels: &str) -> f64 {
-    text.lines()
-        .find(|l| l.starts_with(name_and_labels) && l[name_and_labels.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
+    let with_log = match name_and_labels.split_once('{') {
+        Some((name, labels)) => format!("{name}{{log=\"default\",{labels}"),
+        None => format!("{name_and_labels}{{log=\"default\"}}"),
+    };
+    let sample = |want: &str| {
+        text.lines()
+            .find(|l| l.starts_with(want) && l[want.len()..].starts_with(' '))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+    };
+    sample(name_and_labels)
+        .or_else(|| sample(&with_log))
         .unwrap_or_else(|| panic!("metric {name_and_labels} not found in:\n{text}"))
 }
 
