@@ -730,6 +730,9 @@ fn check_distinct(logs: &[LogSection]) -> anyhow::Result<()> {
         }
     };
     let mut names = std::collections::HashSet::new();
+    // (bucket, prefix, log) of the object-store logs: one prefix inside another's keys
+    // would mix two logs' objects.
+    let mut buckets: Vec<(String, String, String)> = Vec::new();
     for l in logs {
         if !valid_log_name(&l.name) {
             bail!(
@@ -772,12 +775,14 @@ fn check_distinct(logs: &[LogSection]) -> anyhow::Result<()> {
                 format!("database {scheme}://{db}")
             }),
             _ => st.bucket.as_ref().map(|b| {
-                format!(
-                    "bucket and prefix {}:{}/{b}/{}",
+                let bucket = format!(
+                    "{}:{}/{b}",
                     st.backend,
-                    st.endpoint.as_deref().unwrap_or(""),
-                    st.prefix.trim_matches('/')
-                )
+                    st.endpoint.as_deref().unwrap_or("")
+                );
+                let prefix = st.prefix.trim_matches('/').to_string();
+                buckets.push((bucket.clone(), prefix.clone(), l.name.clone()));
+                format!("bucket and prefix {bucket}/{prefix}")
             }),
         };
         if let Some(store) = store {
@@ -787,6 +792,21 @@ fn check_distinct(logs: &[LogSection]) -> anyhow::Result<()> {
             && l.dedup.enabled
         {
             claim(format!("dedup.path {}", p.display()), &l.name)?;
+        }
+    }
+    for (i, (b1, p1, n1)) in buckets.iter().enumerate() {
+        for (b2, p2, n2) in &buckets[i + 1..] {
+            let nested = |outer: &str, inner: &str| {
+                outer.is_empty()
+                    || inner
+                        .strip_prefix(outer)
+                        .is_some_and(|r| r.starts_with('/'))
+            };
+            if b1 == b2 && p1 != p2 && (nested(p1, p2) || nested(p2, p1)) {
+                bail!(
+                    "[[logs]] {n1:?} and {n2:?} are in bucket {b1} under prefixes {p1:?} and {p2:?}, one inside the other: give each log a prefix of its own beside the other's"
+                );
+            }
         }
     }
     Ok(())
@@ -1072,6 +1092,13 @@ mod tests {
             (
                 two_logs("", "storage.dir = \"b\"\n"),
                 "[[logs]] \"a\": `storage.dir` is required",
+            ),
+            (
+                two_logs(
+                    "storage.backend = \"s3\"\nstorage.bucket = \"k\"\ndedup.path = \"d1\"\n",
+                    "storage.backend = \"s3\"\nstorage.bucket = \"k\"\nstorage.prefix = \"b\"\ndedup.path = \"d2\"\n",
+                ),
+                "one inside the other",
             ),
         ] {
             let e = Config::parse(&toml)

@@ -318,7 +318,7 @@ struct Opened {
 
 /// Open one log of the file: its key, storage, dedup index and engine, frozen first
 /// if `read_only` says so; and its public routes.
-async fn open_log(c: &Config, l: &LogSection) -> anyhow::Result<Opened> {
+async fn open_log(c: &Config, l: &LogSection, clients: &Clients) -> anyhow::Result<Opened> {
     let origin = l.origin.clone().unwrap_or_default();
     let signer = Arc::new(load_signer(l, &origin)?);
     let mut lc = LogConfig::new(origin.clone(), signer);
@@ -367,7 +367,9 @@ async fn open_log(c: &Config, l: &LogSection) -> anyhow::Result<Opened> {
             return assemble(storage, open_dedup(l, None).await?, lc, l, c).await;
         }
         "s3" | "gcs" => {
-            let storage = open_object_store(l, &origin).await.with_context(opening)?;
+            let storage = open_object_store(l, &origin, clients)
+                .await
+                .with_context(opening)?;
             return assemble(Arc::new(storage), open_dedup(l, None).await?, lc, l, c).await;
         }
         _ => {}
@@ -446,8 +448,9 @@ async fn assemble<S: LogStorage>(
 /// Open every log of the file (several: in order, each named in its errors).
 async fn open_logs(c: &Config) -> anyhow::Result<Vec<Opened>> {
     let mut opened = Vec::new();
+    let clients = Clients::default();
     for l in c.served_logs() {
-        let log = open_log(c, &l).await;
+        let log = open_log(c, &l, &clients).await;
         opened.push(match l.name.is_empty() {
             true => log?,
             false => log.with_context(|| format!("log {:?}", l.name))?,
@@ -470,7 +473,7 @@ async fn freeze(mut c: Config, name: Option<String>) -> anyhow::Result<()> {
     };
     section.read_only = true;
     c.logs.clear();
-    let opened = open_log(&c, &section).await?;
+    let opened = open_log(&c, &section, &Clients::default()).await?;
     opened.log.shutdown();
     opened.tasks.join().await;
     let (size, published) = (opened.log.committed_size(), opened.log.published_size());
@@ -595,31 +598,26 @@ async fn serve(c: Config) -> anyhow::Result<()> {
 async fn open_object_store(
     l: &LogSection,
     origin: &str,
+    clients: &Clients,
 ) -> anyhow::Result<CachedTiles<ObjectLog<ObjectStoreBackend>>> {
     let st = &l.storage;
     let bucket = st.bucket.clone().unwrap_or_default();
-    let backend = match st.backend.as_str() {
-        "s3" => tlogd_storage_object::s3::backend(&S3Options {
-            bucket: bucket.clone(),
-            prefix: st.prefix.clone(),
-            region: st.region.clone(),
-            endpoint: st.endpoint.clone(),
-            allow_http: st.allow_http,
-            virtual_hosted_style: st.virtual_hosted_style,
-            ..S3Options::default()
-        })?,
-        _ => tlogd_storage_object::gcs::backend(&GcsOptions {
-            bucket: bucket.clone(),
-            prefix: st.prefix.clone(),
-            service_account_path: st
-                .service_account_path
-                .as_ref()
-                .map(|p| p.to_string_lossy().into_owned()),
-            endpoint: st.endpoint.clone(),
-            allow_http: st.allow_http,
-            ..GcsOptions::default()
-        })?,
+    // Logs of one bucket (reached the same way) share its clients: one connection pool.
+    let client_key = format!(
+        "{}|{}|{bucket}|{:?}|{}|{:?}|{:?}",
+        st.backend,
+        st.endpoint.as_deref().unwrap_or(""),
+        st.region,
+        st.allow_http,
+        st.virtual_hosted_style,
+        st.service_account_path
+    );
+    let shared = lock_clients(clients).get(&client_key).cloned();
+    let backend = match shared {
+        Some(b) => b.with_prefix(&st.prefix)?,
+        None => new_object_client(st, &bucket)?,
     };
+    lock_clients(clients).insert(client_key, backend.clone());
     let options = ObjectLogOptions {
         write_concurrency: st.write_concurrency,
         hedge_after: Duration::from_millis(st.hedge_after_ms),
@@ -636,6 +634,45 @@ async fn open_object_store(
     );
     let log = tlogd_storage_object::open_log(backend, origin, options).await?;
     Ok(CachedTiles::new(Arc::new(log), st.cache_mib << 20))
+}
+
+/// Object-store clients by bucket and the way it is reached, shared by the logs the
+/// daemon opens.
+type Clients = std::sync::Mutex<std::collections::HashMap<String, ObjectStoreBackend>>;
+
+fn lock_clients(
+    c: &Clients,
+) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, ObjectStoreBackend>> {
+    c.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A new client of the bucket `st` names, below its prefix.
+fn new_object_client(
+    st: &tlogd::config::StorageConfig,
+    bucket: &str,
+) -> anyhow::Result<ObjectStoreBackend> {
+    Ok(match st.backend.as_str() {
+        "s3" => tlogd_storage_object::s3::backend(&S3Options {
+            bucket: bucket.to_string(),
+            prefix: st.prefix.clone(),
+            region: st.region.clone(),
+            endpoint: st.endpoint.clone(),
+            allow_http: st.allow_http,
+            virtual_hosted_style: st.virtual_hosted_style,
+            ..S3Options::default()
+        })?,
+        _ => tlogd_storage_object::gcs::backend(&GcsOptions {
+            bucket: bucket.to_string(),
+            prefix: st.prefix.clone(),
+            service_account_path: st
+                .service_account_path
+                .as_ref()
+                .map(|p| p.to_string_lossy().into_owned()),
+            endpoint: st.endpoint.clone(),
+            allow_http: st.allow_http,
+            ..GcsOptions::default()
+        })?,
+    })
 }
 
 /// The runtime of the log's integrator, publisher and indexer: one thread of their

@@ -111,13 +111,14 @@ async fn verify(url: String, l: &LogSpec) {
     );
 }
 
-/// Three logs on three backends in one daemon: each reached under its own prefix,
+/// Four logs on three backends in one daemon (two in one bucket, under prefixes, on
+/// one client): each reached under its own prefix,
 /// with its own indices, checkpoint and metrics; MySQL's database stalls (every byte
-/// held) while POSIX and MinIO keep committing and answering, and `/readyz/<name>`
-/// tells the logs apart; once the database is back, its log commits again; all three
+/// held) while the others keep committing and answering, and `/readyz/<name>`
+/// tells the logs apart; once the database is back, its log commits again; all four
 /// verify whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_logs_on_three_backends_and_one_stalled_store() {
+async fn four_logs_on_three_backends_and_one_stalled_store() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let maria = tokio::task::spawn_blocking(TestMariaDb::shared)
@@ -145,17 +146,25 @@ async fn three_logs_on_three_backends_and_one_stalled_store() {
     let s3 = log_spec(
         dir,
         "bucket",
-        &minio.storage_toml,
+        &format!("{}prefix = \"first\"\n", minio.storage_toml),
         &format!("dedup.path = \"{}\"\n", dir.join("bucket-dedup").display()),
     );
+    // A second log in the same bucket, under a prefix: it shares the first's client.
+    let s3b = log_spec(
+        dir,
+        "bucket2",
+        &format!("{}prefix = \"second\"\n", minio.storage_toml),
+        &format!("dedup.path = \"{}\"\n", dir.join("bucket2-dedup").display()),
+    );
+    let all = [&posix, &mysql, &s3, &s3b];
     let http = Http::new();
-    let mut d = start(dir, &[&posix, &mysql, &s3], &minio.env);
-    for l in [&posix, &mysql, &s3] {
+    let mut d = start(dir, &all, &minio.env);
+    for l in all {
         wait_ready(&mut d, &http, l.name).await;
     }
     // Each log numbers its own entries from 0.
     for i in 0..20u64 {
-        for l in [&posix, &mysql, &s3] {
+        for l in all {
             let e = Bytes::from(format!("{} entry {i}", l.name));
             let (index, dup) = http.add(&format!("{}/{}", d.url, l.name), e).await.unwrap();
             assert_eq!((index, dup), (i, false), "{}", l.name);
@@ -174,7 +183,7 @@ async fn three_logs_on_three_backends_and_one_stalled_store() {
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
     for i in 20..40u64 {
-        for l in [&posix, &s3] {
+        for l in [&posix, &s3, &s3b] {
             let e = Bytes::from(format!("{} entry {i}", l.name));
             let base = format!("{}/{}", d.url, l.name);
             let add = http.add(&base, e);
@@ -221,7 +230,7 @@ async fn three_logs_on_three_backends_and_one_stalled_store() {
         .await
         .unwrap();
     let text = String::from_utf8_lossy(&metrics.2);
-    for l in [&posix, &mysql, &s3] {
+    for l in all {
         let line = format!(
             "tlogd_add_requests_total{{log=\"{}\",outcome=\"ok\"}}",
             l.name
@@ -234,8 +243,8 @@ async fn three_logs_on_three_backends_and_one_stalled_store() {
         .unwrap();
     assert_eq!(ready.0, 200, "{}", String::from_utf8_lossy(&ready.2));
     assert_eq!(d.terminate().code(), Some(0));
-    let mut d = start(dir, &[&posix, &mysql, &s3], &minio.env);
-    for l in [&posix, &mysql, &s3] {
+    let mut d = start(dir, &all, &minio.env);
+    for l in all {
         wait_ready(&mut d, &http, l.name).await;
         verify(format!("{}/{}", d.url, l.name), l).await;
     }

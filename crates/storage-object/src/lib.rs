@@ -195,6 +195,17 @@ impl ObjectStoreBackend {
         Self::new(name, store.clone(), store, prefix)
     }
 
+    /// The same bucket through the same clients (connection pools, credentials), with
+    /// keys below `prefix` instead: several logs of one bucket share one client.
+    pub fn with_prefix(&self, prefix: &str) -> Result<Self, SetupError> {
+        Self::new(
+            self.name,
+            self.store.clone(),
+            self.conditional.clone(),
+            prefix,
+        )
+    }
+
     /// The key prefix (empty: the bucket's root).
     pub fn prefix(&self) -> &Path {
         &self.prefix

@@ -52,6 +52,14 @@
 //! frontend advanced the tree; definite: that attempt never lands) the batch is
 //! re-integrated on the reloaded edge at once.
 //!
+//! **Freezing** ([`Log::freeze`]) is one more commit through the same steps: adds are
+//! refused from the moment it is asked for, the batches already queued commit first,
+//! then, under the sequencing lock and on a freshly read state, a batch of no tiles
+//! swaps the state to itself with [`TreeState::frozen`] set. A commit of another
+//! frontend racing it loses its swap and reloads into the frozen state (step 1), which
+//! no batch is ever integrated on; the publisher then signs the final checkpoint as
+//! for any commit.
+//!
 //! A background task that panics stops the log ([`Log::failed`]): queued adds are
 //! answered with an error, new ones refused, `/readyz` fails, and the daemon exits;
 //! restarting re-reads storage, the only source of truth.
@@ -265,6 +273,18 @@ impl AddError {
                 | AddError::WritesRefused
         )
     }
+}
+
+/// A committed entry read back ([`Log::read_entry`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoggedEntry {
+    /// Its index in the log.
+    pub index: u64,
+    /// Its bytes as the personality stored them.
+    pub bytes: Vec<u8>,
+    /// The timestamp it was sequenced at (ms since the Unix epoch; 0 when the
+    /// personality's entries carry none).
+    pub timestamp: u64,
 }
 
 /// A successful add.
@@ -686,6 +706,51 @@ impl<S: LogStorage> Log<S> {
                 std::future::pending::<()>().await;
             }
         }
+    }
+
+    /// The committed entry at `index` as the personality stored it, with the timestamp
+    /// it was sequenced at (0 for a personality whose entries carry none); `None`
+    /// beyond the committed tree. What a duplicate is answered with beyond its index
+    /// comes from here: the dedup index maps an entry to its index only, and the
+    /// stored entry holds the rest (CT's SCT needs the original timestamp;
+    /// docs/seams.md, "Dedup value"). One bundle read (a partial one, or the full
+    /// bundle that replaced it).
+    pub async fn read_entry(&self, index: u64) -> Result<Option<LoggedEntry>, StorageError> {
+        let size = self.committed_size();
+        if index >= size {
+            return Ok(None);
+        }
+        let personality = &*self.inner.config.personality;
+        let n = index / TILE_WIDTH;
+        let width = (size - n * TILE_WIDTH).min(TILE_WIDTH) as u16;
+        let id = TileId {
+            kind: personality.bundle_kind(),
+            index: n,
+            width,
+        };
+        let storage = &*self.inner.storage;
+        let bytes = match storage.read_tile(&id).await? {
+            Some(b) => b,
+            // Completed since the size was read, its partials collected: the full
+            // bundle starts with the same entries (tlog-tiles "Partial Tiles").
+            None if !id.is_full() => storage
+                .read_tile(&id.full())
+                .await?
+                .ok_or_else(|| StorageError::Corrupt(format!("missing {}", id.path())))?,
+            None => return Err(StorageError::Corrupt(format!("missing {}", id.path()))),
+        };
+        let entries = personality
+            .split_bundle(&bytes)
+            .map_err(|e| StorageError::Corrupt(format!("{}: {e}", id.path())))?;
+        let at = (index % TILE_WIDTH) as usize;
+        let entry = entries
+            .get(at)
+            .ok_or_else(|| StorageError::Corrupt(format!("{} has no entry {at}", id.path())))?;
+        Ok(Some(LoggedEntry {
+            index,
+            bytes: entry.bytes.to_vec(),
+            timestamp: entry.timestamp,
+        }))
     }
 
     /// Whether the log is frozen: as stored when it was opened, frozen by

@@ -967,6 +967,16 @@ async fn a_personality_decides_what_is_stored_hashed_and_read_back() {
         .expect("logged") as u64;
     let again = log.add(entry(123)).await.unwrap();
     assert_eq!((again.index, again.duplicate), (at, true));
+    // What a duplicate is answered with beyond its index is read back from the log:
+    // the stored entry and the timestamp it was sequenced at.
+    let original = log.read_entry(at).await.unwrap().expect("committed");
+    let s = &stored[at as usize];
+    assert_eq!(original.bytes, *s);
+    assert_eq!(
+        original.timestamp,
+        u64::from_be_bytes(s[8..16].try_into().unwrap())
+    );
+    assert_eq!(log.read_entry(300).await.unwrap(), None, "beyond the tree");
     assert_eq!(log.add(entry(300)).await.unwrap().index, 300);
     log.shutdown();
     tasks.join().await;
