@@ -9,6 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
+use common::frontends::tlogd_verify_with;
 use common::objects::minio_store;
 use common::*;
 use tlogd_core::note::generate_key;
@@ -55,60 +56,20 @@ fn start(dir: &Path, logs: &[&LogSpec], env: &[(String, String)]) -> Daemon {
     }
     let path = dir.join("tlogd.toml");
     std::fs::write(&path, cfg).unwrap();
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_tlogd"))
-        .args(["serve", "--config"])
-        .arg(&path)
-        .env("RUST_LOG", "warn")
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn tlogd");
-    Daemon {
-        child,
-        url: format!("http://127.0.0.1:{port}"),
-        metrics_url: format!("http://127.0.0.1:{mport}"),
-        dir: dir.to_path_buf(),
-    }
+    let opts = Opts {
+        env: env.to_vec(),
+        ..Opts::default()
+    };
+    Daemon::spawn(dir, &path, port, mport, &opts)
 }
 
 async fn wait_ready(d: &mut Daemon, http: &Http, log: &str) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(Some(status)) = d.child.try_wait() {
-            panic!("tlogd exited early: {status}");
-        }
-        if let Ok((200, _, _)) = http.get(&format!("{}/{log}/checkpoint", d.url)).await {
-            return;
-        }
-        assert!(std::time::Instant::now() < deadline, "log {log} not ready");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    d.wait_ready_at(http, &format!("/{log}")).await
 }
 
 /// `tlogd verify` of one log of the daemon.
 async fn verify(url: String, l: &LogSpec) {
-    let (vkey, origin) = (l.vkey.clone(), l.origin.clone());
-    let o = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_tlogd"))
-            .args([
-                "verify",
-                &url,
-                "--log-public-key",
-                &vkey,
-                "--origin",
-                &origin,
-            ])
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    tlogd_verify_with(url, l.vkey.clone(), Some(l.origin.clone())).await
 }
 
 /// Four logs on three backends in one daemon (two in one bucket, under prefixes, on

@@ -728,17 +728,7 @@ impl<S: LogStorage> Log<S> {
             index: n,
             width,
         };
-        let storage = &*self.inner.storage;
-        let bytes = match storage.read_tile(&id).await? {
-            Some(b) => b,
-            // Completed since the size was read, its partials collected: the full
-            // bundle starts with the same entries (tlog-tiles "Partial Tiles").
-            None if !id.is_full() => storage
-                .read_tile(&id.full())
-                .await?
-                .ok_or_else(|| StorageError::Corrupt(format!("missing {}", id.path())))?,
-            None => return Err(StorageError::Corrupt(format!("missing {}", id.path()))),
-        };
+        let bytes = read_bundle(&*self.inner.storage, &id).await?;
         let entries = personality
             .split_bundle(&bytes)
             .map_err(|e| StorageError::Corrupt(format!("{}: {e}", id.path())))?;
@@ -1722,16 +1712,7 @@ impl<S: LogStorage> Log<S> {
                 index: n,
                 width,
             };
-            // A partial bundle of a past size may be gone once its bundle filled up
-            // (tlog-tiles "Partial Tiles"); the full one starts with the same entries.
-            let bytes = match storage.read_tile(&id).await? {
-                Some(b) => b,
-                None if !id.is_full() => storage
-                    .read_tile(&id.full())
-                    .await?
-                    .ok_or_else(|| StorageError::Corrupt(format!("missing {}", id.path())))?,
-                None => return Err(StorageError::Corrupt(format!("missing {}", id.path()))),
-            };
+            let bytes = read_bundle(&**storage, &id).await?;
             let entries = personality
                 .split_bundle(&bytes)
                 .map_err(|e| StorageError::Corrupt(format!("{}: {e}", id.path())))?;
@@ -1824,6 +1805,20 @@ enum Resolved {
     NotPersisted(Edge),
     /// Storage could not be read in time.
     Unknown(String),
+}
+
+/// The committed bundle `id`: a partial bundle of a past size may be gone once its
+/// bundle filled up (tlog-tiles "Partial Tiles"), and the full one starts with the same
+/// entries.
+async fn read_bundle<S: LogStorage>(storage: &S, id: &TileId) -> Result<Vec<u8>, StorageError> {
+    match storage.read_tile(id).await? {
+        Some(b) => Ok(b),
+        None if !id.is_full() => storage
+            .read_tile(&id.full())
+            .await?
+            .ok_or_else(|| StorageError::Corrupt(format!("missing {}", id.path()))),
+        None => Err(StorageError::Corrupt(format!("missing {}", id.path()))),
+    }
 }
 
 /// Whether the stored tree, at state `stored`, contains the commit that would have

@@ -67,12 +67,19 @@ pub async fn two_frontends_under_load(http: &Http, a: &Daemon, b: &Daemon, dir: 
 /// `tlogd verify` of the log at `url` (a daemon, or a bucket serving the log): exit
 /// status 0 and "OK ...".
 pub async fn tlogd_verify(url: String) {
-    let vkey = verifier().to_vkey();
+    tlogd_verify_with(url, verifier().to_vkey(), None).await
+}
+
+/// `tlogd verify` of the log at `url` signed by `vkey`, whose origin is `origin` when
+/// it differs from the key's name.
+pub async fn tlogd_verify_with(url: String, vkey: String, origin: Option<String>) {
     let o = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_tlogd"))
-            .args(["verify", &url, "--log-public-key", &vkey])
-            .output()
-            .unwrap()
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_tlogd"));
+        c.args(["verify", &url, "--log-public-key", &vkey]);
+        if let Some(o) = &origin {
+            c.args(["--origin", o]);
+        }
+        c.output().unwrap()
     })
     .await
     .unwrap();

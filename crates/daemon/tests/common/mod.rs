@@ -85,13 +85,19 @@ impl Daemon {
             ),
         )
         .unwrap();
+        Daemon::spawn(dir, &cfg, port, mport, opts)
+    }
+
+    /// Run `tlogd serve --config cfg`, listening on `port` and `mport` as the file
+    /// says, with `opts`' environment, log level and stderr.
+    pub fn spawn(dir: &Path, cfg: &Path, port: u16, mport: u16, opts: &Opts) -> Daemon {
         let stderr = match &opts.stderr_to {
             Some(p) => Stdio::from(std::fs::File::create(p).unwrap()),
             None => Stdio::inherit(),
         };
         let child = Command::new(env!("CARGO_BIN_EXE_tlogd"))
             .args(["serve", "--config"])
-            .arg(&cfg)
+            .arg(cfg)
             .env("RUST_LOG", opts.rust_log.unwrap_or("warn"))
             .envs(opts.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
@@ -107,12 +113,18 @@ impl Daemon {
     }
 
     pub async fn wait_ready(&mut self, http: &Http) {
+        self.wait_ready_at(http, "").await
+    }
+
+    /// Wait until the log under `prefix` (`""`, or `/<name>` of a `[[logs]]` entry)
+    /// serves its checkpoint.
+    pub async fn wait_ready_at(&mut self, http: &Http, prefix: &str) {
         let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
             if let Ok(Some(status)) = self.child.try_wait() {
                 panic!("tlogd exited early: {status}");
             }
-            if let Ok((200, _, _)) = http.get(&format!("{}/checkpoint", self.url)).await {
+            if let Ok((200, _, _)) = http.get(&format!("{}{prefix}/checkpoint", self.url)).await {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
