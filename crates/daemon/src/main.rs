@@ -460,7 +460,7 @@ async fn open_logs(c: &Config) -> anyhow::Result<Vec<Opened>> {
 }
 
 /// `tlogd freeze`: open the one log, freeze it, publish its final checkpoint, stop.
-async fn freeze(mut c: Config, name: Option<String>) -> anyhow::Result<()> {
+async fn freeze(c: Config, name: Option<String>) -> anyhow::Result<()> {
     let logs = c.served_logs();
     let mut section = match (&name, logs.len()) {
         (None, 1) => logs[0].clone(),
@@ -472,7 +472,6 @@ async fn freeze(mut c: Config, name: Option<String>) -> anyhow::Result<()> {
             .ok_or_else(|| anyhow::anyhow!("the file has no [[logs]] named {n:?}"))?,
     };
     section.read_only = true;
-    c.logs.clear();
     let opened = open_log(&c, &section, &Clients::default()).await?;
     opened.log.shutdown();
     opened.tasks.join().await;
@@ -615,9 +614,12 @@ async fn open_object_store(
     let shared = lock_clients(clients).get(&client_key).cloned();
     let backend = match shared {
         Some(b) => b.with_prefix(&st.prefix)?,
-        None => new_object_client(st, &bucket)?,
+        None => {
+            let b = new_object_client(st, &bucket)?;
+            lock_clients(clients).insert(client_key, b.clone());
+            b
+        }
     };
-    lock_clients(clients).insert(client_key, backend.clone());
     let options = ObjectLogOptions {
         write_concurrency: st.write_concurrency,
         hedge_after: Duration::from_millis(st.hedge_after_ms),
