@@ -86,6 +86,7 @@
 
 mod cosign;
 mod dedup;
+pub mod forward;
 mod latest;
 mod queue;
 mod served;
@@ -93,6 +94,7 @@ mod storage;
 
 pub use cosign::{BoxFuture, CheckpointCosigner, ConsistencyProver, StorageProver, read_hashes};
 pub use dedup::{DedupError, DedupIndex, EntryHash, entry_hash};
+pub use forward::{ForwardError, ForwardedOutcome, Forwarder};
 pub use served::ServedLog;
 pub use storage::{CommitBatch, LogStorage, MAX_BLOB_KEY, StorageError, TreeState, check_blob_key};
 
@@ -160,6 +162,9 @@ pub struct LogConfig {
     /// connection tasks share under overload, where each of their wake-ups would wait
     /// behind the requests they are meant to serve.
     pub background: Option<tokio::runtime::Handle>,
+    /// Forward batches to the sequencing frontend instead of committing them here
+    /// ([`forward`]); commit here while it cannot be reached. `None`: commit here.
+    pub forward: Option<Arc<dyn Forwarder>>,
 }
 
 impl LogConfig {
@@ -183,6 +188,7 @@ impl LogConfig {
             retry_after: Duration::from_secs(1),
             commit_retry: Duration::from_secs(10),
             background: None,
+            forward: None,
         }
     }
 }
@@ -365,6 +371,12 @@ struct Inner<S> {
     frozen: AtomicBool,
     /// Set, with the task's name, when a background task died: the log stops.
     failed: watch::Sender<Option<String>>,
+    /// Forwarded batches awaiting their answer ([`forward::MAX_FORWARDS_IN_FLIGHT`]).
+    forwards: Arc<tokio::sync::Semaphore>,
+    /// Until when batches are committed here because a forward failed.
+    forward_paused_until: Mutex<Option<Instant>>,
+    /// Forwards in a row that went unanswered.
+    forward_unknowns: std::sync::atomic::AtomicU32,
 }
 
 /// The background tasks of a [`Log`]; await [`LogTasks::join`] after [`Log::shutdown`].
@@ -464,6 +476,9 @@ impl<S: LogStorage> Log<S> {
             ready: AtomicBool::new(true),
             frozen: AtomicBool::new(state.frozen),
             failed: watch::Sender::new(None),
+            forwards: Arc::new(tokio::sync::Semaphore::new(forward::MAX_FORWARDS_IN_FLIGHT)),
+            forward_paused_until: Mutex::new(None),
+            forward_unknowns: Default::default(),
             config,
         });
         metrics::gauge!("tlogd_integrated_tree_size", "log" => inner.config.name.clone())
@@ -573,12 +588,45 @@ impl<S: LogStorage> Log<S> {
     /// Sequence `entry`. Resolves once the entry and a tree state containing it are
     /// durable (or, for a duplicate, to the index where the same bytes already are).
     pub async fn add(&self, entry: Bytes) -> Result<AddOutcome, AddError> {
+        match self.push_entry(entry, false)? {
+            Ok(pushed) => self.await_pushed(pushed).await,
+            Err(known) => Ok(known),
+        }
+    }
+
+    /// Sequence entries another frontend forwarded here ([`forward`]): each is
+    /// answered exactly as [`Log::add`] would answer it, in order, and none is
+    /// forwarded on. All are queued before any is waited for, so they commit together.
+    pub async fn add_forwarded(&self, entries: Vec<Bytes>) -> Vec<ForwardedOutcome> {
+        let pushed: Vec<_> = entries
+            .into_iter()
+            .map(|e| self.push_entry(e, true))
+            .collect();
+        let mut outcomes = Vec::with_capacity(pushed.len());
+        for p in pushed {
+            outcomes.push(match p {
+                Ok(Ok(pushed)) => self.await_pushed(pushed).await,
+                Ok(Err(known)) => Ok(known),
+                Err(e) => Err(e),
+            });
+        }
+        outcomes
+    }
+
+    /// Validate `entry` and queue it: `Ok(Ok(_))` to wait on, `Ok(Err(_))` when the
+    /// dedup index already answers it. `pinned`: forwarded here, never forwarded on.
+    fn push_entry(
+        &self,
+        entry: Bytes,
+        pinned: bool,
+    ) -> Result<Result<Pushed, AddOutcome>, AddError> {
         let inner = &self.inner;
         let personality = &*inner.config.personality;
         let leaf = personality.accept(&entry).map_err(AddError::from)?;
         let Some(dedup) = &inner.dedup else {
-            let pushed = lock(&inner.queue).push(&inner.limits, entry, leaf, None)?;
-            return self.await_pushed(pushed).await;
+            return lock(&inner.queue)
+                .push(&inner.limits, entry, leaf, None, pinned)
+                .map(Ok);
         };
         if self.dedup_lag() > inner.config.dedup_max_lag {
             return Err(AddError::DedupLag);
@@ -595,10 +643,10 @@ impl<S: LogStorage> Log<S> {
                 // Never answer with an index the committed tree does not contain.
                 Ok(Some(index)) if index < self.committed_size() => {
                     inner.dedup_hits.increment(1);
-                    return Ok(AddOutcome {
+                    return Ok(Err(AddOutcome {
                         index,
                         duplicate: true,
-                    });
+                    }));
                 }
                 Ok(_) => {}
                 // Best effort: an unreadable index never blocks logging.
@@ -609,9 +657,9 @@ impl<S: LogStorage> Log<S> {
                 if inner.indexed_size.load(Ordering::Acquire) != marker && !q.is_in_flight(&h) {
                     continue;
                 }
-                q.push(&inner.limits, entry.clone(), leaf, Some(h))?
+                q.push(&inner.limits, entry.clone(), leaf, Some(h), pinned)?
             };
-            return self.await_pushed(pushed).await;
+            return Ok(Ok(pushed));
         }
     }
 
@@ -620,7 +668,7 @@ impl<S: LogStorage> Log<S> {
         match pushed {
             Pushed::Queued(slot, pos) => {
                 inner.work.notify_one();
-                let (index, duplicate) = slot.wait().await?.index_of(pos);
+                let (index, duplicate) = slot.wait().await?.index_of(pos)?;
                 if duplicate {
                     inner.dedup_hits.increment(1);
                 }
@@ -628,7 +676,7 @@ impl<S: LogStorage> Log<S> {
             }
             Pushed::DuplicatePending(slot, pos) => {
                 inner.dedup_hits.increment(1);
-                let (index, _) = slot.wait().await?.index_of(pos);
+                let (index, _) = slot.wait().await?.index_of(pos)?;
                 Ok(AddOutcome {
                     index,
                     duplicate: true,
@@ -784,6 +832,119 @@ impl<S: LogStorage> Log<S> {
         lock(&self.inner.queue).closed
     }
 
+    /// Where to forward batches, unless forwarding is off or paused after a failure.
+    fn forward_target(&self) -> Option<Arc<dyn Forwarder>> {
+        let forwarder = self.inner.config.forward.as_ref()?;
+        let mut paused = self
+            .inner
+            .forward_paused_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match *paused {
+            Some(until) if Instant::now() < until => None,
+            Some(_) => {
+                *paused = None;
+                tracing::info!(to = forwarder.target(), "forwarding batches again");
+                Some(forwarder.clone())
+            }
+            None => Some(forwarder.clone()),
+        }
+    }
+
+    /// Forward one batch and answer its adds with what the sequencing frontend says
+    /// (see [`forward`] for the protocol).
+    async fn forward_batch(&self, batch: PendingBatch, forwarder: Arc<dyn Forwarder>) {
+        let inner = &self.inner;
+        let n = batch.entries.len();
+        let counter = |outcome: &'static str| metrics::counter!("tlogd_forwarded_batches_total", "log" => inner.config.name.clone(), "outcome" => outcome);
+        let result = match forwarder.forward(batch.entries.clone()).await {
+            Ok(outcomes) if outcomes.len() == n => {
+                counter("answered").increment(1);
+                inner.forward_unknowns.store(0, Ordering::Relaxed);
+                metrics::counter!("tlogd_forwarded_entries_total", "log" => inner.config.name.clone())
+                    .increment(n as u64);
+                let mut each: Vec<Result<(u64, bool), AddError>> =
+                    vec![Err(AddError::Uncertain); n + batch.dropped.len()];
+                for &(pos, index) in &batch.dropped {
+                    each[pos as usize] = Ok((index, true));
+                }
+                for (i, o) in outcomes.into_iter().enumerate() {
+                    each[batch.pushed_position(i) as usize] = o.map(|a| (a.index, a.duplicate));
+                }
+                Ok(Placed {
+                    first: 0,
+                    dropped: None,
+                    each: Some(each.into()),
+                })
+            }
+            Ok(outcomes) => {
+                counter("unknown").increment(1);
+                let why = format!("{} outcomes for {n} entries", outcomes.len());
+                self.forward_unanswered(&*forwarder, &why);
+                Err(AddError::Uncertain)
+            }
+            Err(ForwardError::Unsent(why)) => {
+                // Nothing reached the other frontend: commit the batch here, first.
+                counter("unsent").increment(1);
+                self.pause_forwarding(&*forwarder, &why);
+                lock(&inner.queue).batches.push_front(batch);
+                inner.work.notify_one();
+                return;
+            }
+            Err(ForwardError::Unknown(why)) => {
+                // The other frontend may have logged it: committing it here could log
+                // it twice. The adds are answered "uncertain" (resubmit).
+                counter("unknown").increment(1);
+                self.forward_unanswered(&*forwarder, &why);
+                Err(AddError::Uncertain)
+            }
+        };
+        {
+            let mut q = lock(&inner.queue);
+            q.entries -= n;
+            q.bytes -= batch.bytes;
+            // Resubmissions find the entries in the other frontend's index, not here.
+            for h in &batch.hashes {
+                if matches!(q.inflight.get(h), Some(InFlight::Pending(slot, _)) if Arc::ptr_eq(slot, &batch.slot))
+                {
+                    q.inflight.remove(h);
+                }
+            }
+        }
+        batch.slot.complete(result);
+    }
+
+    /// A forward went unanswered: the second in a row pauses forwarding.
+    fn forward_unanswered(&self, forwarder: &dyn Forwarder, why: &str) {
+        if self.inner.forward_unknowns.fetch_add(1, Ordering::Relaxed) >= 1 {
+            self.inner.forward_unknowns.store(0, Ordering::Relaxed);
+            self.pause_forwarding(forwarder, why);
+        } else {
+            tracing::warn!(
+                to = forwarder.target(),
+                error = why,
+                "a forward went unanswered"
+            );
+        }
+    }
+
+    fn pause_forwarding(&self, forwarder: &dyn Forwarder, why: &str) {
+        let mut paused = self
+            .inner
+            .forward_paused_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if paused.is_none() {
+            tracing::warn!(
+                to = forwarder.target(),
+                error = why,
+                pause_s = forward::FORWARD_PAUSE.as_secs(),
+                "forwarding failed: committing batches here"
+            );
+        }
+        *paused = Some(Instant::now() + forward::FORWARD_PAUSE);
+    }
+
     async fn next_work(&self) -> Option<Work> {
         enum Next {
             Take,
@@ -844,101 +1005,135 @@ impl<S: LogStorage> Log<S> {
         // `Uncertain`): no batch is committed before it is resolved, so it can never
         // be appended twice.
         let mut unresolved: Option<Unresolved> = None;
-        while let Some(work) = self.next_work().await {
-            let mut batch = match work {
-                Work::Batch(batch) => batch,
-                Work::Freeze(callers) => {
-                    let frozen = match self
-                        .settle(&mut unresolved, &mut edge, &index_tx, &committed_tx, None)
-                        .await
-                    {
-                        Ok(()) => {
-                            self.freeze_tree(&mut edge, &committed_tx, &mut sequencer)
-                                .await
+        loop {
+            while let Some(work) = self.next_work().await {
+                let mut batch = match work {
+                    Work::Batch(batch) => batch,
+                    Work::Freeze(callers) => {
+                        let frozen = match self
+                            .settle(&mut unresolved, &mut edge, &index_tx, &committed_tx, None)
+                            .await
+                        {
+                            Ok(()) => {
+                                self.freeze_tree(&mut edge, &committed_tx, &mut sequencer)
+                                    .await
+                            }
+                            Err(reason) => Err(reason),
+                        };
+                        if sequencer.take().is_some() {
+                            inner.storage.release_sequencer(true).await;
                         }
-                        Err(reason) => Err(reason),
-                    };
+                        for caller in callers {
+                            let _ = caller.send(frozen.clone());
+                        }
+                        continue;
+                    }
+                };
+                metrics::gauge!("tlogd_queue_depth", "log" => self.inner.config.name.clone())
+                    .set(self.queue_depth() as f64);
+                let settled = self
+                    .settle(
+                        &mut unresolved,
+                        &mut edge,
+                        &index_tx,
+                        &committed_tx,
+                        Some(&mut batch),
+                    )
+                    .await;
+                let n = batch.entries.len();
+                // Another frontend sequences this log: hand the batch over (`forward`).
+                let forwarder = match (&settled, n, batch.pinned) {
+                    (Ok(()), 1.., false) => self.forward_target(),
+                    _ => None,
+                };
+                if let Some(forwarder) = forwarder
+                    && let Ok(permit) = inner.forwards.clone().acquire_owned().await
+                {
+                    // Holding the sequencer here would keep the other frontend waiting.
                     if sequencer.take().is_some() {
                         inner.storage.release_sequencer(true).await;
                     }
-                    for caller in callers {
-                        let _ = caller.send(frozen.clone());
-                    }
+                    let log = self.clone();
+                    tokio::spawn(async move {
+                        log.forward_batch(batch, forwarder).await;
+                        drop(permit);
+                    });
                     continue;
                 }
-            };
-            metrics::gauge!("tlogd_queue_depth", "log" => self.inner.config.name.clone())
-                .set(self.queue_depth() as f64);
-            let settled = self
-                .settle(
-                    &mut unresolved,
-                    &mut edge,
-                    &index_tx,
-                    &committed_tx,
-                    Some(&mut batch),
-                )
-                .await;
-            let n = batch.entries.len();
-            let result = match settled {
-                // Every entry was a resubmission of a batch found logged: nothing to
-                // commit.
-                Ok(()) if n == 0 => Ok(self.committed_size()),
-                Ok(()) => {
-                    self.commit_batch(&mut edge, &batch, &committed_tx, &mut sequencer)
-                        .await
-                }
-                Err(reason) => Err(Outcome::Failed(AddError::Storage(reason))),
-            };
-            let result = match result {
-                Ok(first) => Ok(first),
-                Err(Outcome::Failed(e)) => Err(e),
-                Err(Outcome::Unknown { attempts }) => {
-                    unresolved = Some(Unresolved {
-                        attempts,
-                        hashes: batch.hashes.clone(),
-                    });
-                    Err(AddError::Uncertain)
-                }
-            };
-            {
-                let mut q = lock(&inner.queue);
-                q.entries -= n;
-                q.bytes -= batch.bytes;
-                for (i, h) in batch.hashes.iter().enumerate() {
-                    match &result {
-                        Ok(first) => {
-                            q.inflight.insert(*h, InFlight::Committed(first + i as u64));
-                        }
-                        // Forget the entry only while it still points at this batch:
-                        // a resubmission queued since may have taken its place.
-                        Err(_) => {
-                            if matches!(q.inflight.get(h), Some(InFlight::Pending(slot, _)) if Arc::ptr_eq(slot, &batch.slot))
-                            {
-                                q.inflight.remove(h);
+                let result = match settled {
+                    // Every entry was a resubmission of a batch found logged: nothing to
+                    // commit.
+                    Ok(()) if n == 0 => Ok(self.committed_size()),
+                    Ok(()) => {
+                        self.commit_batch(&mut edge, &batch, &committed_tx, &mut sequencer)
+                            .await
+                    }
+                    Err(reason) => Err(Outcome::Failed(AddError::Storage(reason))),
+                };
+                let result = match result {
+                    Ok(first) => Ok(first),
+                    Err(Outcome::Failed(e)) => Err(e),
+                    Err(Outcome::Unknown { attempts }) => {
+                        unresolved = Some(Unresolved {
+                            attempts,
+                            hashes: batch.hashes.clone(),
+                        });
+                        Err(AddError::Uncertain)
+                    }
+                };
+                {
+                    let mut q = lock(&inner.queue);
+                    q.entries -= n;
+                    q.bytes -= batch.bytes;
+                    for (i, h) in batch.hashes.iter().enumerate() {
+                        match &result {
+                            Ok(first) => {
+                                q.inflight.insert(*h, InFlight::Committed(first + i as u64));
+                            }
+                            // Forget the entry only while it still points at this batch:
+                            // a resubmission queued since may have taken its place.
+                            Err(_) => {
+                                if matches!(q.inflight.get(h), Some(InFlight::Pending(slot, _)) if Arc::ptr_eq(slot, &batch.slot))
+                                {
+                                    q.inflight.remove(h);
+                                }
                             }
                         }
                     }
                 }
+                if let Ok(first) = result
+                    && inner.dedup.is_some()
+                    && n > 0
+                {
+                    let _ = index_tx.send((first, std::mem::take(&mut batch.hashes)));
+                }
+                let dropped = (!batch.dropped.is_empty())
+                    .then(|| Arc::<[(u32, u64)]>::from(std::mem::take(&mut batch.dropped)));
+                batch.slot.complete(result.map(|first| Placed {
+                    first,
+                    dropped,
+                    each: None,
+                }));
+                // Keep the lock while busy, for at most one slice: other frontends waiting
+                // for it get their turn, and an idle log holds nothing.
+                let idle = lock(&inner.queue).batches.is_empty();
+                if let Some(since) = sequencer
+                    && (idle || since.elapsed() >= SEQUENCER_SLICE)
+                {
+                    inner.storage.release_sequencer(idle).await;
+                    sequencer = None;
+                }
             }
-            if let Ok(first) = result
-                && inner.dedup.is_some()
-                && n > 0
+            // Forwards still awaiting their answer may hand their batches back.
+            if let Ok(all) = inner
+                .forwards
+                .acquire_many(forward::MAX_FORWARDS_IN_FLIGHT as u32)
+                .await
             {
-                let _ = index_tx.send((first, std::mem::take(&mut batch.hashes)));
+                drop(all);
             }
-            let dropped = (!batch.dropped.is_empty())
-                .then(|| Arc::<[(u32, u64)]>::from(std::mem::take(&mut batch.dropped)));
-            batch
-                .slot
-                .complete(result.map(|first| Placed { first, dropped }));
-            // Keep the lock while busy, for at most one slice: other frontends waiting
-            // for it get their turn, and an idle log holds nothing.
-            let idle = lock(&inner.queue).batches.is_empty();
-            if let Some(since) = sequencer
-                && (idle || since.elapsed() >= SEQUENCER_SLICE)
-            {
-                inner.storage.release_sequencer(idle).await;
-                sequencer = None;
+            if lock(&inner.queue).batches.is_empty() {
+                break;
             }
         }
         if sequencer.is_some() {

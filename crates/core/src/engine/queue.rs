@@ -27,19 +27,29 @@ pub(crate) struct Placed {
     /// logged, sorted, each with the index where they are. `None` on the hot path: no
     /// allocation, no shared counter touched by every waiter.
     pub(crate) dropped: Option<Arc<[(u32, u64)]>>,
+    /// For a batch another frontend sequenced ([`super::forward`]): what became of
+    /// each entry, by position as pushed. Overrides `first` and `dropped`.
+    pub(crate) each: Option<Arc<[Result<(u64, bool), AddError>]>>,
 }
 
 impl Placed {
     /// The index of the entry pushed at `pos`, and whether it was already logged there.
-    pub(crate) fn index_of(&self, pos: u32) -> (u64, bool) {
+    pub(crate) fn index_of(&self, pos: u32) -> Result<(u64, bool), AddError> {
+        if let Some(each) = &self.each {
+            return each.get(pos as usize).cloned().unwrap_or_else(|| {
+                Err(AddError::Internal(format!(
+                    "no forwarded outcome for position {pos}"
+                )))
+            });
+        }
         let Some(dropped) = &self.dropped else {
-            return (self.first + pos as u64, false);
+            return Ok((self.first + pos as u64, false));
         };
-        match dropped.binary_search_by_key(&pos, |&(p, _)| p) {
+        Ok(match dropped.binary_search_by_key(&pos, |&(p, _)| p) {
             Ok(i) => (dropped[i].1, true),
             // `i` dropped entries were pushed before this one.
             Err(i) => (self.first + pos as u64 - i as u64, false),
-        }
+        })
     }
 }
 
@@ -83,6 +93,9 @@ pub(crate) struct PendingBatch {
     /// Entries that left the batch already logged (see [`Placed::dropped`]), sorted
     /// by position.
     pub(crate) dropped: Vec<(u32, u64)>,
+    /// Holds entries another frontend forwarded here: committed here, never forwarded
+    /// on ([`super::forward`]).
+    pub(crate) pinned: bool,
 }
 
 /// A batch dropped unanswered (its integrator panicked, or the log failed and drained
@@ -105,12 +118,13 @@ impl PendingBatch {
             bytes: 0,
             slot: Arc::default(),
             dropped: Vec::new(),
+            pinned: false,
         }
     }
 
     /// The position (as pushed) of the entry now at `i`: `i` plus the entries that left
     /// before it.
-    fn pushed_position(&self, i: usize) -> u32 {
+    pub(crate) fn pushed_position(&self, i: usize) -> u32 {
         let mut pos = i as u32;
         for &(p, _) in &self.dropped {
             if p <= pos {
@@ -227,6 +241,7 @@ impl Queue {
         entry: Bytes,
         leaf: Hash,
         hash: Option<EntryHash>,
+        pinned: bool,
     ) -> Result<Pushed, AddError> {
         if self.closed {
             return Err(AddError::ShuttingDown);
@@ -267,6 +282,7 @@ impl Queue {
         batch.bytes += entry.len();
         batch.entries.push(entry);
         batch.leaves.push(leaf);
+        batch.pinned |= pinned;
         if let Some(h) = hash {
             batch.hashes.push(h);
             self.inflight
@@ -298,6 +314,7 @@ mod tests {
             Bytes::from(vec![i]),
             [0; 32],
             Some(hash(i)),
+            false,
         ) {
             Ok(Pushed::Queued(_, pos)) => pos,
             _ => panic!("push {i}"),
@@ -325,8 +342,9 @@ mod tests {
         let placed = Placed {
             first: 10,
             dropped: Some(std::mem::take(&mut batch.dropped).into()),
+            each: None,
         };
-        let got: Vec<(u64, bool)> = (0..6).map(|pos| placed.index_of(pos)).collect();
+        let got: Vec<(u64, bool)> = (0..6).map(|pos| placed.index_of(pos).unwrap()).collect();
         assert_eq!(
             got,
             [

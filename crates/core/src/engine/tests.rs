@@ -1087,3 +1087,206 @@ async fn a_freeze_survives_lost_answers_and_still_answers_duplicates() {
         assert_eq!(logged(&storage, &cfg).await.len(), 5);
     }
 }
+
+/// What a forward does wrong, once ([`ToLog`]).
+enum ForwardFault {
+    /// The connection is refused: nothing reaches the other frontend.
+    Unsent,
+    /// Delivered and answered there, but the answer is lost on the way back.
+    AnswerLost,
+}
+
+type ObjectFrontend = Log<objects::ObjectLog<objects::memory::MemoryObjects>>;
+
+/// Forwards to another frontend's [`Log::add_forwarded`] in this process, as the
+/// daemon's HTTP forwarder does over the network.
+#[derive(Default)]
+struct ToLog {
+    to: Mutex<Option<ObjectFrontend>>,
+    faults: Mutex<std::collections::VecDeque<ForwardFault>>,
+    forwarded: std::sync::atomic::AtomicU64,
+}
+
+impl Forwarder for ToLog {
+    fn target(&self) -> &str {
+        "in-process"
+    }
+    fn forward(
+        &self,
+        entries: Vec<Bytes>,
+    ) -> BoxFuture<'_, Result<Vec<ForwardedOutcome>, ForwardError>> {
+        Box::pin(async move {
+            let fault = self.faults.lock().unwrap().pop_front();
+            let to = self.to.lock().unwrap().clone();
+            let (Some(to), false) = (to, matches!(fault, Some(ForwardFault::Unsent))) else {
+                return Err(ForwardError::Unsent("connection refused".into()));
+            };
+            self.forwarded
+                .fetch_add(entries.len() as u64, Ordering::Relaxed);
+            let outcomes = to.add_forwarded(entries).await;
+            match fault {
+                Some(ForwardFault::AnswerLost) => Err(ForwardError::Unknown("reset".into())),
+                _ => Ok(outcomes),
+            }
+        })
+    }
+}
+
+/// A frontend forwarding to `to` (set later when `None`), with its own dedup index.
+async fn forwarding_frontend(
+    store: &objects::memory::MemoryObjects,
+    to: Option<ObjectFrontend>,
+) -> (ObjectFrontend, LogTasks, Arc<ToLog>) {
+    let forwarder = Arc::new(ToLog::default());
+    *forwarder.to.lock().unwrap() = to;
+    let mut cfg = config();
+    cfg.forward = Some(forwarder.clone());
+    let index = Arc::new(MapIndex::default());
+    let (log, tasks) = Log::open(object_log(store).await, Some(index), cfg)
+        .await
+        .unwrap();
+    (log, tasks, forwarder)
+}
+
+/// Every entry of an object-store log, in index order.
+async fn logged_objects(store: &objects::memory::MemoryObjects) -> Vec<Vec<u8>> {
+    let mut seen = Vec::new();
+    let mut visit = |_: u64, e: &[u8]| seen.push(e.to_vec());
+    check_log(
+        &*object_log(store).await,
+        ORIGIN,
+        &config().verifier(),
+        Some(&mut visit),
+    )
+    .await
+    .expect("log checks out");
+    seen
+}
+
+/// A forwarding frontend's adds are sequenced by the frontend it forwards to: each
+/// answered with its own index, none committed by the forwarding frontend itself, and
+/// duplicates found by the sequencing frontend's index whichever frontend took them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarding_frontend_has_its_adds_sequenced_by_the_other() {
+    let store = objects::memory::MemoryObjects::new();
+    let (a, tasks_a) = Log::open(
+        object_log(&store).await,
+        Some(Arc::new(MapIndex::default())),
+        config(),
+    )
+    .await
+    .unwrap();
+    let (b, tasks_b, forwarder) = forwarding_frontend(&store, Some(a.clone())).await;
+    let mut adds = Vec::new();
+    for i in 0..40u64 {
+        let log = if i % 2 == 0 { a.clone() } else { b.clone() };
+        adds.push(tokio::spawn(async move { (i, log.add(entry(i)).await) }));
+    }
+    let mut at = HashMap::new();
+    for add in adds {
+        let (i, outcome) = add.await.unwrap();
+        let outcome = outcome.expect("every add is answered");
+        assert!(!outcome.duplicate);
+        assert!(at.insert(outcome.index, i).is_none(), "index given twice");
+    }
+    assert_eq!(at.len(), 40);
+    assert_eq!(forwarder.forwarded.load(Ordering::Relaxed), 20);
+    assert_eq!(
+        b.committed_size(),
+        0,
+        "the forwarding frontend committed nothing"
+    );
+    // Logged through a, sent again to b (and the other way): a's index answers both.
+    let index_of = |i: u64| at.iter().find(|(_, e)| **e == i).map(|(x, _)| *x);
+    for i in [2u64, 3] {
+        let dup = b.add(entry(i)).await.unwrap();
+        assert_eq!((dup.index, dup.duplicate), (index_of(i).unwrap(), true));
+    }
+    for (log, tasks) in [(b, tasks_b), (a, tasks_a)] {
+        log.shutdown();
+        tasks.join().await;
+    }
+    let log = logged_objects(&store).await;
+    assert_eq!(log.len(), 40);
+    for (index, i) in at {
+        assert_eq!(log[index as usize], entry(i).to_vec());
+    }
+}
+
+/// A forward that cannot reach the other frontend is committed here; one delivered
+/// whose answer is lost is answered "uncertain", and its resubmission, forwarded
+/// again, is found by the other frontend's index: logged once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_forward_is_committed_here_and_a_lost_answer_is_logged_once() {
+    let store = objects::memory::MemoryObjects::new();
+    let (a, tasks_a) = Log::open(
+        object_log(&store).await,
+        Some(Arc::new(MapIndex::default())),
+        config(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(a.add(entry(0)).await.unwrap().index, 0);
+
+    let (b, tasks_b, to_a) = forwarding_frontend(&store, Some(a.clone())).await;
+    to_a.faults
+        .lock()
+        .unwrap()
+        .push_back(ForwardFault::AnswerLost);
+    assert_eq!(b.add(entry(1)).await, Err(AddError::Uncertain));
+    let again = b.add(entry(1)).await.unwrap();
+    assert_eq!((again.index, again.duplicate), (1, true));
+    assert_eq!(b.committed_size(), 1, "b committed nothing since it opened");
+
+    let (c, tasks_c, to_a) = forwarding_frontend(&store, Some(a.clone())).await;
+    to_a.faults.lock().unwrap().push_back(ForwardFault::Unsent);
+    assert_eq!(c.add(entry(2)).await.unwrap().index, 2);
+    assert_eq!(
+        c.committed_size(),
+        3,
+        "committed by the frontend that took it"
+    );
+    // Paused: the next add is committed here too, without trying to forward.
+    assert_eq!(c.add(entry(3)).await.unwrap().index, 3);
+    assert_eq!(to_a.forwarded.load(Ordering::Relaxed), 0);
+    for (log, tasks) in [(c, tasks_c), (b, tasks_b), (a, tasks_a)] {
+        log.shutdown();
+        tasks.join().await;
+    }
+    let want: Vec<Vec<u8>> = (0..4).map(|i| entry(i).to_vec()).collect();
+    assert_eq!(logged_objects(&store).await, want);
+}
+
+/// Two frontends told to forward to each other (a configuration mistake) do not
+/// bounce entries: what one was forwarded it commits itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frontends_forwarding_to_each_other_commit_what_they_were_forwarded() {
+    let store = objects::memory::MemoryObjects::new();
+    let (a, tasks_a, to_b) = forwarding_frontend(&store, None).await;
+    let (b, tasks_b, to_a) = forwarding_frontend(&store, Some(a.clone())).await;
+    *to_b.to.lock().unwrap() = Some(b.clone());
+    let mut adds = Vec::new();
+    for i in 0..20u64 {
+        let log = if i % 2 == 0 { a.clone() } else { b.clone() };
+        adds.push(tokio::spawn(async move { log.add(entry(i)).await }));
+    }
+    let mut indices = Vec::new();
+    for add in adds {
+        indices.push(add.await.unwrap().expect("answered").index);
+    }
+    indices.sort_unstable();
+    assert_eq!(indices, (0..20).collect::<Vec<u64>>());
+    // A batch holding entries it was forwarded is committed where it is, with the
+    // frontend's own entries queued beside them.
+    let forwarded = to_a.forwarded.load(Ordering::Relaxed) + to_b.forwarded.load(Ordering::Relaxed);
+    assert!(forwarded <= 20);
+    for (log, tasks) in [(a, tasks_a), (b, tasks_b)] {
+        log.shutdown();
+        tasks.join().await;
+    }
+    let mut log = logged_objects(&store).await;
+    log.sort();
+    let mut want: Vec<Vec<u8>> = (0..20).map(|i| entry(i).to_vec()).collect();
+    want.sort();
+    assert_eq!(log, want);
+}
