@@ -154,6 +154,23 @@ fn bearer_credentials(v: &HeaderValue) -> Option<&[u8]> {
     (!token.is_empty()).then_some(token)
 }
 
+/// The frontends' forwarding token file (`forward.token_file`): the token sent with
+/// forwards (the first) and every token accepted from other frontends.
+pub fn load_forward_tokens(path: &Path) -> Result<(String, WriteTokens), TokenError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| TokenError::Read(path.display().to_string(), e))?;
+    let mut tokens = WriteTokens::new();
+    let source_name = format!("forward token file {}", path.display());
+    tokens.add_text(&text, &source_name)?;
+    let first = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .flat_map(|l| l.split(|c: char| c == ',' || c.is_whitespace()))
+        .find(|t| !t.is_empty())
+        .ok_or(TokenError::Empty(source_name))?;
+    Ok((first.to_string(), tokens))
+}
+
 /// The tokens configured by `auth.bearer_tokens_file` and env [`TOKENS_ENV`] (both
 /// may be used; their tokens add up). `None` when neither is set: writes are open.
 pub fn load(file: Option<&Path>) -> Result<Option<WriteTokens>, TokenError> {

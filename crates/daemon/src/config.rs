@@ -46,6 +46,9 @@ pub struct Config {
     /// Witness cosigning.
     #[serde(default)]
     pub witnessing: WitnessingConfig,
+    /// Forwarding between frontends of one shared store.
+    #[serde(default)]
+    pub forward: ForwardConfig,
     /// HTTP connections: timeouts and limits of the public listener (and the metrics one).
     #[serde(default)]
     pub http: HttpConfig,
@@ -74,6 +77,7 @@ const PER_LOG_KEYS: &[&str] = &[
     "dedup",
     "auth",
     "witnessing",
+    "forward",
 ];
 
 /// The name of the one log of a file without `[[logs]]`: its metrics' `log` label.
@@ -120,6 +124,9 @@ pub struct LogSection {
     /// Witness cosigning.
     #[serde(default)]
     pub witnessing: WitnessingConfig,
+    /// Forwarding between frontends of one shared store.
+    #[serde(default)]
+    pub forward: ForwardConfig,
 }
 
 impl LogSection {
@@ -224,6 +231,22 @@ impl LogSection {
         }
         if self.checkpoint.interval_ms == 0 {
             bail!("`checkpoint.interval_ms` must be at least 1");
+        }
+        if let Some(to) = &self.forward.to {
+            if self.forward.token_file.is_none() {
+                bail!("`forward.to` needs `forward.token_file` (the frontends' shared token)");
+            }
+            if self.storage.backend == "posix" {
+                bail!(
+                    "`forward.to`: a POSIX log has one frontend; forwarding is for shared stores"
+                );
+            }
+            if !(to.starts_with("http://") || to.starts_with("https://")) {
+                bail!("`forward.to` = {to:?}: not an http:// or https:// URL");
+            }
+        }
+        if self.forward.timeout_ms == 0 {
+            bail!("`forward.timeout_ms` must be at least 1");
         }
         if self.witnessing.timeout_ms == 0 {
             bail!("`witnessing.timeout_ms` must be at least 1");
@@ -531,6 +554,36 @@ pub struct AuthConfig {
     /// invitation to spam. Loopback listeners (behind a proxy that authenticates) need
     /// no tokens either way.
     pub allow_anonymous_writes: bool,
+}
+
+/// `[forward]`: frontends of one shared store (MySQL, PostgreSQL, S3, GCS) that all
+/// take adds but let one of them sequence. A frontend with `to` sends its batches to
+/// the frontend there, which commits them with its own; while that one cannot be
+/// reached, it commits them itself. A frontend with `token_file` takes batches
+/// forwarded to it (`POST <log>/.tlogd/forward`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ForwardConfig {
+    /// This log's base URL on the sequencing frontend (`http://10.0.0.1:8080`, or
+    /// `http://10.0.0.1:8080/<name>` for one of several logs). Unset: commit here.
+    pub to: Option<String>,
+    /// The frontends' shared bearer token (same syntax as `auth.bearer_tokens_file`):
+    /// the first is sent with forwards, any is accepted. Required with `to`; set alone,
+    /// this frontend takes forwards but sends none.
+    pub token_file: Option<PathBuf>,
+    /// How long a forward may take; one unanswered is answered `503` (the entries may
+    /// be logged: resubmit), two in a row make this frontend commit by itself for 5 s.
+    pub timeout_ms: u64,
+}
+
+impl Default for ForwardConfig {
+    fn default() -> Self {
+        ForwardConfig {
+            to: None,
+            token_file: None,
+            timeout_ms: 10_000,
+        }
+    }
 }
 
 /// `[witnessing]`
@@ -870,6 +923,7 @@ impl Config {
             dedup: self.dedup.clone(),
             auth: self.auth.clone(),
             witnessing: self.witnessing.clone(),
+            forward: self.forward.clone(),
         }]
     }
 
@@ -1359,5 +1413,35 @@ mod tests {
                 .unwrap()
                 .contains("::2".parse().unwrap())
         );
+    }
+
+    #[test]
+    fn forwarding_is_checked() {
+        let s3 = "origin = \"o\"\n[dedup]\nenabled = false\n[storage]\nbackend = \"s3\"\nbucket = \"b\"\nregion = \"r\"\n";
+        let c = Config::parse(&format!(
+            "{s3}[forward]\nto = \"http://10.0.0.1:8080\"\ntoken_file = \"/t\"\n"
+        ))
+        .unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.served_logs()[0].forward.timeout_ms, 10_000);
+        for (forward, says) in [
+            ("to = \"http://a:1\"", "needs `forward.token_file`"),
+            (
+                "to = \"a:1\"\ntoken_file = \"/t\"",
+                "not an http:// or https:// URL",
+            ),
+            ("timeout_ms = 0", "`forward.timeout_ms`"),
+        ] {
+            let c = Config::parse(&format!("{s3}[forward]\n{forward}\n")).unwrap();
+            let e = format!("{:#}", c.validate().unwrap_err());
+            assert!(e.contains(says), "{forward}: {e}");
+        }
+        let c = Config::parse(
+            "origin = \"o\"\n[storage]\ndir = \"/d\"\n[forward]\nto = \"http://a:1\"\ntoken_file = \"/t\"\n",
+        )
+        .unwrap();
+        let e = format!("{:#}", c.validate().unwrap_err());
+        assert!(e.contains("a POSIX log has one frontend"), "{e}");
+        assert!(Config::parse("origin = \"o\"\n[forward]\nurl = \"x\"\n").is_err());
     }
 }

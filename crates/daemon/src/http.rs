@@ -45,6 +45,8 @@ pub struct HttpOptions {
     /// How long a read waits for its turn before it is answered `503` with
     /// `Retry-After`.
     pub storage_read_queue_timeout: Duration,
+    /// Take batches other frontends forward (`POST /.tlogd/forward`), with their token.
+    pub forward: Option<crate::forward::ForwardRoute>,
 }
 
 impl Default for HttpOptions {
@@ -55,6 +57,7 @@ impl Default for HttpOptions {
             body_read_timeout: Duration::from_millis(c.body_read_timeout_ms),
             max_storage_reads: c.max_storage_reads,
             storage_read_queue_timeout: Duration::from_millis(c.storage_read_queue_timeout_ms),
+            forward: None,
         }
     }
 }
@@ -109,8 +112,16 @@ pub fn router_with<S: LogStorage>(log: Log<S>, opts: &HttpOptions) -> Router {
         .route("/checkpoint", get(checkpoint::<S>))
         .route("/tile/{*path}", get(tile::<S>))
         .with_state(reads);
-    Router::new()
-        .route("/add", add_route)
+    let mut writes = Router::new().route("/add", add_route);
+    if let Some(route) = opts.forward.clone() {
+        writes = writes.route(
+            &format!("/{}", crate::forward::FORWARD_PATH),
+            post(move |State(log): State<Log<S>>, req: Request| {
+                crate::forward::take_forwarded(log, route.clone(), req)
+            }),
+        );
+    }
+    writes
         .with_state(log)
         .merge(read_routes)
         .fallback(move |req: Request| not_found(req, label.clone()))

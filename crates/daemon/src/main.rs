@@ -337,6 +337,15 @@ async fn open_log(c: &Config, l: &LogSection, clients: &Clients) -> anyhow::Resu
     lc.dedup_max_lag = l.dedup.max_lag;
     lc.retry_after = Duration::from_secs(l.queue.retry_after_s.max(1));
     lc.commit_retry = Duration::from_millis(l.storage.commit_retry_ms);
+    if let (Some(to), Some(file)) = (&l.forward.to, &l.forward.token_file) {
+        warn_if_readable_by_others(file, "the forward token file");
+        let (token, _) = tlogd::auth::load_forward_tokens(file)?;
+        let timeout = Duration::from_millis(l.forward.timeout_ms);
+        let forwarder = tlogd::forward::HttpForwarder::new(to, token, timeout)
+            .map_err(|e| anyhow::anyhow!("`forward.to`: {e}"))?;
+        tracing::info!(log = l.label(), to = %to, "batches are forwarded to the sequencing frontend");
+        lc.forward = Some(Arc::new(forwarder));
+    }
     if std::env::var_os("TLOGD_ENGINE_SHARED").is_none() {
         lc.background = Some(engine_runtime()?);
     }
@@ -398,6 +407,14 @@ async fn assemble<S: LogStorage>(
         warn_if_readable_by_others(p, "the write tokens file");
     }
     let tokens = tlogd::auth::load(l.auth.bearer_tokens_file.as_deref())?.map(Arc::new);
+    let forward = match &l.forward.token_file {
+        Some(file) => Some(tlogd::forward::ForwardRoute {
+            tokens: Arc::new(tlogd::auth::load_forward_tokens(file)?.1),
+            body_read_timeout: Duration::from_millis(c.http.body_read_timeout_ms),
+            max_entries: lc.batch_max_entries,
+        }),
+        None => None,
+    };
     let (log, tasks) = Log::open(storage, dedup, lc)
         .await
         .context("opening the log")?;
@@ -420,6 +437,7 @@ async fn assemble<S: LogStorage>(
         body_read_timeout: Duration::from_millis(c.http.body_read_timeout_ms),
         max_storage_reads: c.http.max_storage_reads,
         storage_read_queue_timeout: Duration::from_millis(c.http.storage_read_queue_timeout_ms),
+        forward,
     };
     let router = tlogd::http::router_with(log.clone(), &http);
     tracing::info!(

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use bytes::Bytes;
 use common::frontends::{tlogd_verify, two_frontends_under_load};
-use common::objects::{Store, daemon, gcs_store, minio_store};
+use common::objects::{Store, daemon, daemon_with, gcs_store, minio_store};
 use common::*;
 use tlogd_storage_object::testsupport::minio::TestMinio;
 
@@ -93,6 +93,98 @@ async fn dedup_is_per_frontend() {
         "the other frontend's index knows nothing of the first"
     );
     assert!(a.terminate().success());
+    assert!(b.terminate().success());
+}
+
+/// Two frontends on one bucket, `b` forwarding to `a` (#42): under the loadgen, every
+/// index handed out once and both serve one tree, with `b`'s adds sequenced by `a`;
+/// the same entry sent to `a` and then `b` is found by `a`'s index; forwards without
+/// the frontends' token, or malformed, are refused and log nothing; with `a` gone, `b`
+/// commits by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarding_frontend_has_its_adds_sequenced_by_the_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = minio_store("e2e-forward").await;
+    let token = dir.path().join("forward.token");
+    std::fs::write(&token, "# the frontends' token\nfrontends-secret-1\n").unwrap();
+    let http = Http::new();
+    let forward = |to: Option<&str>| {
+        let to = to.map_or(String::new(), |url| format!("to = \"{url}\"\n"));
+        format!("[forward]\n{to}token_file = \"{}\"\n", token.display())
+    };
+    let mut a = daemon_with(&dir.path().join("a"), &store, &forward(None));
+    let mut b = daemon_with(&dir.path().join("b"), &store, &forward(Some(&a.url)));
+    a.wait_ready(&http).await;
+    b.wait_ready(&http).await;
+    two_frontends_under_load(&http, &a, &b, dir.path()).await;
+    let metrics = |d: &Daemon| {
+        let url = format!("{}/metrics", d.metrics_url);
+        let http = &http;
+        async move { String::from_utf8(http.get(&url).await.unwrap().2.to_vec()).unwrap() }
+    };
+    let (ma, mb) = (metrics(&a).await, metrics(&b).await);
+    let forwarded = metric(&mb, "tlogd_forwarded_entries_total");
+    // Half of the loadgen's 4,000 adds went to b.
+    assert!(forwarded >= 1900.0, "b forwarded {forwarded} entries");
+    assert_eq!(
+        metric(&ma, "tlogd_forward_received_entries_total"),
+        forwarded
+    );
+
+    // a's index sees b's entries: a duplicate is found whichever frontend takes it.
+    let entry = Bytes::from_static(b"sent to a, then to b");
+    let (first, dup) = http.add(&a.url, entry.clone()).await.unwrap();
+    assert!(!dup);
+    assert_eq!(http.add(&b.url, entry).await.unwrap(), (first, true));
+
+    // Forwards need the token, and a well-formed body.
+    let smuggled = Bytes::from(tlogd_core::engine::forward::encode_entries(&[
+        Bytes::from_static(b"smuggled"),
+    ]));
+    let forward_url = format!("{}/.tlogd/forward", a.url);
+    let r = http.post(&forward_url, smuggled.clone()).await.unwrap();
+    assert_eq!(r.0, 401, "{:?}", r.2);
+    let wrong = [("authorization", "Bearer not-the-secret")];
+    let r = http
+        .post_with(&forward_url, &wrong, smuggled)
+        .await
+        .unwrap();
+    assert_eq!(r.0, 403, "{:?}", r.2);
+    let right = [("authorization", "Bearer frontends-secret-1")];
+    let truncated = Bytes::from_static(b"\0\0\0\x09smuggled");
+    let r = http
+        .post_with(&forward_url, &right, truncated)
+        .await
+        .unwrap();
+    assert_eq!(r.0, 400, "{:?}", r.2);
+
+    // a gone: b commits its adds itself (one answer may be 503, resubmitted).
+    a.kill();
+    let alone = Bytes::from_static(b"after a is gone");
+    let mut index = None;
+    for _ in 0..3 {
+        match http.add(&b.url, alone.clone()).await {
+            Ok((i, _)) => {
+                index = Some(i);
+                break;
+            }
+            Err(r) => assert_eq!(r.0, 503, "{:?}", r.2),
+        }
+    }
+    let index = index.expect("b answers by itself once a is gone");
+    assert!(index > first);
+    let mb = metrics(&b).await;
+    assert!(metric(&mb, "tlogd_forwarded_batches_total{outcome=\"unsent\"}") >= 1.0);
+    let cp = http.wait_checkpoint(&b.url, index + 1).await;
+    let mut seen = 0;
+    for n in 0..cp.size.div_ceil(256) {
+        for e in http.bundle(&b.url, n, cp.size).await {
+            assert_ne!(e, b"smuggled", "a refused forward was logged");
+            seen += usize::from(e == b"after a is gone");
+        }
+    }
+    assert_eq!(seen, 1, "logged once");
+    tlogd_verify(b.url.clone()).await;
     assert!(b.terminate().success());
 }
 

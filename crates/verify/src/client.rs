@@ -28,6 +28,9 @@ pub enum ClientError {
     /// No complete answer within the client's timeout (the connection is dropped).
     #[error("{0}")]
     Timeout(String),
+    /// The connection could not be made: the request never left this process.
+    #[error("{0}")]
+    Unsent(String),
     /// A transport or TLS error, an unexpected status, or a bad URL.
     #[error("{0}")]
     Other(String),
@@ -135,7 +138,7 @@ where
 async fn tcp(authority: &str) -> Result<TcpStream, ClientError> {
     let stream = TcpStream::connect(authority)
         .await
-        .map_err(|e| err(format!("connecting to {authority}: {e}")))?;
+        .map_err(|e| ClientError::Unsent(format!("connecting to {authority}: {e}")))?;
     stream
         .set_nodelay(true)
         .map_err(|e| err(format!("connecting to {authority}: {e}")))?;
@@ -547,7 +550,7 @@ impl Client {
                 *conn = Some(
                     PlainH1::connect(&self.base.authority, self.max_body)
                         .await
-                        .map_err(|e| Attempt::Fail(err(e)))?,
+                        .map_err(|e| Attempt::Fail(ClientError::Unsent(e)))?,
                 );
             }
             let c = conn

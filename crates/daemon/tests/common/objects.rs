@@ -64,8 +64,16 @@ pub async fn gcs_store(dir: &Path) -> Store {
 
 /// A daemon on `store`, its files (key, config, dedup index) in `dir`.
 pub fn daemon(dir: &Path, store: &Store) -> Daemon {
+    daemon_with(dir, store, "")
+}
+
+/// [`daemon`] with more TOML sections appended to its config.
+pub fn daemon_with(dir: &Path, store: &Store, extra_toml: &str) -> Daemon {
     std::fs::create_dir_all(dir).unwrap();
-    let dedup = format!("[dedup]\npath = \"{}\"\n", dir.join("dedup").display());
+    let dedup = format!(
+        "[dedup]\npath = \"{}\"\n{extra_toml}",
+        dir.join("dedup").display()
+    );
     let opts = Opts {
         env: store.env.clone(),
         ..Opts::default()
