@@ -8,7 +8,9 @@
 #
 #   benches/frontends.sh [seconds per run, default 20] [writers, default 512] [sittings, default 2]
 #
-# TURN_MS sets `storage.turn_ms` (0: no turns, the behaviour before them).
+# TURN_MS sets `storage.turn_ms` (0: no turns, the behaviour before them). Each sitting
+# also runs two frontends with the second forwarding its batches to the first
+# (`[forward]`), unless FORWARD=0.
 # Needs the release binaries (cargo build --release -p tlogd -p tlog-loadgen) and MinIO
 # from `scripts/deps.sh test` (~/.cache/tlogd-tools/bin).
 set -euo pipefail
@@ -39,12 +41,19 @@ adds_of() {
     END { printf "%d\n", n }'
 }
 
-run() { # frontends label
-  local n=$1 label=$2 bucket="b$RANDOM$RANDOM"
+echo "frontends-secret" > "$work/forward.token"
+
+run() { # frontends label [forward: the others forward to the first]
+  local n=$1 label=$2 forward=${3:-} bucket="b$RANDOM$RANDOM"
   curl -sf "${sign[@]}" -X PUT "http://127.0.0.1:$s3port/$bucket" >/dev/null
-  local urls=() tl=() mports=()
+  local urls=() tl=() mports=() first=""
   for i in $(seq "$n"); do
-    local port mport; port=$(free_port); mport=$(free_port)
+    local port mport fw=""; port=$(free_port); mport=$(free_port)
+    if [ -n "$forward" ]; then
+      fw=$'[forward]\n'"token_file = \"$work/forward.token\""
+      [ -n "$first" ] && fw+=$'\n'"to = \"$first\""
+    fi
+    [ -z "$first" ] && first="http://127.0.0.1:$port"
     cat > "$work/tlogd-$i.toml" <<EOF
 origin = "bench.example/log"
 listen = "127.0.0.1:$port"
@@ -60,6 +69,7 @@ turn_ms = ${TURN_MS:-250}
 enabled = false
 [metrics]
 listen = "127.0.0.1:$mport"
+$fw
 EOF
     "$bin/tlogd" serve --config "$work/tlogd-$i.toml" 2>"$work/tlogd-$i.log" &
     tl+=($!); pids+=($!); mports+=("$mport")
@@ -89,4 +99,5 @@ echo "|---|---|---|---|---|---|"
 for s in $(seq "$sittings"); do
   run 1 "MinIO, 1 frontend (sitting $s)"
   run 2 "MinIO, 2 frontends (sitting $s)"
+  [ "${FORWARD:-1}" = 0 ] || run 2 "MinIO, 2 frontends, forwarding (sitting $s)" forward
 done

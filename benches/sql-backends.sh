@@ -2,7 +2,8 @@
 # Side-by-side run of tlogd on PostgreSQL and on MariaDB, on this machine, with the
 # loadgen (every entry verified): private servers with durable commits, one then two
 # frontends per database, CPU per append of tlogd and of the database server from
-# /proc. Results go to benches/README.md by hand.
+# /proc; two frontends also with the second forwarding its batches to the first
+# (`[forward]`). Results go to benches/README.md by hand.
 #
 #   benches/sql-backends.sh [seconds per run, default 20]
 #
@@ -22,14 +23,22 @@ chmod 755 "$work"
 start_postgres
 start_mariadb "$work/my"
 
-run() { # backend url-base frontends label
-  local backend=$1 base=$2 n=$3 label=$4 db="b$RANDOM"
+echo "frontends-secret" > "$work/forward.token"
+
+run() { # backend url-base frontends label [forward: the others forward to the first]
+  local backend=$1 base=$2 n=$3 label=$4 forward=${5:-} db="b$RANDOM"
   if [ "$backend" = postgres ]; then psql -q -h 127.0.0.1 -p "$pgport" -U postgres -c "create database $db"; server=postgres
   else mariadb -h 127.0.0.1 -P "$myport" -u root -e "create database $db"; server=mariadbd; fi
-  local urls=() tl=()
+  local urls=() tl=() first=""
   for i in $(seq "$n"); do
     local port; port=$(free_port)
-    "$bin/tlogd" serve --backend "$backend" --database-url "$base/$db" --origin bench.example/log \
+    : > "$work/forward-$i.toml"
+    if [ -n "$forward" ]; then
+      printf '[forward]\ntoken_file = "%s"\n' "$work/forward.token" > "$work/forward-$i.toml"
+      [ -n "$first" ] && printf 'to = "%s"\n' "$first" >> "$work/forward-$i.toml"
+    fi
+    [ -z "$first" ] && first="http://127.0.0.1:$port"
+    "$bin/tlogd" serve --config "$work/forward-$i.toml" --backend "$backend" --database-url "$base/$db" --origin bench.example/log \
       --private-key-file "$work/key" --listen "127.0.0.1:$port" --metrics-listen "" --no-dedup 2>"$work/tlogd-$i.log" &
     tl+=($!); pids+=($!)
     urls+=(--write-log-url "http://127.0.0.1:$port")
@@ -60,5 +69,7 @@ run postgres "postgres://postgres@127.0.0.1:$pgport" 1 "PostgreSQL 15, 1 fronten
 run mysql "mysql://root@127.0.0.1:$myport" 1 "MariaDB 10.11, 1 frontend"
 run postgres "postgres://postgres@127.0.0.1:$pgport" 2 "PostgreSQL 15, 2 frontends"
 run mysql "mysql://root@127.0.0.1:$myport" 2 "MariaDB 10.11, 2 frontends"
+run postgres "postgres://postgres@127.0.0.1:$pgport" 2 "PostgreSQL 15, 2 frontends, forwarding" forward
+run mysql "mysql://root@127.0.0.1:$myport" 2 "MariaDB 10.11, 2 frontends, forwarding" forward
 run postgres "postgres://postgres@127.0.0.1:$pgport" 1 "PostgreSQL 15, 1 frontend (again)"
 run mysql "mysql://root@127.0.0.1:$myport" 1 "MariaDB 10.11, 1 frontend (again)"

@@ -113,7 +113,7 @@ use crate::merkle::TileTree;
 use crate::note::{LogSigner, NoteSigner, NoteVerifier};
 use crate::personality::{EntryError, Personality, TlogTiles};
 use crate::tile::{self, TILE_WIDTH, TileId, TileKind};
-use queue::{InFlight, PendingBatch, Placed, Pushed, Queue, QueueLimits};
+use queue::{InFlight, PendingBatch, Placed, Placement, Pushed, Queue, QueueLimits};
 
 /// Tuning and identity of one log.
 #[derive(Clone)]
@@ -863,7 +863,7 @@ impl<S: LogStorage> Log<S> {
                 inner.forward_unknowns.store(0, Ordering::Relaxed);
                 metrics::counter!("tlogd_forwarded_entries_total", "log" => inner.config.name.clone())
                     .increment(n as u64);
-                let mut each: Vec<Result<(u64, bool), AddError>> =
+                let mut each: Vec<Placement> =
                     vec![Err(AddError::Uncertain); n + batch.dropped.len()];
                 for &(pos, index) in &batch.dropped {
                     each[pos as usize] = Ok((index, true));

@@ -29,12 +29,15 @@ pub(crate) struct Placed {
     pub(crate) dropped: Option<Arc<[(u32, u64)]>>,
     /// For a batch another frontend sequenced ([`super::forward`]): what became of
     /// each entry, by position as pushed. Overrides `first` and `dropped`.
-    pub(crate) each: Option<Arc<[Result<(u64, bool), AddError>]>>,
+    pub(crate) each: Option<Arc<[Placement]>>,
 }
+
+/// Where one entry is (its index, and whether it was already logged), or why not.
+pub(crate) type Placement = Result<(u64, bool), AddError>;
 
 impl Placed {
     /// The index of the entry pushed at `pos`, and whether it was already logged there.
-    pub(crate) fn index_of(&self, pos: u32) -> Result<(u64, bool), AddError> {
+    pub(crate) fn index_of(&self, pos: u32) -> Placement {
         if let Some(each) = &self.each {
             return each.get(pos as usize).cloned().unwrap_or_else(|| {
                 Err(AddError::Internal(format!(

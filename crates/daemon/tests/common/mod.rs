@@ -371,6 +371,19 @@ impl Http {
     /// Wait until the daemon's `/metrics` reports `tlogd_queue_depth` = `depth` (it is
     /// sampled when scraped), so a test acts on the queue's real state, not on a guess
     /// of how long the requests take to arrive.
+    /// Whether the queue depth reaches `depth` within 3 s.
+    pub async fn saw_queue_depth(&self, metrics_url: &str, depth: u64) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline {
+            let (_, _, body) = self.get(&format!("{metrics_url}/metrics")).await.unwrap();
+            if metric(&String::from_utf8_lossy(&body), "tlogd_queue_depth") >= depth as f64 {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        false
+    }
+
     pub async fn wait_queue_depth(&self, metrics_url: &str, depth: u64) {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
