@@ -1148,6 +1148,14 @@ async fn forwarding_frontend(
     (log, tasks, forwarder)
 }
 
+/// A frontend committing by itself, with its own dedup index.
+async fn sequencing_frontend(store: &objects::memory::MemoryObjects) -> (ObjectFrontend, LogTasks) {
+    let index = Arc::new(MapIndex::default());
+    Log::open(object_log(store).await, Some(index), config())
+        .await
+        .unwrap()
+}
+
 /// Every entry of an object-store log, in index order.
 async fn logged_objects(store: &objects::memory::MemoryObjects) -> Vec<Vec<u8>> {
     let mut seen = Vec::new();
@@ -1169,13 +1177,7 @@ async fn logged_objects(store: &objects::memory::MemoryObjects) -> Vec<Vec<u8>> 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forwarding_frontend_has_its_adds_sequenced_by_the_other() {
     let store = objects::memory::MemoryObjects::new();
-    let (a, tasks_a) = Log::open(
-        object_log(&store).await,
-        Some(Arc::new(MapIndex::default())),
-        config(),
-    )
-    .await
-    .unwrap();
+    let (a, tasks_a) = sequencing_frontend(&store).await;
     let (b, tasks_b, forwarder) = forwarding_frontend(&store, Some(a.clone())).await;
     let mut adds = Vec::new();
     for i in 0..40u64 {
@@ -1219,13 +1221,7 @@ async fn a_forwarding_frontend_has_its_adds_sequenced_by_the_other() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_forward_is_committed_here_and_a_lost_answer_is_logged_once() {
     let store = objects::memory::MemoryObjects::new();
-    let (a, tasks_a) = Log::open(
-        object_log(&store).await,
-        Some(Arc::new(MapIndex::default())),
-        config(),
-    )
-    .await
-    .unwrap();
+    let (a, tasks_a) = sequencing_frontend(&store).await;
     assert_eq!(a.add(entry(0)).await.unwrap().index, 0);
 
     let (b, tasks_b, to_a) = forwarding_frontend(&store, Some(a.clone())).await;

@@ -1,0 +1,107 @@
+//! An RFC 6962 log key: ECDSA P-256 over SHA-256 (RFC 6962 §2.1.4), its `LogID`, and
+//! signatures as TLS `DigitallySigned` structs.
+//!
+//! Signatures are deterministic (RFC 6979): the same input and key give the same bytes,
+//! so a tree head signed twice (a restart, another frontend) is one signature.
+
+use p256::ecdsa::signature::{Signer, Verifier};
+use p256::ecdsa::{DerSignature, Signature, SigningKey, VerifyingKey};
+use p256::pkcs8::EncodePublicKey;
+use sha2::{Digest, Sha256};
+
+use crate::tls::{Reader, put_vec};
+use crate::{FormatError, format_error};
+
+/// TLS `HashAlgorithm` `sha256(4)`.
+pub const HASH_SHA256: u8 = 4;
+/// TLS `SignatureAlgorithm` `ecdsa(3)`.
+pub const SIGNATURE_ECDSA: u8 = 3;
+
+/// Why a key cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("log key: {0}")]
+pub struct KeyError(String);
+
+/// A log's ECDSA P-256 signing key.
+#[derive(Clone)]
+pub struct LogKey {
+    key: SigningKey,
+    spki: Vec<u8>,
+    log_id: [u8; 32],
+}
+
+impl std::fmt::Debug for LogKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "LogKey(log_id {}, private key redacted)",
+            hex(&self.log_id)
+        )
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+impl LogKey {
+    /// The key whose private scalar is `d` (32 bytes, big-endian, in `1..n`).
+    pub fn from_scalar(d: &[u8]) -> Result<Self, KeyError> {
+        let key = SigningKey::from_slice(d).map_err(|e| KeyError(e.to_string()))?;
+        Self::from_signing_key(key)
+    }
+
+    fn from_signing_key(key: SigningKey) -> Result<Self, KeyError> {
+        let spki = p256::PublicKey::from(key.verifying_key())
+            .to_public_key_der()
+            .map_err(|e| KeyError(e.to_string()))?
+            .as_bytes()
+            .to_vec();
+        let log_id = Sha256::digest(&spki).into();
+        Ok(LogKey { key, spki, log_id })
+    }
+
+    /// RFC 6962 §3.2 `LogID`: SHA-256 of the public key's DER `SubjectPublicKeyInfo`.
+    pub fn log_id(&self) -> [u8; 32] {
+        self.log_id
+    }
+
+    /// The public key's DER `SubjectPublicKeyInfo` (log lists publish it as `key`).
+    pub fn public_key_der(&self) -> &[u8] {
+        &self.spki
+    }
+
+    /// Sign `message` (hashed with SHA-256): a `DigitallySigned` struct (hash
+    /// algorithm, signature algorithm, the DER ECDSA signature with a 16-bit length).
+    pub fn sign(&self, message: &[u8]) -> Vec<u8> {
+        let sig: DerSignature = self.key.sign(message);
+        let mut out = Vec::with_capacity(4 + 72);
+        out.extend_from_slice(&[HASH_SHA256, SIGNATURE_ECDSA]);
+        put_vec(&mut out, sig.as_bytes(), 2);
+        out
+    }
+}
+
+/// Check a `DigitallySigned` over `message` by the key whose DER
+/// `SubjectPublicKeyInfo` is `spki`; the bytes after the struct are returned.
+pub fn verify<'a>(spki: &[u8], message: &[u8], signed: &'a [u8]) -> Result<&'a [u8], FormatError> {
+    use p256::pkcs8::DecodePublicKey;
+    let key = p256::PublicKey::from_public_key_der(spki)
+        .map_err(|e| format_error("public key", e.to_string()))?;
+    let key = VerifyingKey::from(key);
+    let mut r = Reader::new(signed, "DigitallySigned");
+    let algorithms = r.take(2)?;
+    if algorithms != [HASH_SHA256, SIGNATURE_ECDSA] {
+        return Err(format_error(
+            "DigitallySigned",
+            format!("algorithms {algorithms:02x?}, not SHA-256 with ECDSA"),
+        ));
+    }
+    let der = r.vec(2, 1)?;
+    let rest = &signed[r.position()..];
+    let sig =
+        Signature::from_der(der).map_err(|e| format_error("DigitallySigned", e.to_string()))?;
+    key.verify(message, &sig)
+        .map_err(|_| format_error("DigitallySigned", "the signature does not verify"))?;
+    Ok(rest)
+}
