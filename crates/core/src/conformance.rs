@@ -9,7 +9,10 @@
 //! several frontends share, a commit on a stale state conflicts and leaves nothing
 //! visible, two engines racing never fork the tree nor hand out an index twice, and the
 //! checkpoint never goes backwards; blobs beside the tree are write-once and survive a
-//! reopen; a frozen log takes no more entries on any frontend, also after a reopen. Every test that writes the tree ends with the whole-log check.
+//! reopen; a frozen log takes no more entries on any frontend, also after a reopen; a
+//! log whose personality bundles entries in static-ct-api data tiles (`tile/data/`)
+//! commits, reopens and reads back. Every test that writes the tree ends with the
+//! whole-log check.
 //!
 //! The Go vectors are read from `$TLOGD_VECTORS_DIR` or the repository's
 //! `testdata/vectors` (relative to the test crate, two levels below the root).
@@ -25,10 +28,12 @@ use bytes::Bytes;
 use crate::bundle::append_entry;
 use crate::engine::checker::{CheckpointWatch, check_log_observed};
 use crate::engine::{CommitBatch, Log, LogConfig, LogStorage, StorageError, TreeState};
+use crate::hash::Hash;
 use crate::hash::leaf_hash;
 use crate::merkle::TileTree;
 use crate::note::NoteSigner;
-use crate::tile::TileId;
+use crate::personality::{EntryError, Personality, StoredEntry};
+use crate::tile::{TileId, TileKind};
 
 /// The key the Go reference vectors were signed with (test only).
 pub const SKEY: &str =
@@ -780,7 +785,8 @@ macro_rules! conformance_tests {
             two_engines_on_one_store_sequence_without_forking,
             the_checkpoint_never_goes_backwards,
             blobs_are_write_once_and_read_back_after_reopening,
-            a_frozen_log_takes_no_more_entries_on_any_frontend);
+            a_frozen_log_takes_no_more_entries_on_any_frontend,
+            a_log_of_data_tiles_commits_reopens_and_reads_back);
     };
     (@ $store:ty, $make:expr, current_thread: $($name:ident),*) => {$(
         #[tokio::test(flavor = "current_thread")]
@@ -796,4 +802,183 @@ macro_rules! conformance_tests {
             $crate::conformance::$name(&store).await
         }
     )*};
+}
+
+/// A test personality whose bundles are static-ct-api data tiles (`tile/data/<N>`):
+/// each entry an X.509 `TileLeaf` (RFC 6962 §3.4 `TimestampedEntry`, its certificate
+/// the submitted bytes, the `leaf_index` extension; one issuer fingerprint), hashed as
+/// `SHA-256(0x00 || MerkleTreeLeaf)`. What the CT personality writes, without X.509:
+/// every backend must store and serve data tiles as it does entry bundles.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DataTiles;
+
+impl DataTiles {
+    /// The fingerprint every test entry names as its issuer.
+    pub const ISSUER: [u8; 32] = [0x11; 32];
+
+    fn leaf_hash(timestamped_entry: &[u8]) -> Hash {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        // The leaf prefix, then MerkleTreeLeaf: version v1, leaf type timestamped_entry.
+        h.update([0u8, 0, 0]);
+        h.update(timestamped_entry);
+        h.finalize().into()
+    }
+}
+
+impl Personality for DataTiles {
+    fn name(&self) -> &'static str {
+        "data-tiles-test"
+    }
+
+    fn max_entry_size(&self) -> usize {
+        1 << 20
+    }
+
+    fn accept(&self, entry: &[u8]) -> Result<Hash, EntryError> {
+        match entry.len() {
+            0 => Err(EntryError::Empty),
+            n if n > self.max_entry_size() => Err(EntryError::TooLarge {
+                size: n,
+                max: self.max_entry_size(),
+            }),
+            // The leaf hash covers the index and timestamp: `encode` computes it.
+            _ => Ok([0; 32]),
+        }
+    }
+
+    fn dedup_key(&self, entry: &[u8]) -> [u8; 32] {
+        use sha2::{Digest, Sha256};
+        Sha256::digest(entry).into()
+    }
+
+    fn bundle_kind(&self) -> TileKind {
+        TileKind::Data
+    }
+
+    fn encode(
+        &self,
+        entry: &[u8],
+        _accepted: &Hash,
+        index: u64,
+        timestamp: u64,
+        bundle: &mut Vec<u8>,
+    ) -> Result<Hash, EntryError> {
+        let start = bundle.len();
+        bundle.extend_from_slice(&timestamp.to_be_bytes());
+        bundle.extend_from_slice(&[0, 0]); // x509_entry
+        bundle.extend_from_slice(&(entry.len() as u32).to_be_bytes()[1..]);
+        bundle.extend_from_slice(entry);
+        bundle.extend_from_slice(&[0, 8, 0, 0, 5]); // CtExtensions: leaf_index
+        bundle.extend_from_slice(&index.to_be_bytes()[3..]);
+        let leaf = Self::leaf_hash(&bundle[start..]);
+        bundle.extend_from_slice(&[0, 32]);
+        bundle.extend_from_slice(&Self::ISSUER);
+        Ok(leaf)
+    }
+
+    fn split_bundle<'a>(&self, bytes: &'a [u8]) -> Result<Vec<StoredEntry<'a>>, EntryError> {
+        let mut out = Vec::new();
+        let mut pos = 0;
+        while pos < bytes.len() {
+            let end = crate::tile::tile_leaf_end(bytes, pos)
+                .ok_or_else(|| EntryError::Malformed(format!("data tile entry at byte {pos}")))?;
+            let mut ts = [0u8; 8];
+            ts.copy_from_slice(&bytes[pos..pos + 8]);
+            out.push(StoredEntry {
+                bytes: &bytes[pos..end],
+                timestamp: u64::from_be_bytes(ts),
+            });
+            pos = end;
+        }
+        Ok(out)
+    }
+
+    fn stored_leaf(&self, entry: &StoredEntry<'_>) -> Hash {
+        // The TimestampedEntry is all but the fingerprints (2 + 32 bytes).
+        Self::leaf_hash(&entry.bytes[..entry.bytes.len().saturating_sub(34)])
+    }
+
+    fn stored_dedup_key(&self, entry: &StoredEntry<'_>) -> [u8; 32] {
+        let b = entry.bytes;
+        let len = b.get(10..13).map_or(0, |l| {
+            ((l[0] as usize) << 16) | ((l[1] as usize) << 8) | l[2] as usize
+        });
+        self.dedup_key(b.get(13..13 + len).unwrap_or_default())
+    }
+}
+
+/// A log of static-ct-api data tiles ([`DataTiles`]): 300 entries in batches of 64,
+/// reopened (the edge reloads from a partial data tile), one more entry; the stored
+/// data tiles, full and partial, hash leaf by leaf to the level-0 tiles and to the
+/// stored root; entries read back with their timestamps; no `tile/entries/` is written.
+pub async fn a_log_of_data_tiles_commits_reopens_and_reads_back<B: ConformanceStore>(b: &B) {
+    let location = b.fresh("data").await;
+    let mut cfg = config(64);
+    cfg.personality = Arc::new(DataTiles);
+    let entry = |i: u64| Bytes::from(format!("certificate {i} ").repeat(1 + (i % 3) as usize));
+    let (log, tasks) = Log::open(b.open(&location).await, None, cfg.clone())
+        .await
+        .expect("open");
+    add_in_order(&log, (0..300).map(entry).collect(), 0).await;
+    log.shutdown();
+    tasks.join().await;
+    let storage = log.storage().clone();
+    drop(log);
+    b.close(storage).await;
+    let (log, tasks) = Log::open(b.open(&location).await, None, cfg.clone())
+        .await
+        .expect("reopen");
+    assert_eq!(log.committed_size(), 300);
+    assert_eq!(log.add(entry(300)).await.expect("add").index, 300);
+    let read = log.read_entry(257).await.expect("read").expect("entry 257");
+    assert!(read.timestamp > 0);
+    let stored = StoredEntry {
+        bytes: &read.bytes,
+        timestamp: read.timestamp,
+    };
+    assert_eq!(
+        DataTiles.stored_dedup_key(&stored),
+        DataTiles.dedup_key(&entry(257))
+    );
+    log.shutdown();
+    tasks.join().await;
+    let s = log.storage().clone();
+    drop(log);
+    let state = s.load_state().await.expect("state").expect("a state");
+    assert_eq!(state.size, 301);
+    let mut leaves = Vec::new();
+    for (n, width) in [(0u64, 256u16), (1, 45)] {
+        let data = s
+            .read_tile(&TileId::data(n, width))
+            .await
+            .expect("read")
+            .unwrap_or_else(|| panic!("data tile {n} of width {width}"));
+        let entries = DataTiles.split_bundle(&data).expect("a data tile");
+        assert_eq!(entries.len(), width as usize);
+        let level0 = s
+            .read_tile(&TileId::hash(0, n, width))
+            .await
+            .expect("read")
+            .expect("level-0 tile");
+        for (i, e) in entries.iter().enumerate() {
+            let leaf = DataTiles.stored_leaf(e);
+            assert_eq!(
+                leaf[..],
+                level0[32 * i..32 * (i + 1)],
+                "leaf {}",
+                256 * n + i as u64
+            );
+            leaves.push(leaf);
+        }
+    }
+    assert_eq!(
+        s.read_tile(&TileId::entries(0, 256)).await.expect("read"),
+        None,
+        "a data-tile log writes no entry bundles"
+    );
+    let mut tree = TileTree::empty();
+    tree.append(&leaves, &mut Vec::new());
+    assert_eq!(tree.root(), state.root);
+    b.close(s).await;
 }

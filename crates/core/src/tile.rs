@@ -1,5 +1,5 @@
 //! Tile and entry-bundle identifiers and paths (tlog-tiles "Merkle Tree",
-//! "Partial Tiles", "Log entries").
+//! "Partial Tiles", "Log entries"; static-ct-api "Log entries" for data tiles).
 
 use crate::hash::{HASH_SIZE, Hash};
 
@@ -18,8 +18,18 @@ pub enum TileKind {
         /// Tile level, 0..=63.
         level: u8,
     },
-    /// An entry bundle.
+    /// An entry bundle (tlog-tiles, `tile/entries/<N>`).
     Entries,
+    /// A data tile: the entry bundle of a static-ct-api log (`tile/data/<N>`), a
+    /// sequence of `TileLeaf` structures with no length prefixes.
+    Data,
+}
+
+impl TileKind {
+    /// Whether tiles of this kind hold entries (a bundle), not hashes.
+    pub fn is_bundle(self) -> bool {
+        matches!(self, TileKind::Entries | TileKind::Data)
+    }
 }
 
 /// One tile or entry bundle, full (`width == 256`) or partial.
@@ -36,7 +46,7 @@ pub struct TileId {
 /// A malformed tile path.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum PathError {
-    /// Not `tile/<L>/<N>[.p/<W>]` or `tile/entries/<N>[.p/<W>]`.
+    /// Not `tile/<L>/<N>[.p/<W>]`, `tile/entries/<N>[.p/<W>]` or `tile/data/<N>[.p/<W>]`.
     #[error("not a tile path: {0}")]
     Syntax(&'static str),
 }
@@ -60,6 +70,21 @@ impl TileId {
         }
     }
 
+    /// A static-ct-api data tile.
+    pub fn data(index: u64, width: u16) -> Self {
+        TileId {
+            kind: TileKind::Data,
+            index,
+            width,
+        }
+    }
+
+    /// The same position as a bundle of `kind` (the edge bundle of a log whose
+    /// personality bundles entries that way).
+    pub fn with_kind(self, kind: TileKind) -> Self {
+        TileId { kind, ..self }
+    }
+
     /// Whether this is a full tile (256 hashes or entries).
     pub fn is_full(&self) -> bool {
         self.width as u64 == TILE_WIDTH
@@ -71,7 +96,7 @@ impl TileId {
     pub fn min_tree_size(&self) -> u64 {
         let shift = match self.kind {
             TileKind::Hash { level } => 8 * level as u32,
-            TileKind::Entries => 0,
+            TileKind::Entries | TileKind::Data => 0,
         };
         let n = self
             .index
@@ -100,6 +125,7 @@ impl TileId {
                 s.push_str(&level.to_string());
             }
             TileKind::Entries => s.push_str("entries"),
+            TileKind::Data => s.push_str("data"),
         }
         s.push('/');
         write_index_path(&mut s, self.index);
@@ -121,6 +147,8 @@ impl TileId {
             .ok_or(PathError::Syntax("missing index"))?;
         let kind = if kind_s == "entries" {
             TileKind::Entries
+        } else if kind_s == "data" {
+            TileKind::Data
         } else {
             let level = parse_decimal(kind_s).ok_or(PathError::Syntax("bad level"))?;
             if level > MAX_LEVEL as u64 {
@@ -257,7 +285,42 @@ pub fn tile_prefix(kind: TileKind, data: &[u8], stored: u16, width: u16) -> Opti
             }
             (pos <= data.len()).then(|| &data[..pos])
         }
+        TileKind::Data => {
+            let mut pos = 0usize;
+            for _ in 0..width {
+                pos = tile_leaf_end(data, pos)?;
+            }
+            Some(&data[..pos])
+        }
     }
+}
+
+/// Where the static-ct-api `TileLeaf` starting at `pos` ends: its fields are walked
+/// by their lengths only (RFC 6962 §3.4 `TimestampedEntry`, then the precertificate
+/// for a `precert_entry`, then the fingerprints). `None` if it runs past `data`.
+pub(crate) fn tile_leaf_end(data: &[u8], pos: usize) -> Option<usize> {
+    let uint = |at: usize, n: usize| -> Option<usize> {
+        let b = data.get(at..at.checked_add(n)?)?;
+        Some(b.iter().fold(0usize, |v, &x| (v << 8) | x as usize))
+    };
+    // timestamp (8), entry type (2)
+    let entry_type = uint(pos + 8, 2)?;
+    let mut at = pos + 10;
+    let precert = match entry_type {
+        0 => false,
+        1 => {
+            at += 32; // issuer_key_hash
+            true
+        }
+        _ => return None,
+    };
+    at += 3 + uint(at, 3)?; // the certificate or TBSCertificate
+    at += 2 + uint(at, 2)?; // extensions
+    if precert {
+        at += 3 + uint(at, 3)?; // pre_certificate
+    }
+    at += 2 + uint(at, 2)?; // certificate_chain
+    (at <= data.len()).then_some(at)
 }
 
 /// A hash tile that is not a whole number of hashes or not the expected width.
@@ -319,6 +382,52 @@ mod tests {
         assert_eq!(tile_prefix(e, &bundle[..7], 3, 2), None, "truncated bundle");
     }
 
+    /// A data tile's prefixes end at `TileLeaf` boundaries: an X.509 entry and a
+    /// precertificate entry (with its issuer key hash and precertificate), each with an
+    /// 8-byte extension and fingerprints.
+    #[test]
+    fn prefixes_of_data_tiles() {
+        let x509: &[u8] = &[
+            &[0u8; 8][..],                   // timestamp
+            &[0, 0],                         // x509_entry
+            &[0, 0, 3, 1, 2, 3],             // certificate
+            &[0, 8, 0, 0, 5, 0, 0, 0, 0, 0], // extensions: leaf_index 0
+            &[0, 32],                        // one fingerprint
+            &[9u8; 32],
+        ]
+        .concat();
+        let precert: &[u8] = &[
+            &[0u8; 8][..],
+            &[0, 1],          // precert_entry
+            &[7u8; 32],       // issuer_key_hash
+            &[0, 0, 2, 4, 5], // TBSCertificate
+            &[0, 0],          // no extensions
+            &[0, 0, 1, 6],    // pre_certificate
+            &[0, 0],          // no fingerprints
+        ]
+        .concat();
+        let tile = [x509, precert, x509].concat();
+        let d = TileKind::Data;
+        assert_eq!(tile_prefix(d, &tile, 3, 1), Some(x509));
+        assert_eq!(
+            tile_prefix(d, &tile, 3, 2),
+            Some(&tile[..x509.len() + precert.len()])
+        );
+        assert_eq!(tile_prefix(d, &tile, 3, 3), Some(&tile[..]));
+        assert_eq!(
+            tile_prefix(d, &tile[..tile.len() - 1], 3, 3),
+            None,
+            "truncated"
+        );
+        let mut bad = tile.clone();
+        bad[9] = 2;
+        assert_eq!(tile_prefix(d, &bad, 3, 1), None, "entry type 2");
+        assert_eq!(TileId::data(0, 256).path(), "tile/data/000");
+        assert_eq!(TileId::data(1000, 5).path(), "tile/data/x001/000.p/5");
+        assert!(d.is_bundle() && TileKind::Entries.is_bundle());
+        assert!(!TileKind::Hash { level: 0 }.is_bundle());
+    }
+
     #[test]
     fn paths_match_the_spec_examples() {
         assert_eq!(
@@ -348,6 +457,7 @@ mod tests {
                     TileId::hash(0, n, w),
                     TileId::hash(63, n, w),
                     TileId::entries(n, w),
+                    TileId::data(n, w),
                 ] {
                     assert_eq!(TileId::parse(&id.path()), Ok(id), "{}", id.path());
                 }
@@ -376,6 +486,8 @@ mod tests {
             "tile/-1/000",
             "tile/entries/",
             "tile/entry/000",
+            "tile/data/",
+            "tile/Data/000",
             "tile//000",
             "tile/0/x018/x446/x744/x073/x709/x551/616",
             "tile/0/+01",

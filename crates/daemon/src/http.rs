@@ -486,8 +486,15 @@ async fn tile<S: LogStorage>(State(reads): State<Arc<Reads<S>>>, req: Request) -
     };
     let kind = match id.kind {
         TileKind::Entries => "entries",
+        TileKind::Data => "data",
         TileKind::Hash { .. } => "tile",
     };
+    // A log bundles its entries one way (tlog-tiles `entries`, static-ct-api `data`):
+    // the other kind's paths are not this log's.
+    if id.kind.is_bundle() && id.kind != log.config().personality.bundle_kind() {
+        read_metric(kind, StatusCode::NOT_FOUND, &reads.log.config().name);
+        return text(StatusCode::NOT_FOUND, format!("{path} not found"));
+    }
     // Only serve what a tree known to be committed contains, and look nothing else up:
     // files of a batch written but never committed (before a crash) must not be cached
     // forever by readers, and a flood of paths beyond the tree must cost no tile reads.
@@ -500,7 +507,7 @@ async fn tile<S: LogStorage>(State(reads): State<Arc<Reads<S>>>, req: Request) -
     let start = id.index.saturating_mul(256);
     let end = start.saturating_add(id.width as u64);
     let at_level = |size: u64| match id.kind {
-        TileKind::Entries => size,
+        TileKind::Entries | TileKind::Data => size,
         TileKind::Hash { level } => size.checked_shr(8 * u32::from(level)).unwrap_or(0),
     };
     let served = |size: u64| {

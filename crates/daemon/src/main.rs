@@ -522,6 +522,7 @@ async fn serve(c: Config) -> anyhow::Result<()> {
             }
         })
     };
+    let shutdown_signal = shutdown_signals()?;
     // Bind first: a taken port fails before any log is opened or written.
     let listener = listen(c.listen, c.http.max_connections)
         .with_context(|| format!("listening on {}", c.listen))?;
@@ -567,7 +568,7 @@ async fn serve(c: Config) -> anyhow::Result<()> {
         let stop = async move {
             let failures = watched.iter().map(|l| l.failed());
             tokio::select! {
-                _ = shutdown_signal() => {}
+                _ = shutdown_signal => {}
                 (reason, _, _) = futures_util::future::select_all(failures) => { let _ = tx.send(reason); }
             }
         };
@@ -785,19 +786,19 @@ fn check_fd_limit(max_connections: usize) {
     }
 }
 
-async fn shutdown_signal() {
+/// SIGTERM and SIGINT, caught from the moment this is called: a signal arriving while
+/// the logs open, or before the server first polls its stop future, stops the daemon
+/// cleanly instead of killing it (the default action) with its queues undrained.
+fn shutdown_signals() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{SignalKind, signal};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot install SIGTERM handler");
-            return std::future::pending().await;
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    Ok(async move {
+        tokio::select! {
+            _ = int.recv() => {},
+            _ = term.recv() => {},
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {},
-        _ = term.recv() => {},
-    }
+    })
 }
 
 #[cfg(test)]

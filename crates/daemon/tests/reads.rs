@@ -155,6 +155,10 @@ async fn a_flood_of_checkpoint_and_beyond_the_tree_reads_reaches_no_storage() {
         .unwrap();
     assert_eq!(status, 200, "{body:?}");
     assert_eq!(storage.public_tile_reads.load(Ordering::SeqCst), 1);
+    // A static-ct-api data tile is not a path of a tlog-tiles log: 404, no read.
+    let (status, _, _) = http.get(&format!("{url}/tile/data/000.p/3")).await.unwrap();
+    assert_eq!(status, 404);
+    assert_eq!(storage.public_tile_reads.load(Ordering::SeqCst), 1);
 
     // Another frontend publishes a larger tree, and a reader who has its checkpoint
     // asks this frontend for a path it covers at once: looked up, not refused.

@@ -137,6 +137,11 @@ const STATE_MAGIC_V1: &str = "tlogd-posix-state v1";
 const SLOT_MAGIC: &[u8] = b"tlogd-posix-state v4\n";
 /// The flags byte ending a v4 record of a frozen tree ([`TreeState::frozen`]).
 const SLOT_FROZEN: u8 = 1;
+/// A slot record's level byte for an entry bundle (hash tiles use their level,
+/// 0..=63).
+const SLOT_ENTRIES: u8 = u8::MAX;
+/// A slot record's level byte for a static-ct-api data tile.
+const SLOT_DATA: u8 = u8::MAX - 1;
 /// The previous release's slot: a v4 record without carried tiles. Read, never
 /// written; its full tiles were synced before its state was written.
 const SLOT_MAGIC_V3: &[u8] = b"tlogd-posix-state v3\n";
@@ -776,7 +781,7 @@ fn adopt_tessera(root: &Path, origin: &str) -> Result<Committed, OpenError> {
     let state = TreeState::new(ts.size, state_root);
     // The edge at that size, from the public files.
     let mut edge = Vec::new();
-    for id in edge_ids(state.size) {
+    for id in edge_ids(state.size, TileKind::Entries) {
         let path = root.join(id.path());
         let bytes = fs::read(&path).map_err(|e| {
             refuse(format!(
@@ -889,7 +894,8 @@ fn check_tessera_checkpoint(root: &Path, origin: &str, state: &TreeState) -> Res
 fn tile_level(id: &TileId) -> u8 {
     match id.kind {
         TileKind::Hash { level } => level,
-        TileKind::Entries => u8::MAX,
+        TileKind::Entries => SLOT_ENTRIES,
+        TileKind::Data => SLOT_DATA,
     }
 }
 
@@ -949,7 +955,8 @@ fn decode_tile(r: &mut Reader<'_>) -> Result<(TileId, Vec<u8>), String> {
     let width = u16::from_be_bytes(r.take()?);
     let len = u32::from_be_bytes(r.take()?) as usize;
     let id = match level {
-        u8::MAX => TileId::entries(index, width),
+        SLOT_ENTRIES => TileId::entries(index, width),
+        SLOT_DATA => TileId::data(index, width),
         l => TileId::hash(l, index, width),
     };
     Ok((id, r.bytes(len)?.to_vec()))
@@ -1034,7 +1041,8 @@ fn decode_slot(b: &[u8]) -> Result<Slot, String> {
     if !r.0.is_empty() {
         return Err("trailing bytes".into());
     }
-    let want: Vec<TileId> = edge_ids(tree.size).collect();
+    let want: Vec<TileId> =
+        edge_ids(tree.size, bundle_kind(edge.iter().map(|(id, _)| id))).collect();
     if edge.iter().map(|(id, _)| *id).ne(want.iter().copied()) {
         return Err(format!("edge tiles do not match size {}", tree.size));
     }
@@ -1049,11 +1057,20 @@ fn decode_slot(b: &[u8]) -> Result<Slot, String> {
     ))
 }
 
-/// The partial tiles of a tree of `size`, hash tiles by level, then the bundle.
-fn edge_ids(size: u64) -> impl Iterator<Item = TileId> {
+/// The partial tiles of a tree of `size`, hash tiles by level, then the bundle (of
+/// `kind`: tlog-tiles entry bundles, or a CT log's data tiles).
+fn edge_ids(size: u64, kind: TileKind) -> impl Iterator<Item = TileId> {
     tile::edge_tiles(size)
         .into_iter()
-        .chain(tile::edge_bundle(size))
+        .chain(tile::edge_bundle(size).map(move |id| id.with_kind(kind)))
+}
+
+/// The kind of bundle among `tiles` (a batch's, an edge's): the log's personality
+/// decides it, and a log never mixes two. Entry bundles when none is there.
+fn bundle_kind<'a>(mut tiles: impl Iterator<Item = &'a TileId>) -> TileKind {
+    tiles
+        .find(|id| id.kind.is_bundle())
+        .map_or(TileKind::Entries, |id| id.kind)
 }
 
 struct Reader<'a>(&'a [u8]);
@@ -1291,7 +1308,8 @@ impl Inner {
         //    older slot, made durable by the slot's one `fdatasync`. A partial the batch
         //    did not change is the same tile as before.
         let mut edge = Vec::new();
-        for id in edge_ids(batch.next.size) {
+        let kind = bundle_kind(batch.tiles.iter().chain(old_edge.iter()).map(|(id, _)| id));
+        for id in edge_ids(batch.next.size, kind) {
             let bytes = batch
                 .tiles
                 .iter()
@@ -1516,7 +1534,7 @@ impl Inner {
         // Temp files first, synced before any is renamed over a public path, so a
         // crash never leaves a torn partial where a checkpoint names one.
         let mut partials = Vec::new();
-        for id in edge_ids(size) {
+        for id in edge_ids(size, bundle_kind(edge.iter().map(|(id, _)| id))) {
             // Not in the edge: the position was completed since, and its full tile is
             // what readers fall back to.
             if let Some(bytes) = edge_prefix(&edge, &id) {
@@ -1699,7 +1717,7 @@ mod tests {
 
     fn sample(seq: u64) -> (TreeState, Vec<u8>) {
         let tree = TreeState::new(3, [seq as u8; 32]);
-        let edge: Vec<(TileId, Vec<u8>)> = edge_ids(3)
+        let edge: Vec<(TileId, Vec<u8>)> = edge_ids(3, TileKind::Entries)
             .map(|id| (id, vec![seq as u8; id.width as usize * 32]))
             .collect();
         (tree, encode_slot("example.com/log", seq, &tree, &edge, &[]))
@@ -1760,7 +1778,7 @@ mod tests {
     #[test]
     fn a_slot_carries_full_tiles_of_its_tree_only() {
         let tree = TreeState::new(600, [1; 32]);
-        let edge: Vec<(TileId, Vec<u8>)> = edge_ids(600)
+        let edge: Vec<(TileId, Vec<u8>)> = edge_ids(600, TileKind::Entries)
             .map(|id| (id, vec![2; id.width as usize * 32]))
             .collect();
         let (t1, b1) = (TileId::hash(0, 1, 256), vec![3u8; 256 * 32]);

@@ -89,7 +89,7 @@ use tlogd_core::tile::{TILE_WIDTH, TileId, TileKind};
 
 use cache::TileCache;
 pub use dialect::{Dialect, NamedLock, ServerLimits, Target};
-use statements::{ENTRIES_LEVEL, INSERT_TILES_PARAMS_PER_ROW, Statements};
+use statements::{DATA_LEVEL, ENTRIES_LEVEL, INSERT_TILES_PARAMS_PER_ROW, Statements};
 
 /// The schema compatibility version this release reads and writes. A database whose
 /// `tlogd_meta.schema_version` is higher was upgraded by a newer release and is refused.
@@ -718,6 +718,7 @@ fn tile_level(id: &TileId) -> u8 {
     match id.kind {
         TileKind::Hash { level } => level,
         TileKind::Entries => ENTRIES_LEVEL,
+        TileKind::Data => DATA_LEVEL,
     }
 }
 

@@ -15,6 +15,8 @@ pub enum Placeholders {
 
 /// `tile_level` of entry bundles; hash tiles use their level, 0..=63.
 pub const ENTRIES_LEVEL: u8 = 255;
+/// The `level` of a static-ct-api data tile's rows.
+pub const DATA_LEVEL: u8 = 254;
 
 /// Placeholders per row of the tile upsert (level, index, width, data).
 pub const INSERT_TILES_PARAMS_PER_ROW: usize = 4;
