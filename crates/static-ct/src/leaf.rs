@@ -248,6 +248,24 @@ pub fn parse_data_tile(tile: &[u8]) -> Result<Vec<TileLeaf>, FormatError> {
     Ok(leaves)
 }
 
+/// Each `TileLeaf` of a data tile as its bytes in `tile`, with its timestamp; every
+/// leaf is parsed on the way, so a malformed tile is refused.
+pub fn split_data_tile(tile: &[u8]) -> Result<Vec<(&[u8], u64)>, FormatError> {
+    let mut r = Reader::new(tile, "data tile");
+    let mut out = Vec::with_capacity(256);
+    while !r.is_empty() {
+        let at = r.position();
+        let leaf = TileLeaf::parse(&mut r).map_err(|e| {
+            format_error(
+                "data tile",
+                format!("entry {} at byte {at}: {e}", out.len()),
+            )
+        })?;
+        out.push((&tile[at..r.position()], leaf.timestamped_entry.timestamp));
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -262,6 +280,15 @@ mod tests {
     fn round_trip(data: &[u8], level0: Option<&[u8]>, entries: usize) -> Vec<TileLeaf> {
         let leaves = parse_data_tile(data).expect("the data tile parses");
         assert_eq!(leaves.len(), entries);
+        let split = split_data_tile(data).expect("the data tile splits");
+        assert_eq!(
+            split.iter().map(|(b, _)| *b).collect::<Vec<_>>().concat(),
+            data
+        );
+        for ((bytes, ts), leaf) in split.iter().zip(&leaves) {
+            assert_eq!(parse_data_tile(bytes).unwrap(), vec![leaf.clone()]);
+            assert_eq!(*ts, leaf.timestamped_entry.timestamp);
+        }
         let mut again = Vec::with_capacity(data.len());
         for leaf in &leaves {
             leaf.encode(&mut again);

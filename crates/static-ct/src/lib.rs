@@ -20,7 +20,7 @@ pub mod signer;
 pub mod sth;
 mod tls;
 
-pub use leaf::{LogEntry, MerkleTreeLeaf, TileLeaf, parse_data_tile};
+pub use leaf::{LogEntry, MerkleTreeLeaf, TileLeaf, parse_data_tile, split_data_tile};
 pub use signer::LogKey;
 
 /// A structure that does not parse.
