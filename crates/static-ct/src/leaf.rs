@@ -233,24 +233,23 @@ impl TileLeaf {
 
 /// Every `TileLeaf` of a data tile (full or partial), in order.
 pub fn parse_data_tile(tile: &[u8]) -> Result<Vec<TileLeaf>, FormatError> {
-    let mut r = Reader::new(tile, "data tile");
-    let mut leaves = Vec::with_capacity(256);
-    while !r.is_empty() {
-        let at = r.position();
-        let leaf = TileLeaf::parse(&mut r).map_err(|e| {
-            format_error(
-                "data tile",
-                format!("entry {} at byte {at}: {e}", leaves.len()),
-            )
-        })?;
-        leaves.push(leaf);
-    }
-    Ok(leaves)
+    Ok(walk_data_tile(tile)?
+        .into_iter()
+        .map(|(_, leaf)| leaf)
+        .collect())
 }
 
 /// Each `TileLeaf` of a data tile as its bytes in `tile`, with its timestamp; every
 /// leaf is parsed on the way, so a malformed tile is refused.
 pub fn split_data_tile(tile: &[u8]) -> Result<Vec<(&[u8], u64)>, FormatError> {
+    Ok(walk_data_tile(tile)?
+        .into_iter()
+        .map(|(at, leaf)| (&tile[at], leaf.timestamped_entry.timestamp))
+        .collect())
+}
+
+/// Each `TileLeaf` of a data tile with where its bytes are.
+fn walk_data_tile(tile: &[u8]) -> Result<Vec<(std::ops::Range<usize>, TileLeaf)>, FormatError> {
     let mut r = Reader::new(tile, "data tile");
     let mut out = Vec::with_capacity(256);
     while !r.is_empty() {
@@ -261,7 +260,7 @@ pub fn split_data_tile(tile: &[u8]) -> Result<Vec<(&[u8], u64)>, FormatError> {
                 format!("entry {} at byte {at}: {e}", out.len()),
             )
         })?;
-        out.push((&tile[at..r.position()], leaf.timestamped_entry.timestamp));
+        out.push((at..r.position(), leaf));
     }
     Ok(out)
 }

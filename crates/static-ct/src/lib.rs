@@ -39,3 +39,13 @@ pub(crate) fn format_error(what: &'static str, why: impl Into<String>) -> Format
         why: why.into(),
     }
 }
+
+/// Bytes from hex digits, spaces ignored (the known answers are written that way).
+#[cfg(test)]
+pub(crate) fn hex(s: &str) -> Vec<u8> {
+    let s: String = s.split_whitespace().collect();
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+        .collect()
+}

@@ -66,15 +66,8 @@ pub fn signature_input(entry: &TimestampedEntry) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hex;
     use crate::leaf::LogEntry;
-
-    fn hex(s: &str) -> Vec<u8> {
-        let s: String = s.split_whitespace().collect();
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
-    }
 
     /// TesseraCT's known answers (its signature tests).
     #[test]

@@ -79,20 +79,13 @@ pub fn verify_note_signature(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hex;
     use base64::Engine;
     use base64::engine::general_purpose::STANDARD as B64;
 
     fn testdata(path: &str) -> String {
         let p = format!("{}/testdata/{path}", env!("CARGO_MANIFEST_DIR"));
         std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{p}: {e}"))
-    }
-
-    fn hex(s: &str) -> Vec<u8> {
-        let s: String = s.split_whitespace().collect();
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
     }
 
     /// TesseraCT's known answer.
