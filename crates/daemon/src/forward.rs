@@ -25,6 +25,7 @@ use tlogd_core::engine::forward::{
 use tlogd_core::engine::{BoxFuture, ForwardError, ForwardedOutcome, Forwarder, Log, LogStorage};
 
 use crate::auth::{Verdict, WriteTokens};
+use crate::http::text;
 
 /// The route, relative to a log's base URL.
 pub const FORWARD_PATH: &str = ".tlogd/forward";
@@ -222,16 +223,6 @@ pub async fn take_forwarded<S: LogStorage>(
             HeaderValue::from_static("application/octet-stream"),
         )],
         encode_outcomes(&outcomes),
-    )
-        .into_response()
-}
-
-/// A one-line `text/plain` answer.
-fn text(status: StatusCode, msg: String) -> Response {
-    (
-        status,
-        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-        format!("{}\n", msg.replace(['\r', '\n'], " ")),
     )
         .into_response()
 }

@@ -161,7 +161,7 @@ fn printable(s: &str) -> String {
 }
 
 /// A one-line `text/plain` answer (line breaks in `msg` become spaces).
-fn text(status: StatusCode, msg: impl Into<String>) -> Response {
+pub(crate) fn text(status: StatusCode, msg: impl Into<String>) -> Response {
     let mut body: String = msg
         .into()
         .chars()
