@@ -5,7 +5,8 @@ set -euo pipefail
 # `deps.sh test` adds what the test suite needs: mariadb-server and postgresql, from
 # which the SQL backends' tests start private servers of their own (never the system
 # ones), openssl, which makes the certificates of the TLS tests, and MinIO and
-# Toxiproxy for the object-store tests (built from source with `go install` at pinned
+# Toxiproxy for the object-store tests, TesseraCT's CT hammer and ctclient for the CT
+# tests (built from source with `go install` at pinned
 # versions into ~/.cache/tlogd-tools/bin, outside the clone, once per machine).
 pkgs=(libclang-dev clang)
 [ "${1:-}" = test ] && pkgs+=(mariadb-server postgresql openssl e2fsprogs mount)
@@ -42,4 +43,8 @@ if [ "${1:-}" = test ]; then
   }
   go_install minio github.com/minio/minio "$minio_version"
   go_install toxiproxy-server github.com/Shopify/toxiproxy/v2/cmd/server "$toxiproxy_version"
+  # Certificate Transparency interop: TesseraCT's CT hammer and Google's ctclient
+  # drive the CT personality in crates/daemon/tests/ct.rs.
+  go_install ct-hammer github.com/transparency-dev/tesseract/internal/hammer v0.1.1
+  go_install ctclient github.com/google/certificate-transparency-go/client/ctclient v1.4.0
 fi

@@ -277,9 +277,41 @@ pub struct NoteVerifier {
 
 /// The public key of a [`NoteVerifier`], by algorithm: one variant per signature type
 /// a log can sign its checkpoints with.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 enum VerifierKey {
     Ed25519(VerifyingKey),
+    /// A signature type implemented outside this crate ([`SignatureCheck`]).
+    Other(std::sync::Arc<dyn SignatureCheck>),
+}
+
+impl PartialEq for VerifierKey {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (VerifierKey::Ed25519(a), VerifierKey::Ed25519(b)) => a == b,
+            (VerifierKey::Other(a), VerifierKey::Other(b)) => {
+                a.algorithm() == b.algorithm() && a.public_key() == b.public_key()
+            }
+            _ => false,
+        }
+    }
+}
+
+impl Eq for VerifierKey {}
+
+/// The checking half of a signature type this crate does not implement: a log key
+/// whose signatures are checked elsewhere (the RFC 6962 note signature of a
+/// static-ct-api log, in `tlogd-ct`), wrapped in a [`NoteVerifier`] with
+/// [`NoteVerifier::with_check`] so notes verify as with any other key.
+pub trait SignatureCheck: Send + Sync + std::fmt::Debug {
+    /// The signature type.
+    fn algorithm(&self) -> SignatureAlgorithm;
+
+    /// The public key as a verifier key string carries it after the type byte.
+    fn public_key(&self) -> Vec<u8>;
+
+    /// Whether `signature` (the bytes after the key ID in a signature line) is this
+    /// key's signature of the note `text`.
+    fn verify(&self, text: &[u8], signature: &[u8]) -> bool;
 }
 
 impl NoteVerifier {
@@ -304,10 +336,28 @@ impl NoteVerifier {
         }
     }
 
-    /// The verifier key string.
+    /// A verifier of `name`'s key `id` whose signatures `check` checks.
+    pub fn with_check(
+        name: impl Into<String>,
+        id: u32,
+        check: std::sync::Arc<dyn SignatureCheck>,
+    ) -> Self {
+        NoteVerifier {
+            name: name.into(),
+            id,
+            key: VerifierKey::Other(check),
+        }
+    }
+
+    /// The verifier key string: `<name>+<hex key id>+<base64(type || public key)>`.
     pub fn to_vkey(&self) -> String {
         match &self.key {
             VerifierKey::Ed25519(key) => typed_vkey(&self.name, self.id, ALG_ED25519, key),
+            VerifierKey::Other(check) => {
+                let mut raw = vec![check.algorithm().byte()];
+                raw.extend_from_slice(&check.public_key());
+                format!("{}+{:08x}+{}", self.name, self.id, B64.encode(raw))
+            }
         }
     }
 
@@ -315,6 +365,7 @@ impl NoteVerifier {
     pub fn algorithm(&self) -> SignatureAlgorithm {
         match &self.key {
             VerifierKey::Ed25519(_) => SignatureAlgorithm::Ed25519,
+            VerifierKey::Other(check) => check.algorithm(),
         }
     }
 
@@ -336,6 +387,7 @@ impl NoteVerifier {
                 };
                 key.verify_strict(text, &sig).is_ok()
             }
+            VerifierKey::Other(check) => check.verify(text, sig),
         }
     }
 }

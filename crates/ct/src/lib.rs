@@ -10,8 +10,13 @@
 
 #![deny(missing_docs)]
 
+pub mod chain;
+mod der;
 mod personality;
+pub mod sct;
+mod signer;
 mod submission;
 
 pub use personality::StaticCt;
+pub use signer::{Rfc6962Check, Rfc6962Signer};
 pub use submission::{Submission, SubmittedEntry};

@@ -102,11 +102,11 @@ impl Personality for StaticCt {
         if index > tlogd_static_ct::sct::MAX_LEAF_INDEX {
             return Err(EntryError::Invalid("the log is full (2^40 entries)".into()));
         }
-        let (log_entry, pre_certificate) = submission.log_entry();
+        let (entry, pre_certificate) = submission.log_entry();
         let leaf = TileLeaf {
             timestamped_entry: TimestampedEntry {
                 timestamp,
-                entry: log_entry,
+                entry,
                 extensions: leaf_index_extension(index).to_vec(),
             },
             pre_certificate,
@@ -221,10 +221,20 @@ mod tests {
             leaf.pre_certificate.as_deref(),
             Some(&b"precertificate 258"[..])
         );
+        // An add answers with the timestamp its entry was stored with (the SCT's).
+        let added = log
+            .add(Bytes::from(submission(300).encode().unwrap()))
+            .await
+            .unwrap();
+        let stored = log.read_entry(added.index).await.unwrap().unwrap();
+        assert_eq!(
+            (added.index, added.timestamp),
+            (300, Some(stored.timestamp))
+        );
         log.shutdown();
         tasks.join().await;
         let mut newest = 0;
-        for (n, width) in [(0u64, 256u16), (1, 44)] {
+        for (n, width) in [(0u64, 256u16), (1, 45)] {
             let data = storage
                 .read_tile(&TileId::data(n, width))
                 .await

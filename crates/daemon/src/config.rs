@@ -49,6 +49,9 @@ pub struct Config {
     /// Forwarding between frontends of one shared store.
     #[serde(default)]
     pub forward: ForwardConfig,
+    /// Serve the log as a Certificate Transparency log (C2SP static-ct-api) instead of
+    /// a tlog-tiles log of opaque entries.
+    pub ct: Option<CtConfig>,
     /// HTTP connections: timeouts and limits of the public listener (and the metrics one).
     #[serde(default)]
     pub http: HttpConfig,
@@ -78,6 +81,7 @@ const PER_LOG_KEYS: &[&str] = &[
     "auth",
     "witnessing",
     "forward",
+    "ct",
 ];
 
 /// The name of the one log of a file without `[[logs]]`: its metrics' `log` label.
@@ -127,6 +131,8 @@ pub struct LogSection {
     /// Forwarding between frontends of one shared store.
     #[serde(default)]
     pub forward: ForwardConfig,
+    /// A Certificate Transparency log (see [`Config::ct`]).
+    pub ct: Option<CtConfig>,
 }
 
 impl LogSection {
@@ -250,6 +256,14 @@ impl LogSection {
         }
         if self.witnessing.timeout_ms == 0 {
             bail!("`witnessing.timeout_ms` must be at least 1");
+        }
+        if let Some(ct) = &self.ct {
+            ct.validate()?;
+            if self.origin.as_deref().is_some_and(|o| o.contains("://")) {
+                bail!(
+                    "a CT log's `origin` is its submission prefix without the scheme (static-ct-api \"Checkpoints\"), e.g. \"ct.example.com/2026h1\""
+                );
+            }
         }
         let has_tokens = self.auth.bearer_tokens_file.is_some()
             || std::env::var_os(TOKENS_ENV).is_some_and(|v| !v.is_empty());
@@ -584,6 +598,153 @@ impl Default for ForwardConfig {
             timeout_ms: 10_000,
         }
     }
+}
+
+/// `[ct]`: a Certificate Transparency log (C2SP static-ct-api). Submissions come to
+/// `POST <log>/ct/v1/add-chain` and `add-pre-chain` (no `/add`), chains are validated
+/// against the roots, and the checkpoint is signed with the RFC 6962 note signature of
+/// the ECDSA P-256 key in `private_key_file`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CtConfig {
+    /// The accepted roots, a PEM file (served by `get-roots`). Blocks that do not
+    /// parse are skipped with a warning; reloaded on SIGHUP, never dropping a root.
+    pub roots_file: PathBuf,
+    /// Refuse certificates whose notAfter has passed.
+    #[serde(default)]
+    pub reject_expired: bool,
+    /// Refuse certificates whose notAfter has not passed (a log for expired ones).
+    #[serde(default)]
+    pub reject_unexpired: bool,
+    /// Temporal shard: refuse certificates expiring before this instant (RFC 3339,
+    /// `2026-01-01T00:00:00Z`).
+    pub not_after_start: Option<String>,
+    /// Temporal shard: refuse certificates expiring at or after this instant.
+    pub not_after_limit: Option<String>,
+    /// Extended key usages (dotted OIDs) a certificate must have one of, as TesseraCT
+    /// checks them: a certificate without the extension is refused, and
+    /// anyExtendedKeyUsage counts only when listed (listing `2.5.29.37.0` turns the
+    /// check off). Empty: any.
+    #[serde(default)]
+    pub allowed_ekus: Vec<String>,
+    /// Extensions (dotted OIDs) a certificate must not carry.
+    #[serde(default)]
+    pub rejected_extensions: Vec<String>,
+    /// Refuse precertificates issued by a precertificate signing certificate (RFC 6962
+    /// §3.1), as Sunlight and Azul do; accepted by default, as TesseraCT does.
+    #[serde(default)]
+    pub reject_pre_issuers: bool,
+}
+
+impl CtConfig {
+    fn validate(&self) -> anyhow::Result<()> {
+        let start = self
+            .not_after_start
+            .as_deref()
+            .map(|s| parse_rfc3339_ms(s).with_context(|| "`ct.not_after_start`"))
+            .transpose()?;
+        let limit = self
+            .not_after_limit
+            .as_deref()
+            .map(|s| parse_rfc3339_ms(s).with_context(|| "`ct.not_after_limit`"))
+            .transpose()?;
+        if let (Some(a), Some(b)) = (start, limit)
+            && a >= b
+        {
+            bail!("`ct.not_after_start` must be before `ct.not_after_limit`");
+        }
+        if self.reject_expired && self.reject_unexpired {
+            bail!("`ct.reject_expired` and `ct.reject_unexpired` together refuse everything");
+        }
+        for oid in self.allowed_ekus.iter().chain(&self.rejected_extensions) {
+            let ok = oid.split('.').count() >= 2
+                && oid
+                    .split('.')
+                    .all(|a| !a.is_empty() && a.bytes().all(|b| b.is_ascii_digit()));
+            if !ok {
+                bail!(
+                    "`{oid}` in `ct.allowed_ekus` or `ct.rejected_extensions` is not a dotted OID"
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// `not_after_start` and `not_after_limit`, in milliseconds since the Unix epoch.
+    pub fn shard_window(&self) -> anyhow::Result<(Option<u64>, Option<u64>)> {
+        let ms = |s: &Option<String>| s.as_deref().map(parse_rfc3339_ms).transpose();
+        Ok((ms(&self.not_after_start)?, ms(&self.not_after_limit)?))
+    }
+}
+
+/// `YYYY-MM-DDTHH:MM:SS[.fff]Z` (RFC 3339 in UTC) in milliseconds since the Unix epoch.
+pub fn parse_rfc3339_ms(s: &str) -> anyhow::Result<u64> {
+    let bad = || anyhow::anyhow!("{s:?} is not an RFC 3339 UTC time like 2026-01-01T00:00:00Z");
+    let b = s.as_bytes();
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't') {
+        return Err(bad());
+    }
+    if b[13] != b':' || b[16] != b':' || !matches!(b[b.len() - 1], b'Z' | b'z') {
+        return Err(bad());
+    }
+    let num = |r: std::ops::Range<usize>| -> anyhow::Result<u64> {
+        let t = s.get(r).ok_or_else(bad)?;
+        if !t.bytes().all(|c| c.is_ascii_digit()) {
+            return Err(bad());
+        }
+        t.parse().map_err(|_| bad())
+    };
+    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (h, mi, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    let frac = &s[19..s.len() - 1];
+    let millis = match frac {
+        "" => 0,
+        f if f.starts_with('.') && f.len() > 1 => {
+            let digits = &f[1..];
+            if !digits.bytes().all(|c| c.is_ascii_digit()) {
+                return Err(bad());
+            }
+            let mut padded: String = digits.chars().take(3).collect();
+            while padded.len() < 3 {
+                padded.push('0');
+            }
+            padded.parse::<u64>().map_err(|_| bad())?
+        }
+        _ => return Err(bad()),
+    };
+    if !(1970..=9999).contains(&y) || !(1..=12).contains(&mo) || h > 23 || mi > 59 || sec > 59 {
+        return Err(bad());
+    }
+    let leap = y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
+    let month_days = [
+        31,
+        if leap { 29 } else { 28 },
+        31,
+        30,
+        31,
+        30,
+        31,
+        31,
+        30,
+        31,
+        30,
+        31,
+    ];
+    if d == 0 || d > month_days[mo as usize - 1] {
+        return Err(bad());
+    }
+    // Days since the epoch (the civil-from-days algorithm, run backwards).
+    let (yy, mm) = if mo <= 2 {
+        (y - 1, mo + 9)
+    } else {
+        (y, mo - 3)
+    };
+    let era = yy / 400;
+    let yoe = yy - era * 400;
+    let doy = (153 * mm + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Ok(((days * 24 + h) * 60 + mi) * 60_000 + sec * 1000 + millis)
 }
 
 /// `[witnessing]`
@@ -924,6 +1085,7 @@ impl Config {
             auth: self.auth.clone(),
             witnessing: self.witnessing.clone(),
             forward: self.forward.clone(),
+            ct: self.ct.clone(),
         }]
     }
 
@@ -1443,5 +1605,61 @@ mod tests {
         let e = format!("{:#}", c.validate().unwrap_err());
         assert!(e.contains("a POSIX log has one frontend"), "{e}");
         assert!(Config::parse("origin = \"o\"\n[forward]\nurl = \"x\"\n").is_err());
+    }
+
+    #[test]
+    fn rfc3339_times_parse_to_epoch_milliseconds() {
+        for (s, ms) in [
+            ("1970-01-01T00:00:00Z", 0),
+            ("2025-12-31T00:00:00Z", 1_767_139_200_000),
+            ("2024-02-29T12:34:56.789Z", 1_709_210_096_789),
+            ("2026-01-01T00:00:00.5z", 1_767_225_600_500),
+        ] {
+            assert_eq!(parse_rfc3339_ms(s).unwrap(), ms, "{s}");
+        }
+        for bad in [
+            "2025-02-29T00:00:00Z",
+            "2025-13-01T00:00:00Z",
+            "2025-01-01 00:00:00Z",
+            "2025-01-01T00:00:00+01:00",
+            "2025-01-01T24:00:00Z",
+            "2025-01-01T00:00:00.Z",
+            "1969-12-31T23:59:59Z",
+            "",
+        ] {
+            assert!(parse_rfc3339_ms(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn ct_settings_are_checked() {
+        let base = "origin = \"ct.example.com/2026h1\"\nstorage.dir = \"d\"\n[ct]\nroots_file = \"r.pem\"\n";
+        let c = Config::parse(base).unwrap();
+        c.validate().unwrap();
+        let ct = c.ct.as_ref().unwrap();
+        assert_eq!(ct.shard_window().unwrap(), (None, None));
+        for (extra, why) in [
+            (
+                "not_after_start = \"2026-07-01T00:00:00Z\"\nnot_after_limit = \"2026-01-01T00:00:00Z\"\n",
+                "must be before",
+            ),
+            ("not_after_start = \"July\"\n", "not_after_start"),
+            (
+                "reject_expired = true\nreject_unexpired = true\n",
+                "refuse everything",
+            ),
+            ("allowed_ekus = [\"serverAuth\"]\n", "not a dotted OID"),
+        ] {
+            let c = Config::parse(&format!("{base}{extra}")).unwrap();
+            let e = format!("{:#}", c.validate().unwrap_err());
+            assert!(e.contains(why), "{extra}: {e}");
+        }
+        let c = Config::parse(&base.replace("ct.example.com", "https://ct.example.com")).unwrap();
+        let e = format!("{:#}", c.validate().unwrap_err());
+        assert!(e.contains("without the scheme"), "{e}");
+        assert!(
+            Config::parse("origin = \"o\"\n[ct]\n").is_err(),
+            "roots_file is required"
+        );
     }
 }

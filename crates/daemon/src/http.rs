@@ -47,6 +47,9 @@ pub struct HttpOptions {
     pub storage_read_queue_timeout: Duration,
     /// Take batches other frontends forward (`POST /.tlogd/forward`), with their token.
     pub forward: Option<crate::forward::ForwardRoute>,
+    /// A Certificate Transparency log: its submission routes replace `POST /add`
+    /// (whose raw entries would skip chain validation).
+    pub ct: Option<Arc<crate::ct::CtLog>>,
 }
 
 impl Default for HttpOptions {
@@ -58,6 +61,7 @@ impl Default for HttpOptions {
             max_storage_reads: c.max_storage_reads,
             storage_read_queue_timeout: Duration::from_millis(c.storage_read_queue_timeout_ms),
             forward: None,
+            ct: None,
         }
     }
 }
@@ -112,7 +116,10 @@ pub fn router_with<S: LogStorage>(log: Log<S>, opts: &HttpOptions) -> Router {
         .route("/checkpoint", get(checkpoint::<S>))
         .route("/tile/{*path}", get(tile::<S>))
         .with_state(reads);
-    let mut writes = Router::new().route("/add", add_route);
+    let mut writes = match &opts.ct {
+        None => Router::new().route("/add", add_route),
+        Some(_) => Router::new(),
+    };
     if let Some(route) = opts.forward.clone() {
         writes = writes.route(
             &format!("/{}", crate::forward::FORWARD_PATH),
@@ -121,9 +128,20 @@ pub fn router_with<S: LogStorage>(log: Log<S>, opts: &HttpOptions) -> Router {
             }),
         );
     }
-    writes
-        .with_state(log)
-        .merge(read_routes)
+    let mut routes = writes.with_state(log.clone()).merge(read_routes);
+    if let Some(ct) = &opts.ct {
+        let mut submissions = crate::ct::submission_routes(log.clone(), ct.clone());
+        if let Some(tokens) = opts.tokens.clone().filter(|t| !t.is_empty()) {
+            submissions = submissions.route_layer(middleware::from_fn_with_state(
+                (tokens, label.clone()),
+                require_token,
+            ));
+        }
+        routes = routes
+            .merge(submissions)
+            .merge(crate::ct::read_routes(log, ct.clone()));
+    }
+    routes
         .fallback(move |req: Request| not_found(req, label.clone()))
         .method_not_allowed_fallback(method_not_allowed)
 }
@@ -153,7 +171,7 @@ async fn method_not_allowed(method: Method, req: Request) -> Response {
 
 /// At most 200 printable ASCII characters of client input, for echoing it in a
 /// one-line answer.
-fn printable(s: &str) -> String {
+pub(crate) fn printable(s: &str) -> String {
     s.chars()
         .take(200)
         .map(|c| if c.is_ascii_graphic() { c } else { '?' })
@@ -242,6 +260,18 @@ const DRAIN_LIMIT: u64 = 1 << 20;
 /// Read an add's body: at most [`MAX_ENTRY_SIZE`] bytes (one more is enough to know it
 /// is too large), within `timeout`.
 async fn read_entry(headers: &HeaderMap, body: Body, timeout: Duration) -> Result<Bytes, Response> {
+    read_body(headers, body, timeout, MAX_ENTRY_SIZE, "entry").await
+}
+
+/// Read a request body of at most `max` bytes (`what`, in the `413`'s words) within
+/// `timeout`; otherwise the one-line answer to send.
+pub(crate) async fn read_body(
+    headers: &HeaderMap,
+    body: Body,
+    timeout: Duration,
+    max: usize,
+    what: &str,
+) -> Result<Bytes, Response> {
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -249,10 +279,10 @@ async fn read_entry(headers: &HeaderMap, body: Body, timeout: Duration) -> Resul
     let too_large = || {
         text(
             StatusCode::PAYLOAD_TOO_LARGE,
-            format!("entry exceeds {MAX_ENTRY_SIZE} bytes"),
+            format!("{what} exceeds {max} bytes"),
         )
     };
-    if let Some(n) = declared.filter(|&n| n > MAX_ENTRY_SIZE as u64) {
+    if let Some(n) = declared.filter(|&n| n > max as u64) {
         // A body left unread makes hyper close the connection, and the kernel then
         // resets it while the client is still sending, which can destroy the 413
         // before the client reads it. A modest body is read and dropped, frame by
@@ -270,7 +300,7 @@ async fn read_entry(headers: &HeaderMap, body: Body, timeout: Duration) -> Resul
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
         return Err(resp);
     }
-    let limited = Limited::new(body, MAX_ENTRY_SIZE + 1);
+    let limited = Limited::new(body, max + 1);
     match tokio::time::timeout(timeout, limited.collect()).await {
         // Copied out: hyper hands the body over as a slice of the connection's read
         // buffer (8 KiB or more), and the entry is held until its batch commits. Kept
@@ -339,28 +369,39 @@ async fn add<S: LogStorage>(
             (StatusCode::OK, headers, o.index.to_string()).into_response()
         }
         Err(e) => {
-            let (status, o) = match &e {
-                AddError::Empty => (StatusCode::BAD_REQUEST, "bad_request"),
-                AddError::Rejected(_) => (StatusCode::BAD_REQUEST, "bad_request"),
-                AddError::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
-                // Final: retrying cannot help, so not a 503.
-                AddError::Frozen => (StatusCode::FORBIDDEN, "frozen"),
-                e if e.is_pushback() => (StatusCode::SERVICE_UNAVAILABLE, "pushback"),
-                _ => (StatusCode::INTERNAL_SERVER_ERROR, "error"),
-            };
+            let (resp, o) = add_refused(&e, log.config().retry_after, "POST /add");
             outcome(o, started, &log.config().name);
-            if status == StatusCode::INTERNAL_SERVER_ERROR {
-                return internal_error("POST /add", &e);
-            }
-            let mut resp = text(status, e.to_string());
-            if status == StatusCode::SERVICE_UNAVAILABLE {
-                let secs = log.config().retry_after.as_secs().max(1);
-                resp.headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from(secs));
-            }
             resp
         }
     }
+}
+
+/// The answer to an add the log refused or failed, and its metric outcome.
+pub(crate) fn add_refused(
+    e: &AddError,
+    retry_after: Duration,
+    route: &str,
+) -> (Response, &'static str) {
+    let (status, o) = match e {
+        AddError::Empty => (StatusCode::BAD_REQUEST, "bad_request"),
+        AddError::Rejected(_) => (StatusCode::BAD_REQUEST, "bad_request"),
+        AddError::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
+        // Final: retrying cannot help, so not a 503.
+        AddError::Frozen => (StatusCode::FORBIDDEN, "frozen"),
+        e if e.is_pushback() => (StatusCode::SERVICE_UNAVAILABLE, "pushback"),
+        _ => (StatusCode::INTERNAL_SERVER_ERROR, "error"),
+    };
+    if status == StatusCode::INTERNAL_SERVER_ERROR {
+        return (internal_error(route, e), o);
+    }
+    let mut resp = text(status, e.to_string());
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        resp.headers_mut().insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(retry_after.as_secs().max(1)),
+        );
+    }
+    (resp, o)
 }
 
 /// When each error reference was last logged, and how many answers carried it since.
@@ -370,7 +411,7 @@ static LOGGED_ERRORS: Mutex<Option<HashMap<String, (Instant, u64)>>> = Mutex::ne
 /// from it (the first 8 hex digits of its SHA-256), which the body quotes: the same
 /// failure (a batch of 4096 adds whose commit failed) has one reference and is logged
 /// once per second with a count, not once per request.
-fn internal_error(route: &str, detail: &dyn std::fmt::Display) -> Response {
+pub(crate) fn internal_error(route: &str, detail: &dyn std::fmt::Display) -> Response {
     let detail = detail.to_string();
     let digest = Sha256::digest(detail.as_bytes());
     let reference: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();

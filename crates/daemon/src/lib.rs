@@ -5,6 +5,7 @@
 
 pub mod auth;
 pub mod config;
+pub mod ct;
 pub mod forward;
 pub mod http;
 pub mod observe;

@@ -75,6 +75,10 @@ enum Command {
         /// The log's origin (the key name), e.g. example.com/mylog.
         #[arg(long)]
         origin: String,
+        /// An ECDSA P-256 key for a Certificate Transparency log (PKCS#8 PEM); prints
+        /// the public key (PEM) and the log ID.
+        #[arg(long)]
+        ct: bool,
         /// Where to write the private key (created with mode 0600; never overwritten).
         #[arg(long, default_value = "tlogd.key")]
         out: PathBuf,
@@ -159,7 +163,10 @@ fn main() -> anyhow::Result<()> {
     keep_freed_memory();
     let cli = Cli::parse();
     match cli.command {
-        Command::Keygen { origin, out } => keygen(&origin, &out),
+        Command::Keygen { origin, out, ct } => match ct {
+            true => keygen_ct(&origin, &out),
+            false => keygen(&origin, &out),
+        },
         Command::Verify(args) => std::process::exit(tlogd::verify::run(args).into()),
         Command::Freeze { config, log } => {
             let c = Config::load(&config)?;
@@ -181,6 +188,47 @@ fn main() -> anyhow::Result<()> {
             runtime.block_on(serve(config))
         }
     }
+}
+
+/// Write a fresh private key file (mode 0600, never over an existing file).
+fn write_key_file(out: &PathBuf, text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(out)
+        .with_context(|| format!("creating {} (it must not exist yet)", out.display()))?;
+    f.write_all(text.as_bytes())
+        .with_context(|| format!("writing {}", out.display()))?;
+    f.sync_all()?;
+    eprintln!("private key written to {}", out.display());
+    Ok(())
+}
+
+fn keygen_ct(origin: &str, out: &PathBuf) -> anyhow::Result<()> {
+    use base64::Engine as _;
+    // A scalar outside 1..n (probability ~2^-32) is drawn again.
+    let key = loop {
+        let mut d = [0u8; 32];
+        getrandom::fill(&mut d).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
+        if let Ok(k) = tlogd_static_ct::signer::LogKey::from_scalar(&d) {
+            break k;
+        }
+    };
+    write_key_file(out, &key.to_pkcs8_pem()?)?;
+    print!("{}", key.public_key_pem()?);
+    println!(
+        "log ID: {}",
+        base64::engine::general_purpose::STANDARD.encode(key.log_id())
+    );
+    let signer = tlogd_ct::Rfc6962Signer::new(origin, key);
+    println!(
+        "vkey: {}",
+        tlogd_core::note::LogSigner::verifier(&signer).to_vkey()
+    );
+    Ok(())
 }
 
 fn keygen(origin: &str, out: &PathBuf) -> anyhow::Result<()> {
@@ -309,19 +357,60 @@ fn load_signer(c: &LogSection, origin: &str) -> anyhow::Result<NoteSigner> {
     Ok(signer)
 }
 
+/// A CT log's ECDSA P-256 key: `private_key_file`, else env `TLOGD_PRIVATE_KEY`, PEM.
+fn load_ct_key(l: &LogSection) -> anyhow::Result<tlogd_static_ct::signer::LogKey> {
+    let text = match &l.private_key_file {
+        Some(p) => {
+            warn_if_readable_by_others(p, "the signing key file");
+            std::fs::read_to_string(p)
+                .with_context(|| format!("reading private key file {}", p.display()))?
+        }
+        None => std::env::var("TLOGD_PRIVATE_KEY").map_err(|_| {
+            anyhow::anyhow!(
+                "no signing key: set `private_key_file` to a PEM ECDSA P-256 key; `tlogd keygen --ct` makes one"
+            )
+        })?,
+    };
+    tlogd_static_ct::signer::LogKey::from_pem(&text).context("parsing the CT log's private key")
+}
+
 /// One log, open: its facade, its routes and its background tasks.
 struct Opened {
     log: Arc<dyn ServedLog>,
     routes: LogRoutes,
     tasks: LogTasks,
+    /// A CT log's submission side (its roots reload on SIGHUP).
+    ct: Option<Arc<tlogd::ct::CtLog>>,
 }
 
 /// Open one log of the file: its key, storage, dedup index and engine, frozen first
 /// if `read_only` says so; and its public routes.
 async fn open_log(c: &Config, l: &LogSection, clients: &Clients) -> anyhow::Result<Opened> {
     let origin = l.origin.clone().unwrap_or_default();
-    let signer = Arc::new(load_signer(l, &origin)?);
-    let mut lc = LogConfig::new(origin.clone(), signer);
+    let ct = match &l.ct {
+        None => None,
+        Some(config) => {
+            let key = load_ct_key(l)?;
+            let timeout = Duration::from_millis(c.http.body_read_timeout_ms);
+            Some(Arc::new(tlogd::ct::CtLog::load(
+                config,
+                key,
+                timeout,
+                l.label(),
+            )?))
+        }
+    };
+    let mut lc = match &ct {
+        None => LogConfig::new(origin.clone(), Arc::new(load_signer(l, &origin)?)),
+        Some(ct) => {
+            // A CT log: RFC 6962 note signatures over its checkpoints, static-ct-api
+            // data tiles for its entries.
+            let signer = tlogd_ct::Rfc6962Signer::new(origin.clone(), ct.key().clone());
+            let mut lc = LogConfig::with_signer(origin.clone(), Arc::new(signer));
+            lc.personality = Arc::new(tlogd_ct::StaticCt);
+            lc
+        }
+    };
     lc.name = l.label().to_string();
     lc.batch_max_entries = l.batching.max_entries;
     lc.batch_max_age = Duration::from_millis(l.batching.max_age_ms);
@@ -368,18 +457,18 @@ async fn open_log(c: &Config, l: &LogSection, clients: &Clients) -> anyhow::Resu
         "mysql" => {
             let storage = MysqlStorage::connect(&url, &origin, sql).await;
             let storage = Arc::new(storage.with_context(opening)?);
-            return assemble(storage, open_dedup(l, None).await?, lc, l, c).await;
+            return assemble(storage, open_dedup(l, None).await?, lc, l, c, ct).await;
         }
         "postgres" => {
             let storage = PostgresStorage::connect(&url, &origin, sql).await;
             let storage = Arc::new(storage.with_context(opening)?);
-            return assemble(storage, open_dedup(l, None).await?, lc, l, c).await;
+            return assemble(storage, open_dedup(l, None).await?, lc, l, c, ct).await;
         }
         "s3" | "gcs" => {
             let storage = open_object_store(l, &origin, clients)
                 .await
                 .with_context(opening)?;
-            return assemble(Arc::new(storage), open_dedup(l, None).await?, lc, l, c).await;
+            return assemble(Arc::new(storage), open_dedup(l, None).await?, lc, l, c, ct).await;
         }
         _ => {}
     }
@@ -392,7 +481,7 @@ async fn open_log(c: &Config, l: &LogSection, clients: &Clients) -> anyhow::Resu
         tlogd::verify::check_adopted_tessera(&dir, &origin, &lc.verifier(), state).await?;
     }
     let dedup = open_dedup(l, Some(storage.private_dir().join("dedup"))).await?;
-    assemble(storage, dedup, lc, l, c).await
+    assemble(storage, dedup, lc, l, c, ct).await
 }
 
 /// The engine over `storage`, frozen if `read_only` says so, and its routes.
@@ -402,6 +491,7 @@ async fn assemble<S: LogStorage>(
     lc: LogConfig,
     l: &LogSection,
     c: &Config,
+    ct: Option<Arc<tlogd::ct::CtLog>>,
 ) -> anyhow::Result<Opened> {
     if let Some(p) = &l.auth.bearer_tokens_file {
         warn_if_readable_by_others(p, "the write tokens file");
@@ -438,6 +528,7 @@ async fn assemble<S: LogStorage>(
         max_storage_reads: c.http.max_storage_reads,
         storage_read_queue_timeout: Duration::from_millis(c.http.storage_read_queue_timeout_ms),
         forward,
+        ct: ct.clone(),
     };
     let router = tlogd::http::router_with(log.clone(), &http);
     tracing::info!(
@@ -460,6 +551,7 @@ async fn assemble<S: LogStorage>(
             router,
         },
         tasks,
+        ct,
     })
 }
 
@@ -530,9 +622,14 @@ async fn serve(c: Config) -> anyhow::Result<()> {
     let logs: Vec<Arc<dyn ServedLog>> = opened.iter().map(|o| o.log.clone()).collect();
     let mut routes = Vec::new();
     let mut tasks = Vec::new();
+    let mut ct_logs = Vec::new();
     for o in opened {
         routes.push(o.routes);
         tasks.push(o.tasks);
+        ct_logs.extend(o.ct);
+    }
+    if !ct_logs.is_empty() {
+        reload_roots_on_sighup(ct_logs)?;
     }
     let metrics_task = if c.metrics.listen.is_empty() {
         None
@@ -789,6 +886,26 @@ fn check_fd_limit(max_connections: usize) {
 /// SIGTERM and SIGINT, caught from the moment this is called: a signal arriving while
 /// the logs open, or before the server first polls its stop future, stops the daemon
 /// cleanly instead of killing it (the default action) with its queues undrained.
+/// On SIGHUP, every CT log reads its roots file again and adds its roots.
+fn reload_roots_on_sighup(ct_logs: Vec<Arc<tlogd::ct::CtLog>>) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            for ct in &ct_logs {
+                match ct.reload_roots() {
+                    Ok(n) => tracing::info!(roots = n, "CT roots reloaded"),
+                    Err(e) => tracing::error!(
+                        error = %format!("{e:#}"),
+                        "CT roots not reloaded; the roots in force stay"
+                    ),
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
 fn shutdown_signals() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;

@@ -4,15 +4,18 @@
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use sha2::{Digest, Sha256};
 use tlog_verify::VerifyError;
 use tlog_verify::fetch::{DirFetcher, Fetch, HttpFetcher};
-use tlog_verify::fsck::{FsckOptions, FsckProgress, FsckSummary, fsck};
+use tlog_verify::fsck::{EntryCheck, FsckOptions, FsckProgress, FsckSummary, fsck};
 use tlog_verify::reader::open_checkpoint;
 use tlogd_core::engine::TreeState;
 use tlogd_core::note::NoteVerifier;
+use tlogd_core::personality::StoredEntry;
 use tlogd_core::witness::WitnessPolicy;
 
 /// Exit status when the log failed verification (or could not be read in full).
@@ -27,9 +30,15 @@ pub struct VerifyArgs {
     /// `checkpoint` and `tile/`.
     pub location: String,
     /// The log's verifier key (`name+hash+base64`); its name is the origin unless
-    /// --origin is given.
+    /// --origin is given. With --ct: the log's ECDSA P-256 public key, base64 DER
+    /// (a log list's `key`), and --origin is needed.
     #[arg(long, visible_alias = "key")]
     pub log_public_key: String,
+    /// A Certificate Transparency log (C2SP static-ct-api): data tiles, RFC 6962
+    /// leaf hashes and checkpoint signature; every entry's `leaf_index` must be its
+    /// position, and every issuer it names must be served with matching bytes.
+    #[arg(long)]
+    pub ct: bool,
     /// The checkpoint origin, when it differs from the key's name.
     #[arg(long)]
     pub origin: Option<String>,
@@ -80,7 +89,7 @@ pub fn run(args: VerifyArgs) -> u8 {
 }
 
 async fn run_async(args: VerifyArgs) -> u8 {
-    let verifier = match NoteVerifier::from_vkey(args.log_public_key.trim()) {
+    let verifier = match ct_or_note_verifier(&args) {
         Ok(v) => v,
         Err(e) => {
             eprintln!("tlogd verify: --log-public-key: {e}");
@@ -119,12 +128,16 @@ async fn run_async(args: VerifyArgs) -> u8 {
             }
         }
     };
-    let options = FsckOptions {
+    let mut options = FsckOptions {
         concurrency: args.jobs.max(1),
         earlier,
         witness_policy,
         ..FsckOptions::default()
     };
+    if args.ct {
+        options.personality = Arc::new(tlogd_ct::StaticCt);
+        options.entry_check = Some(Arc::new(CtEntryCheck));
+    }
     let timeout = Duration::from_secs_f64(args.http_timeout.max(0.1));
     if args.location.contains("://") {
         match HttpFetcher::new(&args.location, None, timeout) {
@@ -141,6 +154,64 @@ async fn run_async(args: VerifyArgs) -> u8 {
                 eprintln!("tlogd verify: {e}");
                 EXIT_USAGE
             }
+        }
+    }
+}
+
+/// The log's verifier: a signed-note verifier key, or with `--ct` a CT log's public
+/// key (base64 DER) under `--origin`.
+fn ct_or_note_verifier(args: &VerifyArgs) -> Result<NoteVerifier, String> {
+    if !args.ct {
+        return NoteVerifier::from_vkey(args.log_public_key.trim()).map_err(|e| e.to_string());
+    }
+    use base64::Engine as _;
+    let origin = args
+        .origin
+        .as_deref()
+        .ok_or("a CT log's --origin is needed with --ct")?;
+    let spki = base64::engine::general_purpose::STANDARD
+        .decode(args.log_public_key.trim())
+        .map_err(|e| format!("not base64: {e}"))?;
+    tlogd_ct::Rfc6962Check::verifier(origin, &spki).map_err(|e| e.to_string())
+}
+
+/// What a CT log's leaf hashes cannot show: each entry's `leaf_index` extension is its
+/// position (static-ct-api "Log entries"), and each issuer it names by fingerprint is
+/// served at `issuer/<hex>` with bytes of that SHA-256 (static-ct-api "Issuers").
+#[derive(Debug)]
+struct CtEntryCheck;
+
+impl EntryCheck for CtEntryCheck {
+    fn check_entry(&self, index: u64, entry: &StoredEntry<'_>) -> Result<Vec<String>, String> {
+        let leaves = tlogd_static_ct::parse_data_tile(entry.bytes).map_err(|e| e.to_string())?;
+        let [leaf] = &leaves[..] else {
+            return Err(format!("{} TileLeafs where one was split", leaves.len()));
+        };
+        let te = &leaf.timestamped_entry;
+        match tlogd_static_ct::sct::parse_leaf_index(&te.extensions) {
+            Ok(Some(i)) if i == index => {}
+            Ok(Some(i)) => return Err(format!("its leaf_index extension says {i}")),
+            Ok(None) => return Err("no leaf_index extension".into()),
+            Err(e) => return Err(e.to_string()),
+        }
+        Ok(leaf
+            .certificate_chain
+            .iter()
+            .map(|f| {
+                let hex: String = f.iter().map(|b| format!("{b:02x}")).collect();
+                format!("issuer/{hex}")
+            })
+            .collect())
+    }
+
+    fn check_blob(&self, key: &str, bytes: &[u8]) -> Result<(), String> {
+        let hex: String = Sha256::digest(bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        match key.strip_prefix("issuer/") {
+            Some(want) if want == hex => Ok(()),
+            _ => Err(format!("its bytes hash to {hex}")),
         }
     }
 }
@@ -245,6 +316,12 @@ fn describe_ok(
         out.push_str(&format!(
             "; {} named by the earlier checkpoints present (or their full tiles)",
             s.earlier_partials
+        ));
+    }
+    if s.blobs > 0 {
+        out.push_str(&format!(
+            "\n     {} issuers named by the entries served with their fingerprints' bytes; every leaf_index matches its position",
+            s.blobs
         ));
     }
     if !s.cosigned.is_empty() {

@@ -51,6 +51,43 @@ impl LogKey {
         Self::from_signing_key(key)
     }
 
+    /// The key in a PEM file: PKCS#8 (`PRIVATE KEY`, what `tlogd keygen` writes and
+    /// `openssl genpkey` gives) or SEC 1 (`EC PRIVATE KEY`, what `openssl ecparam
+    /// -genkey` gives and TesseraCT and Sunlight read). Only P-256 keys.
+    pub fn from_pem(pem: &str) -> Result<Self, KeyError> {
+        use p256::pkcs8::DecodePrivateKey;
+        let secret = if pem.contains("-----BEGIN EC PRIVATE KEY-----") {
+            p256::SecretKey::from_sec1_pem(pem)
+                .map_err(|e| KeyError(format!("not a P-256 SEC 1 private key: {e}")))?
+        } else if pem.contains("-----BEGIN PRIVATE KEY-----") {
+            p256::SecretKey::from_pkcs8_pem(pem)
+                .map_err(|e| KeyError(format!("not a P-256 PKCS#8 private key: {e}")))?
+        } else {
+            return Err(KeyError(
+                "no PEM block \"PRIVATE KEY\" or \"EC PRIVATE KEY\" (an unencrypted ECDSA P-256 key)"
+                    .into(),
+            ));
+        };
+        Self::from_signing_key(SigningKey::from(secret))
+    }
+
+    /// The key as an unencrypted PKCS#8 PEM file.
+    pub fn to_pkcs8_pem(&self) -> Result<String, KeyError> {
+        use p256::pkcs8::{EncodePrivateKey, LineEnding};
+        Ok(p256::SecretKey::from(&self.key)
+            .to_pkcs8_pem(LineEnding::LF)
+            .map_err(|e| KeyError(e.to_string()))?
+            .to_string())
+    }
+
+    /// The public key as a PEM `PUBLIC KEY` block (what CT clients are configured with).
+    pub fn public_key_pem(&self) -> Result<String, KeyError> {
+        use p256::pkcs8::LineEnding;
+        p256::PublicKey::from(self.key.verifying_key())
+            .to_public_key_pem(LineEnding::LF)
+            .map_err(|e| KeyError(e.to_string()))
+    }
+
     fn from_signing_key(key: SigningKey) -> Result<Self, KeyError> {
         let spki = p256::PublicKey::from(key.verifying_key())
             .to_public_key_der()
@@ -80,6 +117,14 @@ impl LogKey {
         put_vec(&mut out, sig.as_bytes(), 2);
         out
     }
+}
+
+/// Check that `spki` is a DER `SubjectPublicKeyInfo` of an ECDSA P-256 key.
+pub fn check_public_key(spki: &[u8]) -> Result<(), KeyError> {
+    use p256::pkcs8::DecodePublicKey;
+    p256::PublicKey::from_public_key_der(spki)
+        .map(|_| ())
+        .map_err(|e| KeyError(format!("not an ECDSA P-256 public key: {e}")))
 }
 
 /// Check a `DigitallySigned` over `message` by the key whose DER

@@ -6,6 +6,10 @@
 //! 2. Every entry bundle up to the checkpoint's size is read (many at once, processed
 //!    in order); its entries are hashed and appended to a tree rebuilt from scratch.
 //!    Every bundle must hold exactly its width of entries (tlog-tiles "Log entries").
+//!    The log's personality says what a bundle is and how an entry hashes: tlog-tiles
+//!    entry bundles by default, static-ct-api data tiles for a CT log, whose entries
+//!    an [`EntryCheck`] also checks one by one (the `leaf_index` extension, the issuers
+//!    served).
 //! 3. Every hash tile of every level is compared with the one the entries determine,
 //!    byte for byte; the partial tiles the checkpoint names must be served (tlog-tiles
 //!    "Partial Tiles": a log MUST serve them; it MAY have deleted one whose full tile
@@ -22,21 +26,22 @@
 //!
 //! The first failure stops the check and names the resource.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
 
 use base64::Engine as _;
 use bytes::Bytes;
-use tlogd_core::bundle::append_entry;
 use tlogd_core::checkpoint::Checkpoint;
-use tlogd_core::hash::{Hash, leaf_hash};
+use tlogd_core::hash::Hash;
 use tlogd_core::note::{Note, NoteVerifier};
+use tlogd_core::personality::{Personality, StoredEntry, TlogTiles};
 use tlogd_core::tile::{TILE_WIDTH, TileId, TileKind, edge_bundle, tile_prefix};
 use tlogd_core::witness::WitnessPolicy;
 use tokio::task::JoinHandle;
 
 use crate::VerifyError;
 use crate::fetch::Fetch;
-use crate::reader::{bundle_entries, open_checkpoint, width_at};
+use crate::reader::{open_checkpoint, width_at};
 use crate::rebuild::{TreeRebuilder, compare_tile};
 
 /// What to check, and how hard to push the log.
@@ -54,6 +59,11 @@ pub struct FsckOptions {
     /// The checkpoint's cosignatures must meet this policy's quorum (tlog-policy,
     /// tlog-cosignature).
     pub witness_policy: Option<WitnessPolicy>,
+    /// What the log's entries are: its bundles' kind and codec, its leaf hash
+    /// ([`TlogTiles`] by default).
+    pub personality: Arc<dyn Personality>,
+    /// Checks of each entry beyond its leaf hash.
+    pub entry_check: Option<Arc<dyn EntryCheck>>,
 }
 
 impl Default for FsckOptions {
@@ -63,8 +73,21 @@ impl Default for FsckOptions {
             earlier: Vec::new(),
             tree: None,
             witness_policy: None,
+            personality: Arc::new(TlogTiles),
+            entry_check: None,
         }
     }
+}
+
+/// Checks of a log's entries that their leaf hashes cannot make (a CT log's: each
+/// entry's `leaf_index` is its position; every issuer it names is served).
+pub trait EntryCheck: Send + Sync + std::fmt::Debug {
+    /// Check the entry at `index` as stored; the keys of the blobs beside the tree it
+    /// names, which must be served.
+    fn check_entry(&self, index: u64, entry: &StoredEntry<'_>) -> Result<Vec<String>, String>;
+
+    /// Check a blob an entry named (read once however many entries name it).
+    fn check_blob(&self, key: &str, bytes: &[u8]) -> Result<(), String>;
 }
 
 /// Told how far the check got.
@@ -100,6 +123,8 @@ pub struct FsckSummary {
     /// The policy's witnesses whose cosignature on the checkpoint verified: (name,
     /// timestamp).
     pub cosigned: Vec<(String, u64)>,
+    /// Blobs beside the tree (a CT log's issuers) named by entries, found and checked.
+    pub blobs: u64,
     /// Bytes read.
     pub bytes: u64,
 }
@@ -217,6 +242,14 @@ pub async fn fsck<F: Fetch>(
         .filter(|&s| s != size)
         .collect();
 
+    let personality = options.personality.clone();
+    let kind = personality.bundle_kind();
+    let bundle_at = move |n: u64, width: u16| TileId {
+        kind,
+        index: n,
+        width,
+    };
+    let mut blobs_seen = HashSet::new();
     let bundles = size.div_ceil(TILE_WIDTH);
     let window = options.concurrency.max(1);
     let mut inflight = Inflight(VecDeque::with_capacity(window));
@@ -228,7 +261,7 @@ pub async fn fsck<F: Fetch>(
             let i = next;
             inflight.0.push_back(tokio::spawn(async move {
                 let (bundle, tile) = tokio::join!(
-                    get_tile(&f, TileId::entries(i, w)),
+                    get_tile(&f, bundle_at(i, w)),
                     get_tile(&f, TileId::hash(0, i, w))
                 );
                 Ok(Fetched {
@@ -247,9 +280,41 @@ pub async fn fsck<F: Fetch>(
         let width = width_at(n, size);
         let (bundle_id, bundle_bytes) = &fetched.bundle;
         summary.bytes += (bundle_bytes.len() + fetched.tile.1.len()) as u64;
-        let entries = bundle_entries(bundle_id, bundle_bytes, width)?;
+        let entries = personality
+            .split_bundle(bundle_bytes)
+            .map_err(|e| VerifyError::Invalid(format!("{}: {e}", bundle_id.path())))?;
+        if entries.len() != bundle_id.width as usize {
+            return Err(VerifyError::Invalid(format!(
+                "{}: holds {} entries, expected {}",
+                bundle_id.path(),
+                entries.len(),
+                bundle_id.width
+            )));
+        }
+        let entries = &entries[..width as usize];
         summary.bundles += 1;
-        let leaves: Vec<Hash> = entries.iter().map(|e| leaf_hash(e)).collect();
+        let leaves: Vec<Hash> = entries.iter().map(|e| personality.stored_leaf(e)).collect();
+        if let Some(check) = &options.entry_check {
+            for (i, e) in entries.iter().enumerate() {
+                let index = n * TILE_WIDTH + i as u64;
+                let keys = check.check_entry(index, e).map_err(|why| {
+                    VerifyError::Invalid(format!("{}: entry {index}: {why}", bundle_id.path()))
+                })?;
+                for key in keys {
+                    if !blobs_seen.insert(key.clone()) {
+                        continue;
+                    }
+                    let bytes = fetch.get(&key).await?.ok_or_else(|| {
+                        VerifyError::NotFound(format!("{key} (named by entry {index})"))
+                    })?;
+                    summary.bytes += bytes.len() as u64;
+                    check
+                        .check_blob(&key, &bytes)
+                        .map_err(|why| VerifyError::Invalid(format!("{key}: {why}")))?;
+                    summary.blobs += 1;
+                }
+            }
+        }
         // Append in pieces that end at every earlier checkpoint's size.
         let start = n * TILE_WIDTH;
         let mut completed = Vec::new();
@@ -266,10 +331,17 @@ pub async fn fsck<F: Fetch>(
             }
             check_earlier(&tree, summary)?;
             if earlier_sizes.contains(&tree.size()) {
-                check_earlier_partials(fetch, &tree, &entries[..cut], bundle_id, summary).await?;
+                let want = tile_prefix(kind, bundle_bytes, bundle_id.width, cut as u16)
+                    .ok_or_else(|| {
+                        VerifyError::Invalid(format!(
+                            "{}: cannot cut it at {cut} entries",
+                            bundle_id.path()
+                        ))
+                    })?;
+                check_earlier_partials(fetch, &tree, want, bundle_id, summary).await?;
             }
         }
-        let bundle_named = TileId::entries(n, width);
+        let bundle_named = bundle_at(n, width);
         if !bundle_named.is_full() {
             summary.partials += 1;
             if bundle_id.is_full() {
@@ -310,7 +382,7 @@ pub async fn fsck<F: Fetch>(
         compare(
             &(id, want),
             &got,
-            &TileId::entries(last, width_at(last, size)),
+            &bundle_at(last, width_at(last, size)),
             summary,
         )?;
     }
@@ -362,12 +434,12 @@ fn check_cosignatures(
 
 /// The partial hash tiles and bundle an earlier checkpoint of `tree.size()` names
 /// must be served with the bytes its first entries determine (tlog-tiles "Partial
-/// Tiles"), or be gone with their full tile holding them as its prefix. `entries` are
-/// the entries of the bundle being read up to that size.
+/// Tiles"), or be gone with their full tile holding them as its prefix. `want` is
+/// the bundle being read (`from`) up to that size.
 async fn check_earlier_partials<F: Fetch>(
     fetch: &F,
     tree: &TreeRebuilder,
-    entries: &[Vec<u8>],
+    want: &[u8],
     from: &TileId,
     summary: &mut FsckSummary,
 ) -> Result<(), VerifyError> {
@@ -381,16 +453,13 @@ async fn check_earlier_partials<F: Fetch>(
         summary.earlier_partials += 1;
     }
     if let Some(id) = edge_bundle(size) {
-        let mut want = Vec::new();
-        for e in entries {
-            append_entry(&mut want, e).map_err(|e| VerifyError::Invalid(e.to_string()))?;
-        }
+        let id = id.with_kind(from.kind);
         let (got_id, got) = get_tile(fetch, id).await?;
         summary.bytes += got.len() as u64;
         let same = if got_id == id {
             got[..] == want[..]
         } else {
-            tile_prefix(TileKind::Entries, &got, got_id.width, id.width) == Some(&want[..])
+            tile_prefix(from.kind, &got, got_id.width, id.width) == Some(want)
         };
         if !same {
             return Err(VerifyError::Invalid(format!(

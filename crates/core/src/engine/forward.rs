@@ -41,8 +41,10 @@
 //!
 //! The wire format ([`encode_entries`], [`encode_outcomes`]) is internal to tlogd:
 //! a request body is the entries, each as a big-endian `u32` length and the bytes; an
-//! answer is one record per entry in the same order: `0` + `u64` index (appended),
-//! `1` + `u64` index (a duplicate), or `2` + an error code + `u16` length + message.
+//! answer is one record per entry in the same order: `0` + `u64` index + `u64`
+//! timestamp (appended), `1` + the same (a duplicate), or `2` + an error code + `u16`
+//! length + message. A timestamp of 0 means "not known there" (a duplicate of an
+//! entry logged before: its timestamp is in the log).
 
 use std::time::Duration;
 
@@ -148,12 +150,17 @@ const E_INTERNAL: u8 = 11;
 
 /// A forward answer: one record per outcome, in order.
 pub fn encode_outcomes(outcomes: &[ForwardedOutcome]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(outcomes.len() * 9);
+    let mut out = Vec::with_capacity(outcomes.len() * 17);
     for o in outcomes {
         match o {
-            Ok(AddOutcome { index, duplicate }) => {
+            Ok(AddOutcome {
+                index,
+                duplicate,
+                timestamp,
+            }) => {
                 out.push(u8::from(*duplicate));
                 out.extend_from_slice(&index.to_be_bytes());
+                out.extend_from_slice(&timestamp.unwrap_or(0).to_be_bytes());
             }
             Err(e) => {
                 let (code, text) = match e {
@@ -199,12 +206,15 @@ pub fn decode_outcomes(body: &[u8], n: usize) -> Result<Vec<ForwardedOutcome>, W
         let tag = take(&mut at, 1)?[0];
         let outcome = match tag {
             0 | 1 => {
-                let b = take(&mut at, 8)?;
                 let mut index = [0u8; 8];
-                index.copy_from_slice(b);
+                index.copy_from_slice(take(&mut at, 8)?);
+                let mut timestamp = [0u8; 8];
+                timestamp.copy_from_slice(take(&mut at, 8)?);
+                let timestamp = u64::from_be_bytes(timestamp);
                 Ok(AddOutcome {
                     index: u64::from_be_bytes(index),
                     duplicate: tag == 1,
+                    timestamp: (timestamp != 0).then_some(timestamp),
                 })
             }
             2 => {
@@ -270,11 +280,9 @@ mod tests {
             Ok(AddOutcome {
                 index: 5,
                 duplicate: false,
+                timestamp: Some(1_767_139_200_000),
             }),
-            Ok(AddOutcome {
-                index: u64::MAX,
-                duplicate: true,
-            }),
+            Ok(AddOutcome::duplicate(u64::MAX)),
             Err(AddError::TooLarge {
                 size: 70_000,
                 max: 65_535,

@@ -170,10 +170,16 @@ pub struct LogConfig {
 impl LogConfig {
     /// Defaults suited to a POSIX log on one machine.
     pub fn new(origin: impl Into<String>, signer: Arc<NoteSigner>) -> Self {
+        Self::with_signer(origin, signer)
+    }
+
+    /// Defaults suited to a POSIX log on one machine, signed by `signer` of any
+    /// signature type (a CT log's RFC 6962 signer).
+    pub fn with_signer(origin: impl Into<String>, signer: Arc<dyn LogSigner>) -> Self {
         LogConfig {
             origin: origin.into(),
             name: String::new(),
-            signers: vec![signer as Arc<dyn LogSigner>],
+            signers: vec![signer],
             personality: Arc::new(TlogTiles),
             batch_max_entries: 4096,
             batch_max_age: Duration::ZERO,
@@ -300,6 +306,22 @@ pub struct AddOutcome {
     pub index: u64,
     /// The bytes were already logged (or in flight) at `index`; nothing was appended.
     pub duplicate: bool,
+    /// The timestamp the entry was sequenced with (ms since the Unix epoch), when this
+    /// add learned it: always for an entry this add appended, and for a duplicate of
+    /// one in flight; `None` for a duplicate of an entry logged before, whose
+    /// timestamp is in the log ([`Log::read_entry`]). CT's SCT carries it.
+    pub timestamp: Option<u64>,
+}
+
+impl AddOutcome {
+    /// A duplicate of the entry logged at `index`, timestamp unknown here.
+    pub fn duplicate(index: u64) -> Self {
+        AddOutcome {
+            index,
+            duplicate: true,
+            timestamp: None,
+        }
+    }
 }
 
 /// Why the engine could not start.
@@ -643,10 +665,7 @@ impl<S: LogStorage> Log<S> {
                 // Never answer with an index the committed tree does not contain.
                 Ok(Some(index)) if index < self.committed_size() => {
                     inner.dedup_hits.increment(1);
-                    return Ok(Err(AddOutcome {
-                        index,
-                        duplicate: true,
-                    }));
+                    return Ok(Err(AddOutcome::duplicate(index)));
                 }
                 Ok(_) => {}
                 // Best effort: an unreadable index never blocks logging.
@@ -668,26 +687,24 @@ impl<S: LogStorage> Log<S> {
         match pushed {
             Pushed::Queued(slot, pos) => {
                 inner.work.notify_one();
-                let (index, duplicate) = slot.wait().await?.index_of(pos)?;
-                if duplicate {
+                let placed = slot.wait().await?.index_of(pos)?;
+                if placed.duplicate {
                     inner.dedup_hits.increment(1);
                 }
-                Ok(AddOutcome { index, duplicate })
+                Ok(placed)
             }
             Pushed::DuplicatePending(slot, pos) => {
                 inner.dedup_hits.increment(1);
-                let (index, _) = slot.wait().await?.index_of(pos)?;
+                // The same batch as the entry it repeats: the same timestamp.
+                let placed = slot.wait().await?.index_of(pos)?;
                 Ok(AddOutcome {
-                    index,
                     duplicate: true,
+                    ..placed
                 })
             }
             Pushed::DuplicateCommitted(index) => {
                 inner.dedup_hits.increment(1);
-                Ok(AddOutcome {
-                    index,
-                    duplicate: true,
-                })
+                Ok(AddOutcome::duplicate(index))
             }
         }
     }
@@ -866,15 +883,16 @@ impl<S: LogStorage> Log<S> {
                 let mut each: Vec<Placement> =
                     vec![Err(AddError::Uncertain); n + batch.dropped.len()];
                 for &(pos, index) in &batch.dropped {
-                    each[pos as usize] = Ok((index, true));
+                    each[pos as usize] = Ok(AddOutcome::duplicate(index));
                 }
                 for (i, o) in outcomes.into_iter().enumerate() {
-                    each[batch.pushed_position(i) as usize] = o.map(|a| (a.index, a.duplicate));
+                    each[batch.pushed_position(i) as usize] = o;
                 }
                 Ok(Placed {
                     first: 0,
                     dropped: None,
                     each: Some(each.into()),
+                    timestamp: None,
                 })
             }
             Ok(outcomes) => {
@@ -1063,7 +1081,10 @@ impl<S: LogStorage> Log<S> {
                 let result = match settled {
                     // Every entry was a resubmission of a batch found logged: nothing to
                     // commit.
-                    Ok(()) if n == 0 => Ok(self.committed_size()),
+                    Ok(()) if n == 0 => Ok(Appended {
+                        first: self.committed_size(),
+                        timestamp: None,
+                    }),
                     Ok(()) => {
                         self.commit_batch(&mut edge, &batch, &committed_tx, &mut sequencer)
                             .await
@@ -1071,7 +1092,7 @@ impl<S: LogStorage> Log<S> {
                     Err(reason) => Err(Outcome::Failed(AddError::Storage(reason))),
                 };
                 let result = match result {
-                    Ok(first) => Ok(first),
+                    Ok(appended) => Ok(appended),
                     Err(Outcome::Failed(e)) => Err(e),
                     Err(Outcome::Unknown { attempts }) => {
                         unresolved = Some(Unresolved {
@@ -1087,8 +1108,9 @@ impl<S: LogStorage> Log<S> {
                     q.bytes -= batch.bytes;
                     for (i, h) in batch.hashes.iter().enumerate() {
                         match &result {
-                            Ok(first) => {
-                                q.inflight.insert(*h, InFlight::Committed(first + i as u64));
+                            Ok(a) => {
+                                q.inflight
+                                    .insert(*h, InFlight::Committed(a.first + i as u64));
                             }
                             // Forget the entry only while it still points at this batch:
                             // a resubmission queued since may have taken its place.
@@ -1101,18 +1123,19 @@ impl<S: LogStorage> Log<S> {
                         }
                     }
                 }
-                if let Ok(first) = result
+                if let Ok(a) = &result
                     && inner.dedup.is_some()
                     && n > 0
                 {
-                    let _ = index_tx.send((first, std::mem::take(&mut batch.hashes)));
+                    let _ = index_tx.send((a.first, std::mem::take(&mut batch.hashes)));
                 }
                 let dropped = (!batch.dropped.is_empty())
                     .then(|| Arc::<[(u32, u64)]>::from(std::mem::take(&mut batch.dropped)));
-                batch.slot.complete(result.map(|first| Placed {
-                    first,
+                batch.slot.complete(result.map(|a| Placed {
+                    first: a.first,
                     dropped,
                     each: None,
+                    timestamp: a.timestamp,
                 }));
                 // Keep the lock while busy, for at most one slice: other frontends waiting
                 // for it get their turn, and an idle log holds nothing.
@@ -1268,7 +1291,7 @@ impl<S: LogStorage> Log<S> {
         }
     }
 
-    /// Integrate and commit one batch; Ok(first index). Takes the store's sequencing
+    /// Integrate and commit one batch; Ok(where it went). Takes the store's sequencing
     /// lock unless `sequencer` says it is held; leaves it held on success.
     async fn commit_batch(
         &self,
@@ -1276,7 +1299,7 @@ impl<S: LogStorage> Log<S> {
         batch: &PendingBatch,
         committed_tx: &watch::Sender<TreeState>,
         sequencer: &mut Option<Instant>,
-    ) -> Result<u64, Outcome> {
+    ) -> Result<Appended, Outcome> {
         let storage = &self.inner.storage;
         let deadline = Instant::now() + self.inner.config.commit_retry;
         let mut backoff = Duration::from_millis(20);
@@ -1362,7 +1385,7 @@ impl<S: LogStorage> Log<S> {
         committed_tx: &watch::Sender<TreeState>,
         check_stored: bool,
         maybe_late: &mut Vec<Attempt>,
-    ) -> Result<u64, Retry> {
+    ) -> Result<Appended, Retry> {
         let inner = &self.inner;
         let backend = inner.storage.backend_name();
         // Under the sequencing lock the stored state is current: if another frontend
@@ -1426,7 +1449,10 @@ impl<S: LogStorage> Log<S> {
                     );
                     *edge = Some(current);
                     self.advance(prev, committed_tx);
-                    return Ok(a.prev.size);
+                    return Ok(Appended {
+                        first: a.prev.size,
+                        timestamp: Some(a.timestamp),
+                    });
                 }
                 Ok(false) => {}
                 Err(_) => {
@@ -1451,6 +1477,11 @@ impl<S: LogStorage> Log<S> {
             .newest_timestamp
             .fetch_max(next_edge.last_timestamp, Ordering::AcqRel);
         let next = next_edge.state();
+        // `append` gave the batch this one timestamp.
+        let appended = Appended {
+            first: prev.size,
+            timestamp: Some(next_edge.last_timestamp),
+        };
         let started = Instant::now();
         let outcome = inner
             .storage
@@ -1466,7 +1497,7 @@ impl<S: LogStorage> Log<S> {
                     .record(batch.entries.len() as f64);
                 *edge = Some(next_edge);
                 self.advance(next, committed_tx);
-                Ok(prev.size)
+                Ok(appended)
             }
             Err(StorageError::Conflict { expected, found }) => {
                 metrics::counter!("tlogd_storage_errors_total", "log" => self.inner.config.name.clone(), "backend" => backend, "op" => "commit_conflict").increment(1);
@@ -1490,6 +1521,7 @@ impl<S: LogStorage> Log<S> {
                 let attempt = Attempt {
                     prev,
                     next,
+                    timestamp: next_edge.last_timestamp,
                     settled: !matches!(e, StorageError::Unsettled(_)),
                 };
                 // Uncertain outcome ("fail but persist" or not): learn it from the
@@ -1499,7 +1531,7 @@ impl<S: LogStorage> Log<S> {
                         let state = reloaded.state();
                         *edge = Some(reloaded);
                         self.advance(state, committed_tx);
-                        Ok(prev.size)
+                        Ok(appended)
                     }
                     Resolved::NotPersisted(reloaded) => {
                         *edge = Some(reloaded);
@@ -1973,9 +2005,20 @@ struct Attempt {
     prev: TreeState,
     /// The state it would have committed.
     next: TreeState,
+    /// The timestamp its entries were given.
+    timestamp: u64,
     /// Whether, once read back as not persisted, it can no longer land
     /// ([`StorageError::Backend`]; [`StorageError::Unsettled`]: it may).
     settled: bool,
+}
+
+/// Where a committed batch went.
+#[derive(Clone, Copy, Debug)]
+struct Appended {
+    /// The index of its first entry.
+    first: u64,
+    /// The timestamp its entries were given (`None` for a batch of no entries).
+    timestamp: Option<u64>,
 }
 
 /// How a batch ended, when not committed.

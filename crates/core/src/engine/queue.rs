@@ -14,8 +14,8 @@ use std::sync::{Arc, OnceLock};
 use bytes::Bytes;
 use tokio::sync::Notify;
 
-use super::AddError;
 use super::dedup::EntryHash;
+use super::{AddError, AddOutcome};
 use crate::hash::Hash;
 
 /// Where a committed batch's entries are.
@@ -30,13 +30,18 @@ pub(crate) struct Placed {
     /// For a batch another frontend sequenced ([`super::forward`]): what became of
     /// each entry, by position as pushed. Overrides `first` and `dropped`.
     pub(crate) each: Option<Arc<[Placement]>>,
+    /// The timestamp the batch was sequenced with (ms since the Unix epoch); `None`
+    /// when not known here (a batch found logged after an uncertain commit).
+    pub(crate) timestamp: Option<u64>,
 }
 
-/// Where one entry is (its index, and whether it was already logged), or why not.
-pub(crate) type Placement = Result<(u64, bool), AddError>;
+/// Where one entry is (its index, whether it was already logged, its timestamp when
+/// known), or why not.
+pub(crate) type Placement = Result<AddOutcome, AddError>;
 
 impl Placed {
-    /// The index of the entry pushed at `pos`, and whether it was already logged there.
+    /// Where the entry pushed at `pos` is: its index, whether it was already logged
+    /// there, and (for an entry this batch appended) the batch's timestamp.
     pub(crate) fn index_of(&self, pos: u32) -> Placement {
         if let Some(each) = &self.each {
             return each.get(pos as usize).cloned().unwrap_or_else(|| {
@@ -45,13 +50,19 @@ impl Placed {
                 )))
             });
         }
+        let appended = |index| AddOutcome {
+            index,
+            duplicate: false,
+            timestamp: self.timestamp,
+        };
         let Some(dropped) = &self.dropped else {
-            return Ok((self.first + pos as u64, false));
+            return Ok(appended(self.first + pos as u64));
         };
         Ok(match dropped.binary_search_by_key(&pos, |&(p, _)| p) {
-            Ok(i) => (dropped[i].1, true),
+            // Logged by an earlier batch: its timestamp is in the log, not here.
+            Ok(i) => AddOutcome::duplicate(dropped[i].1),
             // `i` dropped entries were pushed before this one.
-            Err(i) => (self.first + pos as u64 - i as u64, false),
+            Err(i) => appended(self.first + pos as u64 - i as u64),
         })
     }
 }
@@ -346,8 +357,15 @@ mod tests {
             first: 10,
             dropped: Some(std::mem::take(&mut batch.dropped).into()),
             each: None,
+            timestamp: Some(7),
         };
-        let got: Vec<(u64, bool)> = (0..6).map(|pos| placed.index_of(pos).unwrap()).collect();
+        let got: Vec<(u64, bool)> = (0..6)
+            .map(|pos| placed.index_of(pos).unwrap())
+            .map(|o| {
+                assert_eq!(o.timestamp, (!o.duplicate).then_some(7));
+                (o.index, o.duplicate)
+            })
+            .collect();
         assert_eq!(
             got,
             [

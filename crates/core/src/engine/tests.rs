@@ -276,17 +276,13 @@ async fn a_resubmission_after_an_uncertain_commit_that_persisted_is_not_logged_a
     assert_eq!(log.add(entry(1)).await, Err(AddError::Uncertain));
     storage.set_unreadable(false);
     let (again, new) = tokio::join!(log.add(entry(1)), log.add(entry(2)));
-    let duplicate = |index| AddOutcome {
-        index,
-        duplicate: true,
-    };
+    let duplicate = AddOutcome::duplicate;
     assert_eq!(again, Ok(duplicate(1)));
-    assert_eq!(
-        new,
-        Ok(AddOutcome {
-            index: 2,
-            duplicate: false
-        })
+    let new = new.unwrap();
+    assert_eq!((new.index, new.duplicate), (2, false));
+    assert!(
+        new.timestamp.is_some(),
+        "an appended entry has its timestamp"
     );
     // Before and after the persistent index has it.
     assert_eq!(log.add(entry(1)).await, Ok(duplicate(1)));

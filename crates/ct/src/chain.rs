@@ -1,0 +1,1388 @@
+//! X.509 chain validation for `add-chain` and `add-pre-chain` (RFC 6962 §4.1, §4.2), as
+//! TesseraCT's `lax509` and Azul do it.
+//!
+//! RFC 6962 §3.1: a log MUST verify that the submitted certificate or precertificate has
+//! a valid signature chain to a root it accepts, using the intermediates the submitter
+//! gave, in the order given; it records the chain. A CT log observes what CAs issued,
+//! including what a browser would refuse (TesseraCT's `internal/lax509` README), so
+//! validation is lax where a browser is strict:
+//!
+//! - every certificate must parse, and its outer `signatureAlgorithm` must equal its
+//!   TBSCertificate's `signature` byte for byte (Go's parser and Azul refuse the others);
+//! - the chain is the path: certificate `i + 1` issued certificate `i` (its subject is
+//!   byte-for-byte `i`'s issuer, and its key verifies `i`'s signature over the raw TBS);
+//!   the last certificate is an accepted root, or an accepted root issued it (that root
+//!   is then appended to the issuers, RFC 6962 §4.1: "the last is either the root
+//!   certificate or a certificate that chains to a known root certificate");
+//! - every issuer in the path (the appended root too) is a CA (`basicConstraints`
+//!   cA=true) and respects its `pathLenConstraint` (RFC 5280 §4.2.1.9: self-issued
+//!   certificates do not count, nor does a Precertificate Signing Certificate, which
+//!   RFC 6962 §3.1 places between the precertificate and the CA that will issue the
+//!   final certificate, outside that certificate's path);
+//! - not checked: validity periods of issuers, name constraints, certificate policies,
+//!   key usage bits, issuers' extended key usages, unknown critical extensions (the
+//!   precertificate poison is one).
+//!
+//! Signature algorithms: RSA PKCS#1 v1.5 with SHA-1, SHA-256, SHA-384 or SHA-512 (SHA-1
+//! too: CT logs what was issued, and Chrome's Merge Delay Monitor Root still uses it);
+//! RSASSA-PSS with SHA-256, SHA-384 or SHA-512 in the parameter forms Go accepts;
+//! ECDSA on P-256, P-384 or P-521 with SHA-1, SHA-256, SHA-384 or SHA-512, in any
+//! combination (the digest named by the algorithm, applied to the curve as FIPS 186-4
+//! §6.4 says); Ed25519. Others (DSA, MD5, SHA-224, ...) are refused by name.
+//!
+//! The submission's leaf is then checked against the operator's [`ChainPolicy`], and the
+//! entry to log is built: the certificate, or for a precertificate (RFC 6962 §3.2) the
+//! issuer key hash and the TBSCertificate with the poison removed (and the issuer and
+//! authority key identifier of a Precertificate Signing Certificate's issuer), cut from
+//! the submitted bytes rather than re-encoded.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fmt;
+
+use base64::Engine as _;
+use p256::ecdsa::signature::Verifier as _;
+use p256::ecdsa::signature::hazmat::PrehashVerifier as _;
+use rsa::{BigUint, Pkcs1v15Sign, RsaPublicKey};
+use sha1::Sha1;
+use sha2::{Digest, Sha256, Sha384, Sha512};
+use x509_parser::prelude::{FromDer, X509Certificate};
+
+use crate::der::{self, Reader, Tlv};
+use crate::submission::{Submission, SubmittedEntry};
+
+/// The most certificates a submitted chain may hold. Real chains have 2 to 5; the bound
+/// caps the signature verifications one request costs.
+pub const MAX_CHAIN_LEN: usize = 10;
+
+/// The largest RSA modulus accepted, in bits: real CA keys reach 4096; a bigger key only
+/// makes a request cost more.
+const MAX_RSA_BITS: usize = 8192;
+
+// OBJECT IDENTIFIER contents (X.690 §8.19), compared as bytes.
+/// RFC 6962 §3.1 precertificate poison extension, 1.3.6.1.4.1.11129.2.4.3.
+const OID_CT_POISON: &[u8] = &[0x2b, 0x06, 0x01, 0x04, 0x01, 0xd6, 0x79, 0x02, 0x04, 0x03];
+/// RFC 6962 §3.1 Certificate Transparency extended key usage, 1.3.6.1.4.1.11129.2.4.4.
+const OID_CT_EKU: &[u8] = &[0x2b, 0x06, 0x01, 0x04, 0x01, 0xd6, 0x79, 0x02, 0x04, 0x04];
+/// authorityKeyIdentifier, 2.5.29.35.
+const OID_AKI: &[u8] = &[0x55, 0x1d, 0x23];
+/// extKeyUsage, 2.5.29.37.
+const OID_EKU: &[u8] = &[0x55, 0x1d, 0x25];
+/// anyExtendedKeyUsage (RFC 5280 §4.2.1.12), as configured in a [`ChainPolicy`].
+const ANY_EKU: &str = "2.5.29.37.0";
+
+const OID_RSA_SHA1: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x05];
+const OID_RSA_SHA256: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x0b];
+const OID_RSA_SHA384: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x0c];
+const OID_RSA_SHA512: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x0d];
+/// RSASSA-PSS (RFC 4055 §3.1) and the parts of its parameters.
+const OID_RSA_PSS: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x0a];
+const OID_MGF1: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x08];
+const OID_SHA256: &[u8] = &[0x60, 0x86, 0x48, 0x01, 0x65, 0x03, 0x04, 0x02, 0x01];
+const OID_SHA384: &[u8] = &[0x60, 0x86, 0x48, 0x01, 0x65, 0x03, 0x04, 0x02, 0x02];
+const OID_SHA512: &[u8] = &[0x60, 0x86, 0x48, 0x01, 0x65, 0x03, 0x04, 0x02, 0x03];
+const OID_ECDSA_SHA1: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x01];
+const OID_ECDSA_SHA256: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x02];
+const OID_ECDSA_SHA384: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x03];
+const OID_ECDSA_SHA512: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x04];
+/// Ed25519 (RFC 8410), both the signature algorithm and the key algorithm.
+const OID_ED25519: &[u8] = &[0x2b, 0x65, 0x70];
+const OID_RSA_KEY: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01];
+const OID_EC_KEY: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01];
+const OID_P256: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
+const OID_P384: &[u8] = &[0x2b, 0x81, 0x04, 0x00, 0x22];
+const OID_P521: &[u8] = &[0x2b, 0x81, 0x04, 0x00, 0x23];
+
+/// Names for the refused algorithms a submitter is most likely to meet, so the error
+/// says more than an OID.
+const KNOWN_UNSUPPORTED: &[(&str, &str)] = &[
+    (
+        "1.2.840.113549.1.1.10",
+        "RSASSA-PSS with parameters other than SHA-256/384/512, MGF1 of the same hash and a salt of the hash's length",
+    ),
+    ("1.2.840.113549.1.1.4", "md5WithRSAEncryption"),
+    ("1.2.840.113549.1.1.2", "md2WithRSAEncryption"),
+    ("1.2.840.113549.1.1.14", "sha224WithRSAEncryption"),
+    ("1.2.840.10040.4.3", "dsa-with-sha1"),
+    ("2.16.840.1.101.3.4.3.2", "dsa-with-sha256"),
+    ("1.2.840.10045.4.3.1", "ecdsa-with-SHA224"),
+    ("1.3.101.113", "Ed448"),
+];
+
+// ---------------------------------------------------------------------------------------
+// Public API.
+
+/// The roots a log accepts (a PEM bundle): parsed once, deduplicated by the SHA-256 of
+/// their DER, in the order given (`get-roots`, RFC 6962 §4.7, lists them so).
+#[derive(Clone, Default)]
+pub struct Roots {
+    certs: Vec<RootCert>,
+    by_fingerprint: HashMap<[u8; 32], usize>,
+    /// Raw subject Name → indices: the roots that may have issued a certificate naming
+    /// that issuer (several roots can share a name, e.g. an RSA and an ECDSA
+    /// generation of one CA).
+    by_subject: HashMap<Vec<u8>, Vec<usize>>,
+}
+
+#[derive(Clone)]
+struct RootCert {
+    der: Vec<u8>,
+}
+
+impl fmt::Debug for Roots {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Roots({} certificates)", self.certs.len())
+    }
+}
+
+impl Roots {
+    /// Parses a PEM bundle. Blocks that are not `CERTIFICATE`, or that do not decode or
+    /// parse as certificates, are skipped and reported in the returned warnings, one
+    /// line each: one bad root must not take a log down. A root repeated is kept once.
+    /// An empty result is not an error here: the caller decides (a log with no roots
+    /// accepts nothing).
+    pub fn from_pem(pem: &[u8]) -> (Roots, Vec<String>) {
+        let mut roots = Roots::default();
+        let mut warnings = Vec::new();
+        for (n, block) in pem_blocks(pem).into_iter().enumerate() {
+            let n = n + 1;
+            match block {
+                PemBlock::Unterminated { label } => {
+                    warnings.push(format!("PEM block {n} ({label}) has no END line: skipped"))
+                }
+                PemBlock::Block { label, .. } if label != "CERTIFICATE" => warnings.push(format!(
+                    "PEM block {n} is a {label}, not a CERTIFICATE: skipped"
+                )),
+                PemBlock::Block { body: Err(e), .. } => {
+                    warnings.push(format!("PEM block {n} is not valid base64 ({e}): skipped"))
+                }
+                PemBlock::Block { body: Ok(der), .. } => {
+                    if let Err(e) = roots.push(der) {
+                        warnings.push(format!(
+                            "PEM block {n} is not a usable certificate ({e}): skipped"
+                        ));
+                    }
+                }
+            }
+        }
+        (roots, warnings)
+    }
+
+    /// Adds one root (its DER); `Ok(false)` if it was already there.
+    fn push(&mut self, der: Vec<u8>) -> Result<bool, String> {
+        let fingerprint: [u8; 32] = Sha256::digest(&der).into();
+        if self.by_fingerprint.contains_key(&fingerprint) {
+            return Ok(false);
+        }
+        let subject = Cert::parse(&der)
+            .map_err(|e| e.to_string())?
+            .subject
+            .to_vec();
+        let index = self.certs.len();
+        self.by_fingerprint.insert(fingerprint, index);
+        self.by_subject.entry(subject).or_default().push(index);
+        self.certs.push(RootCert { der });
+        Ok(true)
+    }
+
+    /// The roots' DER, in order (for `get-roots`).
+    pub fn ders(&self) -> impl Iterator<Item = &[u8]> {
+        self.certs.iter().map(|c| c.der.as_slice())
+    }
+
+    /// How many roots.
+    pub fn len(&self) -> usize {
+        self.certs.len()
+    }
+
+    /// Whether there is no root (a log with none accepts nothing).
+    pub fn is_empty(&self) -> bool {
+        self.certs.is_empty()
+    }
+
+    /// Whether the certificate with this SHA-256 fingerprint (of its DER) is a root.
+    pub fn contains(&self, fingerprint: &[u8; 32]) -> bool {
+        self.by_fingerprint.contains_key(fingerprint)
+    }
+
+    /// A root set holding every root of `self`, then those of `other` it lacks, in order.
+    /// Used on a reload (SIGHUP): a root once accepted is never dropped, as entries
+    /// already logged chain to it.
+    pub fn union(&self, other: &Roots) -> Roots {
+        let mut out = self.clone();
+        for c in &other.certs {
+            // Each was parsed when `other` was built; pushing it again cannot fail.
+            let _ = out.push(c.der.clone());
+        }
+        out
+    }
+
+    /// The accepted root that issued `child` (certificate `index` of the chain), parsed.
+    fn issuer_of<'r>(
+        &'r self,
+        child: &Cert<'_>,
+        index: usize,
+    ) -> Result<(&'r [u8], Cert<'r>), ChainError> {
+        let candidates = self
+            .by_subject
+            .get(child.issuer)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let mut failure: Option<VerifyError> = None;
+        for &i in candidates {
+            let der = self.certs[i].der.as_slice();
+            let Ok(root) = Cert::parse(der) else { continue };
+            match verify_signed_by(child, &root) {
+                Ok(()) => return Ok((der, root)),
+                Err(e) => {
+                    failure.get_or_insert(e);
+                }
+            }
+        }
+        let issuer = child.issuer_name();
+        Err(match failure {
+            Some(VerifyError::Unsupported(algorithm)) => {
+                ChainError::UnsupportedAlgorithm { index, algorithm }
+            }
+            Some(VerifyError::Invalid(why)) => ChainError::NoRoot {
+                index,
+                issuer,
+                why: format!("the accepted root of that name did not sign it ({why})"),
+            },
+            None => ChainError::NoRoot {
+                index,
+                issuer,
+                why: "no accepted root has that name".into(),
+            },
+        })
+    }
+}
+
+/// Which endpoint a chain came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChainKind {
+    /// `add-chain` (RFC 6962 §4.1): the leaf is a certificate.
+    Certificate,
+    /// `add-pre-chain` (RFC 6962 §4.2): the leaf is a precertificate.
+    Precertificate,
+}
+
+/// The operator's policy on the leaf, TesseraCT's and Sunlight's options. The default
+/// allows everything.
+#[derive(Clone, Debug, Default)]
+pub struct ChainPolicy {
+    /// Refuse a leaf whose notAfter is before now.
+    pub reject_expired: bool,
+    /// Refuse a leaf whose notAfter is now or later (a log of expired certificates).
+    pub reject_unexpired: bool,
+    /// Milliseconds since the epoch: the leaf's notAfter must be at or after it (the
+    /// start of a temporal shard).
+    pub not_after_start: Option<u64>,
+    /// Milliseconds since the epoch: the leaf's notAfter must be before it (the end of a
+    /// temporal shard, exclusive).
+    pub not_after_limit: Option<u64>,
+    /// Extended key usages (dotted OIDs, e.g. `1.3.6.1.5.5.7.3.1` for serverAuth); empty
+    /// accepts any leaf. As TesseraCT's `ext_key_usages` does: otherwise the leaf must
+    /// carry an extKeyUsage extension listing at least one of them, so a leaf without
+    /// the extension is refused, and a leaf's own anyExtendedKeyUsage matches only if
+    /// listed; listing anyExtendedKeyUsage (`2.5.29.37.0`) turns the check off.
+    /// Issuers' extended key usages are not checked (`lax509`: the Certificate
+    /// Transparency EKU of a Precertificate Signing Certificate need not be in its
+    /// issuer's).
+    pub allowed_ekus: Vec<String>,
+    /// Extensions (dotted OIDs) a leaf must not carry.
+    pub rejected_extensions: Vec<String>,
+    /// Refuse precertificates signed by a Precertificate Signing Certificate, as the
+    /// static-ct-api spec allows ("MAY reject") and Sunlight and Azul do; TesseraCT
+    /// accepts them (RFC 6962 §3.1), the default here.
+    pub reject_pre_issuers: bool,
+}
+
+/// A validated chain: what to queue and which issuer certificates to store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ValidatedChain {
+    /// The entry to log and its issuers' fingerprints.
+    pub submission: Submission,
+    /// The DER of each issuer of the verified path in order: the submitted chain after
+    /// the leaf, then the root if the submitter left it out. `submission.chain` holds
+    /// their SHA-256s in the same order.
+    pub issuers: Vec<Vec<u8>>,
+}
+
+/// A position in the verified path, for error messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PathCert {
+    /// Certificate `n` of the submitted chain (0 is the leaf).
+    Submitted(usize),
+    /// The accepted root the log appended to the submitted chain.
+    AppendedRoot,
+}
+
+impl fmt::Display for PathCert {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PathCert::Submitted(n) => write!(f, "certificate {n}"),
+            PathCert::AppendedRoot => {
+                f.write_str("the accepted root that issued the last certificate")
+            }
+        }
+    }
+}
+
+/// Why a chain is refused; each message fits an HTTP 400 body (certificates are
+/// numbered from 0, the leaf).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ChainError {
+    /// No certificate was submitted.
+    #[error("empty chain")]
+    Empty,
+    /// More certificates than [`MAX_CHAIN_LEN`].
+    #[error("a chain of {len} certificates: at most {max} are accepted")]
+    TooLong {
+        /// Submitted.
+        len: usize,
+        /// Accepted.
+        max: usize,
+    },
+    /// A certificate does not parse.
+    #[error("certificate {index} does not parse: {why}")]
+    Malformed {
+        /// Its position.
+        index: usize,
+        /// The parser's complaint.
+        why: String,
+    },
+    /// A certificate's outer signatureAlgorithm differs from its TBSCertificate's.
+    #[error(
+        "certificate {index}: its signatureAlgorithm differs from its TBSCertificate's signature field"
+    )]
+    MismatchedSignatureAlgorithm {
+        /// Its position.
+        index: usize,
+    },
+    /// A certificate appears twice.
+    #[error("certificate {index} repeats certificate {first}")]
+    Duplicate {
+        /// The repeat.
+        index: usize,
+        /// The first occurrence.
+        first: usize,
+    },
+    /// A precertificate came to `add-chain`.
+    #[error("the leaf is a precertificate: submit it to add-pre-chain")]
+    PrecertificateToAddChain,
+    /// A certificate came to `add-pre-chain`.
+    #[error(
+        "the leaf is not a precertificate (it has no CT poison extension): submit it to add-chain"
+    )]
+    CertificateToAddPreChain,
+    /// The poison extension is there but not as RFC 6962 §3.1 defines it.
+    #[error("the leaf's CT poison extension is invalid: {0}")]
+    InvalidPoison(&'static str),
+    /// The leaf expired and the log refuses expired certificates.
+    #[error("the leaf expired (notAfter {not_after}): this log refuses expired certificates")]
+    Expired {
+        /// The leaf's notAfter (RFC 3339).
+        not_after: String,
+    },
+    /// The leaf has not expired and the log accepts only expired certificates.
+    #[error(
+        "the leaf has not expired (notAfter {not_after}): this log accepts only expired certificates"
+    )]
+    NotExpired {
+        /// The leaf's notAfter (RFC 3339).
+        not_after: String,
+    },
+    /// The leaf's notAfter is before the log's shard.
+    #[error("the leaf's notAfter {not_after} is before this log's start {start}")]
+    NotAfterTooEarly {
+        /// The leaf's notAfter (RFC 3339).
+        not_after: String,
+        /// The shard's start (RFC 3339).
+        start: String,
+    },
+    /// The leaf's notAfter is at or after the log's shard end.
+    #[error("the leaf's notAfter {not_after} is not before this log's limit {limit}")]
+    NotAfterTooLate {
+        /// The leaf's notAfter (RFC 3339).
+        not_after: String,
+        /// The shard's end (RFC 3339, exclusive).
+        limit: String,
+    },
+    /// The leaf carries an extension the log refuses.
+    #[error("the leaf carries extension {oid}, which this log refuses")]
+    RejectedExtension {
+        /// The extension's OID.
+        oid: String,
+    },
+    /// The leaf's extended key usages are none of those the log accepts.
+    #[error("the leaf's extended key usages include none of those this log accepts ({allowed})")]
+    ExtKeyUsage {
+        /// The accepted ones.
+        allowed: String,
+    },
+    /// Certificate `index + 1` did not issue certificate `index`: a misordered chain or
+    /// a certificate that does not belong.
+    #[error("certificate {} did not issue certificate {index}: {why}", index + 1)]
+    NotIssuer {
+        /// The child's position.
+        index: usize,
+        /// Name mismatch or failed signature.
+        why: String,
+    },
+    /// A signature uses an algorithm this log does not verify.
+    #[error("certificate {index} is signed with {algorithm}, which this log does not support")]
+    UnsupportedAlgorithm {
+        /// The signed certificate's position.
+        index: usize,
+        /// The algorithm's name or OID.
+        algorithm: String,
+    },
+    /// The last certificate is not a root and no accepted root issued it.
+    #[error(
+        "certificate {index} (issuer \"{issuer}\") does not chain to a root this log accepts: {why}"
+    )]
+    NoRoot {
+        /// The last certificate's position.
+        index: usize,
+        /// Its issuer's name.
+        issuer: String,
+        /// Why no root fits.
+        why: String,
+    },
+    /// An issuer is not a CA.
+    #[error("{which} is not a CA certificate (no basicConstraints with cA true)")]
+    NotCa {
+        /// Which issuer.
+        which: PathCert,
+    },
+    /// An issuer's pathLenConstraint is exceeded.
+    #[error("{which} allows {max} intermediate CA certificates below it, the path has {found}")]
+    PathLen {
+        /// Which issuer.
+        which: PathCert,
+        /// Its pathLenConstraint.
+        max: u32,
+        /// The intermediates below it.
+        found: usize,
+    },
+    /// The precertificate has no issuer in the path (it is itself an accepted root).
+    #[error("the precertificate has no issuer in the path")]
+    NoIssuer,
+    /// A Precertificate Signing Certificate is the last certificate of the path.
+    #[error(
+        "the precertificate was signed by a Precertificate Signing Certificate that has no issuer in the path (RFC 6962 §3.1)"
+    )]
+    PreIssuerWithoutIssuer,
+    /// The policy refuses Precertificate Signing Certificates.
+    #[error(
+        "the precertificate was signed by a Precertificate Signing Certificate, which this log refuses: submit the chain of a precertificate its CA signed directly"
+    )]
+    PreIssuerRefused,
+    /// The precertificate's TBSCertificate could not be rebuilt.
+    #[error("the precertificate's TBSCertificate cannot be rebuilt: {0}")]
+    Tbs(String),
+}
+
+/// Validates a submitted chain (leaf first, DER) for `kind`'s endpoint against the
+/// accepted roots and the policy, at `now_ms` (milliseconds since the epoch), and
+/// returns the entry to log and the issuers to store.
+pub fn validate(
+    chain: &[Vec<u8>],
+    kind: ChainKind,
+    roots: &Roots,
+    policy: &ChainPolicy,
+    now_ms: u64,
+) -> Result<ValidatedChain, ChainError> {
+    if chain.is_empty() {
+        return Err(ChainError::Empty);
+    }
+    if chain.len() > MAX_CHAIN_LEN {
+        return Err(ChainError::TooLong {
+            len: chain.len(),
+            max: MAX_CHAIN_LEN,
+        });
+    }
+    let certs = chain
+        .iter()
+        .enumerate()
+        .map(|(index, der)| Cert::parse(der).map_err(|e| e.at(index)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let fingerprints: Vec<[u8; 32]> = chain.iter().map(|d| Sha256::digest(d).into()).collect();
+    // A path never repeats a certificate (Go's verifier skips a candidate already in
+    // the chain); a repeat would also be stored twice.
+    for (index, f) in fingerprints.iter().enumerate() {
+        if let Some(first) = fingerprints[..index].iter().position(|g| g == f) {
+            return Err(ChainError::Duplicate { index, first });
+        }
+    }
+
+    let leaf = &certs[0];
+    let is_precert = leaf
+        .is_precertificate()
+        .map_err(ChainError::InvalidPoison)?;
+    match (kind, is_precert) {
+        (ChainKind::Certificate, true) => return Err(ChainError::PrecertificateToAddChain),
+        (ChainKind::Precertificate, false) => return Err(ChainError::CertificateToAddPreChain),
+        _ => {}
+    }
+    check_policy(leaf, policy, now_ms)?;
+
+    // RFC 6962 §3.1: a valid signature chain, using the intermediates as submitted.
+    for (index, pair) in certs.windows(2).enumerate() {
+        check_issued(&pair[0], index, &pair[1])?;
+    }
+    let last = certs.len() - 1;
+    let appended = if roots.contains(&fingerprints[last]) {
+        None
+    } else {
+        Some(roots.issuer_of(&certs[last], last)?)
+    };
+
+    let mut path: Vec<&Cert<'_>> = certs.iter().collect();
+    if let Some((_, root)) = &appended {
+        path.push(root);
+    }
+    // RFC 6962 §3.1: a precertificate may be signed by a Precertificate Signing
+    // Certificate, a CA certificate with the Certificate Transparency EKU certified
+    // directly by the CA that will issue the final certificate.
+    let pre_issuer = is_precert && path.get(1).is_some_and(|c| c.is_pre_issuer());
+    if pre_issuer && policy.reject_pre_issuers {
+        return Err(ChainError::PreIssuerRefused);
+    }
+    check_issuers(&path, certs.len(), pre_issuer)?;
+
+    let entry = if is_precert {
+        let (key_holder, pre) = if pre_issuer {
+            (
+                path.get(2).ok_or(ChainError::PreIssuerWithoutIssuer)?,
+                Some(path[1]),
+            )
+        } else {
+            (path.get(1).ok_or(ChainError::NoIssuer)?, None)
+        };
+        SubmittedEntry::Precertificate {
+            // RFC 6962 §3.2: the key of the CA that will issue the final certificate.
+            issuer_key_hash: Sha256::digest(key_holder.spki).into(),
+            tbs_certificate: precert_tbs(leaf, pre)?,
+            pre_certificate: chain[0].clone(),
+        }
+    } else {
+        SubmittedEntry::Certificate {
+            der: chain[0].clone(),
+        }
+    };
+
+    let mut issuers: Vec<Vec<u8>> = chain[1..].to_vec();
+    let mut fps: Vec<[u8; 32]> = fingerprints[1..].to_vec();
+    if let Some((der, _)) = appended {
+        issuers.push(der.to_vec());
+        fps.push(Sha256::digest(der).into());
+    }
+    Ok(ValidatedChain {
+        submission: Submission { entry, chain: fps },
+        issuers,
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Certificates.
+
+/// One extension of a TBSCertificate, as raw slices.
+#[derive(Clone, Copy, Debug)]
+struct Ext<'a> {
+    /// The whole `Extension` SEQUENCE.
+    raw: &'a [u8],
+    /// The OID's contents.
+    oid: &'a [u8],
+    critical: bool,
+    /// The `extnValue` OCTET STRING's contents.
+    value: &'a [u8],
+}
+
+/// A parsed certificate: `x509-parser`'s view for the fields it decodes, and raw slices
+/// of the submitted DER for whatever is hashed, compared or cut.
+struct Cert<'a> {
+    x509: X509Certificate<'a>,
+    /// The TBSCertificate element, as signed.
+    tbs: &'a [u8],
+    /// The outer signatureAlgorithm element.
+    sig_alg: Tlv<'a>,
+    /// The signatureValue BIT STRING's contents (first octet: unused bits).
+    signature: &'a [u8],
+    /// The TBSCertificate's elements, in order.
+    tbs_fields: Vec<Tlv<'a>>,
+    /// Which of `tbs_fields` is the issuer.
+    issuer_field: usize,
+    issuer: &'a [u8],
+    subject: &'a [u8],
+    spki: &'a [u8],
+    extensions: Vec<Ext<'a>>,
+}
+
+/// Why a certificate is refused before any chain check.
+#[derive(Debug)]
+enum CertError {
+    Malformed(String),
+    MismatchedSignatureAlgorithm,
+}
+
+impl fmt::Display for CertError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CertError::Malformed(why) => f.write_str(why),
+            CertError::MismatchedSignatureAlgorithm => {
+                f.write_str("its signatureAlgorithm differs from its TBSCertificate's")
+            }
+        }
+    }
+}
+
+impl CertError {
+    fn at(self, index: usize) -> ChainError {
+        match self {
+            CertError::Malformed(why) => ChainError::Malformed { index, why },
+            CertError::MismatchedSignatureAlgorithm => {
+                ChainError::MismatchedSignatureAlgorithm { index }
+            }
+        }
+    }
+}
+
+impl From<der::DerError> for CertError {
+    fn from(e: der::DerError) -> Self {
+        CertError::Malformed(e.to_string())
+    }
+}
+
+impl<'a> Cert<'a> {
+    fn parse(der: &'a [u8]) -> Result<Self, CertError> {
+        let (rest, x509) =
+            X509Certificate::from_der(der).map_err(|e| CertError::Malformed(e.to_string()))?;
+        if !rest.is_empty() {
+            return Err(CertError::Malformed(
+                "trailing bytes after the certificate".into(),
+            ));
+        }
+        let outer = der::read_exact(der, der::SEQUENCE)?;
+        let mut r = Reader::new(outer.value);
+        let tbs = r.expect(der::SEQUENCE, "no TBSCertificate")?;
+        let sig_alg = r.expect(der::SEQUENCE, "no signatureAlgorithm")?;
+        let signature = r.expect(der::BIT_STRING, "no signatureValue")?;
+        if !r.is_empty() {
+            return Err(CertError::Malformed(
+                "trailing elements in the certificate".into(),
+            ));
+        }
+        let tbs_fields = Reader::new(tbs.value).all()?;
+        // version [0] is optional (v1); then serialNumber, signature, issuer, validity,
+        // subject, subjectPublicKeyInfo (RFC 5280 §4.1).
+        let first = usize::from(tbs_fields.first().is_some_and(|f| f.tag == der::CONTEXT_0));
+        let expected = [
+            der::INTEGER,
+            der::SEQUENCE,
+            der::SEQUENCE,
+            der::SEQUENCE,
+            der::SEQUENCE,
+            der::SEQUENCE,
+        ];
+        let fixed = tbs_fields
+            .get(first..first + expected.len())
+            .filter(|f| f.iter().zip(expected).all(|(t, tag)| t.tag == tag))
+            .ok_or_else(|| CertError::Malformed("a malformed TBSCertificate".into()))?;
+        let (tbs_sig_alg, issuer, subject, spki) = (fixed[1], fixed[2], fixed[4], fixed[5]);
+        let mut extensions = Vec::new();
+        for f in &tbs_fields[first + expected.len()..] {
+            match f.tag {
+                // issuerUniqueID, subjectUniqueID ([1], [2] IMPLICIT BIT STRING)
+                0x81 | 0xa1 | 0x82 | 0xa2 => {}
+                der::CONTEXT_3 => extensions = parse_extensions(f.value)?,
+                _ => {
+                    return Err(CertError::Malformed(
+                        "an unexpected TBSCertificate field".into(),
+                    ));
+                }
+            }
+        }
+        // Go's parser (TesseraCT) and Azul refuse these; see
+        // certificate-transparency-go#702.
+        if tbs_sig_alg.raw != sig_alg.raw {
+            return Err(CertError::MismatchedSignatureAlgorithm);
+        }
+        Ok(Cert {
+            x509,
+            tbs: tbs.raw,
+            sig_alg,
+            signature: signature.value,
+            tbs_fields,
+            issuer_field: first + 2,
+            issuer: issuer.raw,
+            subject: subject.raw,
+            spki: spki.raw,
+            extensions,
+        })
+    }
+
+    fn extension(&self, oid: &[u8]) -> Option<&Ext<'a>> {
+        self.extensions.iter().find(|e| e.oid == oid)
+    }
+
+    fn issuer_name(&self) -> String {
+        self.x509.issuer().to_string()
+    }
+
+    /// notAfter, in milliseconds since the epoch.
+    fn not_after_ms(&self) -> i64 {
+        self.x509
+            .validity()
+            .not_after
+            .timestamp()
+            .saturating_mul(1000)
+    }
+
+    /// Issued by its own subject (RFC 5280 §6.1: such certificates do not count
+    /// against a pathLenConstraint).
+    fn is_self_issued(&self) -> bool {
+        self.issuer == self.subject
+    }
+
+    /// basicConstraints: (cA, pathLenConstraint), if the extension is there and parses.
+    fn basic_constraints(&self) -> Option<(bool, Option<u32>)> {
+        match self.x509.basic_constraints() {
+            Ok(Some(bc)) => Some((bc.value.ca, bc.value.path_len_constraint)),
+            _ => None,
+        }
+    }
+
+    /// The extKeyUsage OIDs (contents), `None` without the extension.
+    fn ext_key_usages(&self) -> Result<Option<Vec<&'a [u8]>>, der::DerError> {
+        let Some(ext) = self.extension(OID_EKU) else {
+            return Ok(None);
+        };
+        let seq = der::read_exact(ext.value, der::SEQUENCE)?;
+        let mut out = Vec::new();
+        for t in Reader::new(seq.value).all()? {
+            if t.tag != der::OID {
+                return Err(der::DerError("a key purpose that is not an OID"));
+            }
+            out.push(t.value);
+        }
+        Ok(Some(out))
+    }
+
+    /// RFC 6962 §3.1: a precertificate carries the poison extension, critical, whose
+    /// value is ASN.1 NULL.
+    fn is_precertificate(&self) -> Result<bool, &'static str> {
+        match self.extension(OID_CT_POISON) {
+            None => Ok(false),
+            Some(e) if !e.critical => Err("it is not critical"),
+            Some(e) if e.value != [0x05, 0x00] => Err("its value is not ASN.1 NULL"),
+            Some(_) => Ok(true),
+        }
+    }
+
+    /// RFC 6962 §3.1: a Precertificate Signing Certificate is a CA certificate whose
+    /// extKeyUsage lists Certificate Transparency (as TesseraCT decides it: the OID as
+    /// an extension of its own, not in extKeyUsage, does not count).
+    fn is_pre_issuer(&self) -> bool {
+        let is_ca = self.basic_constraints().is_some_and(|(ca, _)| ca);
+        is_ca
+            && self
+                .ext_key_usages()
+                .ok()
+                .flatten()
+                .is_some_and(|ekus| ekus.contains(&OID_CT_EKU))
+    }
+}
+
+fn parse_extensions(contents: &[u8]) -> Result<Vec<Ext<'_>>, CertError> {
+    let seq = der::read_exact(contents, der::SEQUENCE)?;
+    let mut out: Vec<Ext<'_>> = Vec::new();
+    let mut r = Reader::new(seq.value);
+    while let Some(e) = r.next_tlv()? {
+        if e.tag != der::SEQUENCE {
+            return Err(CertError::Malformed(
+                "an extension that is not a SEQUENCE".into(),
+            ));
+        }
+        let mut er = Reader::new(e.value);
+        let oid = er.expect(der::OID, "an extension without an OID")?;
+        let critical = match er.optional(der::BOOLEAN)? {
+            None => false,
+            Some(b) if b.value.len() == 1 => b.value[0] != 0,
+            Some(_) => return Err(CertError::Malformed("a malformed critical flag".into())),
+        };
+        let value = er.expect(der::OCTET_STRING, "an extension without a value")?;
+        if !er.is_empty() {
+            return Err(CertError::Malformed(
+                "trailing bytes in an extension".into(),
+            ));
+        }
+        // RFC 5280 §4.2: at most one instance of an extension (Go refuses others).
+        if out.iter().any(|x| x.oid == oid.value) {
+            return Err(CertError::Malformed(format!(
+                "extension {} appears twice",
+                oid_name(oid.value)
+            )));
+        }
+        out.push(Ext {
+            raw: e.raw,
+            oid: oid.value,
+            critical,
+            value: value.value,
+        });
+    }
+    Ok(out)
+}
+
+fn oid_name(contents: &[u8]) -> String {
+    der::oid_to_string(contents).unwrap_or_else(|| "(a malformed OID)".into())
+}
+
+// ---------------------------------------------------------------------------------------
+// Path checks.
+
+/// `issuer` (certificate `index + 1`) issued `child` (certificate `index`).
+fn check_issued(child: &Cert<'_>, index: usize, issuer: &Cert<'_>) -> Result<(), ChainError> {
+    // Go's verifier compares the raw names too (RawIssuer, RawSubject).
+    if child.issuer != issuer.subject {
+        return Err(ChainError::NotIssuer {
+            index,
+            why: format!(
+                "its issuer \"{}\" is not certificate {}'s subject",
+                child.issuer_name(),
+                index + 1
+            ),
+        });
+    }
+    verify_signed_by(child, issuer).map_err(|e| match e {
+        VerifyError::Unsupported(algorithm) => {
+            ChainError::UnsupportedAlgorithm { index, algorithm }
+        }
+        VerifyError::Invalid(why) => ChainError::NotIssuer {
+            index,
+            why: format!("the signature does not verify ({why})"),
+        },
+    })
+}
+
+/// Every intermediate of the path (position 1 on, before the root) is a CA within its
+/// pathLenConstraint. The root, always last, is trusted as the operator configured
+/// it, as TesseraCT does: an old root without basicConstraints still anchors what its
+/// CA issued, and a CT log records what was issued. `submitted` is how many
+/// certificates were submitted (the rest was appended).
+fn check_issuers(path: &[&Cert<'_>], submitted: usize, pre_issuer: bool) -> Result<(), ChainError> {
+    let root = path.len() - 1;
+    for (p, cert) in path.iter().enumerate().skip(1).take(root.saturating_sub(1)) {
+        let which = if p < submitted {
+            PathCert::Submitted(p)
+        } else {
+            PathCert::AppendedRoot
+        };
+        let Some((true, max)) = cert.basic_constraints() else {
+            return Err(ChainError::NotCa { which });
+        };
+        if let Some(max) = max {
+            // The intermediates below it: not the pre-issuer (position 1 when there is
+            // one), not self-issued certificates.
+            let first = if pre_issuer { 2 } else { 1 };
+            let found = (first..p).filter(|&q| !path[q].is_self_issued()).count();
+            if found > max as usize {
+                return Err(ChainError::PathLen { which, max, found });
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_policy(leaf: &Cert<'_>, policy: &ChainPolicy, now_ms: u64) -> Result<(), ChainError> {
+    let not_after = leaf.not_after_ms();
+    let at = |ms: u64| i64::try_from(ms).unwrap_or(i64::MAX);
+    if let Some(start) = policy.not_after_start
+        && not_after < at(start)
+    {
+        return Err(ChainError::NotAfterTooEarly {
+            not_after: rfc3339(not_after),
+            start: rfc3339(at(start)),
+        });
+    }
+    if let Some(limit) = policy.not_after_limit
+        && not_after >= at(limit)
+    {
+        return Err(ChainError::NotAfterTooLate {
+            not_after: rfc3339(not_after),
+            limit: rfc3339(at(limit)),
+        });
+    }
+    let expired = at(now_ms) > not_after;
+    if policy.reject_expired && expired {
+        return Err(ChainError::Expired {
+            not_after: rfc3339(not_after),
+        });
+    }
+    if policy.reject_unexpired && !expired {
+        return Err(ChainError::NotExpired {
+            not_after: rfc3339(not_after),
+        });
+    }
+    for e in &leaf.extensions {
+        let oid = oid_name(e.oid);
+        if policy.rejected_extensions.contains(&oid) {
+            return Err(ChainError::RejectedExtension { oid });
+        }
+    }
+    if !policy.allowed_ekus.is_empty() && !policy.allowed_ekus.iter().any(|o| o == ANY_EKU) {
+        let allowed = matches!(leaf.ext_key_usages(), Ok(Some(ekus))
+            if ekus.iter().any(|o| policy.allowed_ekus.contains(&oid_name(o))));
+        if !allowed {
+            return Err(ChainError::ExtKeyUsage {
+                allowed: policy.allowed_ekus.join(", "),
+            });
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// Signatures.
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Hash {
+    Sha1,
+    Sha256,
+    Sha384,
+    Sha512,
+}
+
+impl Hash {
+    /// The digest's length in bytes.
+    fn len(self) -> usize {
+        match self {
+            Hash::Sha1 => 20,
+            Hash::Sha256 => 32,
+            Hash::Sha384 => 48,
+            Hash::Sha512 => 64,
+        }
+    }
+
+    fn digest(self, data: &[u8]) -> Vec<u8> {
+        match self {
+            Hash::Sha1 => Sha1::digest(data).to_vec(),
+            Hash::Sha256 => Sha256::digest(data).to_vec(),
+            Hash::Sha384 => Sha384::digest(data).to_vec(),
+            Hash::Sha512 => Sha512::digest(data).to_vec(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SigAlg {
+    RsaPkcs1(Hash),
+    RsaPss(Hash),
+    Ecdsa(Hash),
+    Ed25519,
+}
+
+/// Why a signature was not accepted.
+#[derive(Debug)]
+enum VerifyError {
+    /// An algorithm this log does not verify (its name).
+    Unsupported(String),
+    /// The signature or the key is bad.
+    Invalid(String),
+}
+
+fn invalid(why: impl fmt::Display) -> VerifyError {
+    VerifyError::Invalid(why.to_string())
+}
+
+fn signature_algorithm(alg: &Tlv<'_>) -> Result<SigAlg, VerifyError> {
+    let mut r = Reader::new(alg.value);
+    let oid = r
+        .expect(der::OID, "no algorithm OID")
+        .map_err(|e| VerifyError::Unsupported(format!("a malformed algorithm identifier ({e})")))?;
+    // Parameters are not checked (NULL or absent for RSA, absent for ECDSA): Go
+    // identifies these algorithms by OID alone, except Ed25519 (RFC 8410 §3).
+    Ok(match oid.value {
+        OID_RSA_SHA1 => SigAlg::RsaPkcs1(Hash::Sha1),
+        OID_RSA_SHA256 => SigAlg::RsaPkcs1(Hash::Sha256),
+        OID_RSA_SHA384 => SigAlg::RsaPkcs1(Hash::Sha384),
+        OID_RSA_SHA512 => SigAlg::RsaPkcs1(Hash::Sha512),
+        OID_ECDSA_SHA1 => SigAlg::Ecdsa(Hash::Sha1),
+        OID_ECDSA_SHA256 => SigAlg::Ecdsa(Hash::Sha256),
+        OID_ECDSA_SHA384 => SigAlg::Ecdsa(Hash::Sha384),
+        OID_ECDSA_SHA512 => SigAlg::Ecdsa(Hash::Sha512),
+        OID_RSA_PSS => match r.next_tlv().ok().flatten().and_then(pss_hash) {
+            Some(hash) if r.is_empty() => SigAlg::RsaPss(hash),
+            _ => return Err(VerifyError::Unsupported(unsupported_name(oid.value))),
+        },
+        OID_ED25519 if r.is_empty() => SigAlg::Ed25519,
+        OID_ED25519 => return Err(VerifyError::Unsupported("Ed25519 with parameters".into())),
+        other => return Err(VerifyError::Unsupported(unsupported_name(other))),
+    })
+}
+
+fn unsupported_name(oid: &[u8]) -> String {
+    let dotted = oid_name(oid);
+    KNOWN_UNSUPPORTED
+        .iter()
+        .find(|(o, _)| *o == dotted)
+        .map_or(dotted.clone(), |(_, n)| format!("{n} ({dotted})"))
+}
+
+/// The hash of RSASSA-PSS parameters (RFC 4055 §3.1) in the three forms Go's x509
+/// accepts, the ones CAs use: SHA-256, SHA-384 or SHA-512, MGF1 with the same hash, a
+/// salt as long as the hash, the default trailer field.
+fn pss_hash(params: Tlv<'_>) -> Option<Hash> {
+    if params.tag != der::SEQUENCE {
+        return None;
+    }
+    let mut r = Reader::new(params.value);
+    let hash_ai = r.optional(0xa0).ok()??;
+    let mgf_ai = r.optional(0xa1).ok()??;
+    let salt = r.optional(0xa2).ok()??;
+    let trailer = r.optional(0xa3).ok()?;
+    if !r.is_empty() {
+        return None;
+    }
+    let hash = digest_algorithm(der::read_exact(hash_ai.value, der::SEQUENCE).ok()?)?;
+    let mgf = der::read_exact(mgf_ai.value, der::SEQUENCE).ok()?;
+    let mut mr = Reader::new(mgf.value);
+    if mr.expect(der::OID, "").ok()?.value != OID_MGF1 {
+        return None;
+    }
+    let mgf_hash = digest_algorithm(mr.expect(der::SEQUENCE, "").ok()?)?;
+    let salt = der::read_exact(salt.value, der::INTEGER).ok()?;
+    let salt_ok = salt.value.len() == 1 && usize::from(salt.value[0]) == hash.len();
+    let trailer_ok = match trailer {
+        None => true,
+        Some(t) => der::read_exact(t.value, der::INTEGER).ok()?.value == [1],
+    };
+    (mr.is_empty() && mgf_hash == hash && salt_ok && trailer_ok).then_some(hash)
+}
+
+/// SHA-256, SHA-384 or SHA-512 as an AlgorithmIdentifier (parameters NULL or absent).
+fn digest_algorithm(ai: Tlv<'_>) -> Option<Hash> {
+    let mut r = Reader::new(ai.value);
+    let oid = r.expect(der::OID, "").ok()?;
+    if let Some(p) = r.next_tlv().ok()?
+        && p.raw != [0x05, 0x00]
+    {
+        return None;
+    }
+    if !r.is_empty() {
+        return None;
+    }
+    match oid.value {
+        OID_SHA256 => Some(Hash::Sha256),
+        OID_SHA384 => Some(Hash::Sha384),
+        OID_SHA512 => Some(Hash::Sha512),
+        _ => None,
+    }
+}
+
+/// The contents of a BIT STRING holding whole bytes (a key or a signature).
+fn whole_bytes(bit_string: &[u8]) -> Result<&[u8], VerifyError> {
+    match bit_string.split_first() {
+        Some((0, bytes)) => Ok(bytes),
+        _ => Err(invalid("a BIT STRING with unused bits")),
+    }
+}
+
+/// The issuer's key verifies `child`'s signature over `child`'s raw TBSCertificate.
+fn verify_signed_by(child: &Cert<'_>, issuer: &Cert<'_>) -> Result<(), VerifyError> {
+    let alg = signature_algorithm(&child.sig_alg)?;
+    let signature = whole_bytes(child.signature)?;
+    // SubjectPublicKeyInfo ::= SEQUENCE { algorithm AlgorithmIdentifier, subjectPublicKey BIT STRING }
+    let spki = der::read_exact(issuer.spki, der::SEQUENCE).map_err(invalid)?;
+    let mut r = Reader::new(spki.value);
+    let key_alg = r
+        .expect(der::SEQUENCE, "no key algorithm")
+        .map_err(invalid)?;
+    let key_bits = r
+        .expect(der::BIT_STRING, "no public key")
+        .map_err(invalid)?;
+    let key = whole_bytes(key_bits.value)?;
+    let mut ar = Reader::new(key_alg.value);
+    let key_oid = ar
+        .expect(der::OID, "no key algorithm OID")
+        .map_err(invalid)?;
+    let key_params = ar.next_tlv().map_err(invalid)?;
+    let tbs = child.tbs;
+    match alg {
+        SigAlg::RsaPkcs1(hash) => {
+            if key_oid.value != OID_RSA_KEY {
+                return Err(invalid("an RSA signature but the issuer's key is not RSA"));
+            }
+            let key = rsa_key(key)?;
+            let scheme = match hash {
+                Hash::Sha1 => Pkcs1v15Sign::new::<Sha1>(),
+                Hash::Sha256 => Pkcs1v15Sign::new::<Sha256>(),
+                Hash::Sha384 => Pkcs1v15Sign::new::<Sha384>(),
+                Hash::Sha512 => Pkcs1v15Sign::new::<Sha512>(),
+            };
+            key.verify(scheme, &hash.digest(tbs), signature)
+                .map_err(|_| invalid("bad RSA signature"))
+        }
+        SigAlg::RsaPss(hash) => {
+            if key_oid.value != OID_RSA_KEY {
+                return Err(invalid(
+                    "an RSA-PSS signature but the issuer's key is not RSA",
+                ));
+            }
+            let key = rsa_key(key)?;
+            let salt = hash.len();
+            let scheme = match hash {
+                Hash::Sha256 => rsa::Pss::new_with_salt::<Sha256>(salt),
+                Hash::Sha384 => rsa::Pss::new_with_salt::<Sha384>(salt),
+                Hash::Sha512 => rsa::Pss::new_with_salt::<Sha512>(salt),
+                Hash::Sha1 => return Err(VerifyError::Unsupported("RSASSA-PSS with SHA-1".into())),
+            };
+            key.verify(scheme, &hash.digest(tbs), signature)
+                .map_err(|_| invalid("bad RSA-PSS signature"))
+        }
+        SigAlg::Ecdsa(hash) => {
+            if key_oid.value != OID_EC_KEY {
+                return Err(invalid("an ECDSA signature but the issuer's key is not EC"));
+            }
+            let curve = key_params
+                .filter(|p| p.tag == der::OID)
+                .ok_or_else(|| invalid("an EC key without a named curve"))?;
+            verify_ecdsa(curve.value, key, &hash.digest(tbs), signature)
+        }
+        SigAlg::Ed25519 => {
+            if key_oid.value != OID_ED25519 {
+                return Err(invalid(
+                    "an Ed25519 signature but the issuer's key is not Ed25519",
+                ));
+            }
+            let key: &[u8; 32] = key
+                .try_into()
+                .map_err(|_| invalid("an Ed25519 key not of 32 bytes"))?;
+            let key = ed25519_dalek::VerifyingKey::from_bytes(key).map_err(invalid)?;
+            let sig = ed25519_dalek::Signature::from_slice(signature).map_err(invalid)?;
+            key.verify(tbs, &sig)
+                .map_err(|_| invalid("bad Ed25519 signature"))
+        }
+    }
+}
+
+/// An RSAPublicKey (RFC 8017 §A.1.1): SEQUENCE { modulus INTEGER, publicExponent INTEGER }.
+fn rsa_key(der_key: &[u8]) -> Result<RsaPublicKey, VerifyError> {
+    let seq = der::read_exact(der_key, der::SEQUENCE).map_err(invalid)?;
+    let mut r = Reader::new(seq.value);
+    let n = r.expect(der::INTEGER, "no RSA modulus").map_err(invalid)?;
+    let e = r.expect(der::INTEGER, "no RSA exponent").map_err(invalid)?;
+    if !r.is_empty() {
+        return Err(invalid("trailing bytes in an RSA key"));
+    }
+    if n.value.first().is_none_or(|&b| b & 0x80 != 0)
+        || e.value.first().is_none_or(|&b| b & 0x80 != 0)
+    {
+        return Err(invalid("a negative or empty RSA key integer"));
+    }
+    RsaPublicKey::new_with_max_size(
+        BigUint::from_bytes_be(n.value),
+        BigUint::from_bytes_be(e.value),
+        MAX_RSA_BITS,
+    )
+    .map_err(|e| invalid(format!("an unusable RSA key: {e}")))
+}
+
+/// Verifies a DER ECDSA signature over a digest. The digest is the one the signature
+/// algorithm names, whatever the curve (ecdsa-with-SHA256 on P-384 is valid X9.62):
+/// FIPS 186-4 §6.4 takes its leftmost bits up to the order's length; a shorter digest
+/// is used whole, which left-padding it to the field size does.
+fn verify_ecdsa(curve: &[u8], point: &[u8], digest: &[u8], sig: &[u8]) -> Result<(), VerifyError> {
+    fn prehash(digest: &[u8], field: usize) -> Cow<'_, [u8]> {
+        if digest.len() >= field {
+            Cow::Borrowed(digest)
+        } else {
+            let mut v = vec![0u8; field - digest.len()];
+            v.extend_from_slice(digest);
+            Cow::Owned(v)
+        }
+    }
+    let bad = |_| invalid("bad ECDSA signature");
+    match curve {
+        OID_P256 => {
+            let key = p256::ecdsa::VerifyingKey::from_sec1_bytes(point).map_err(invalid)?;
+            let sig = p256::ecdsa::Signature::from_der(sig).map_err(invalid)?;
+            key.verify_prehash(&prehash(digest, 32), &sig).map_err(bad)
+        }
+        OID_P384 => {
+            let key = p384::ecdsa::VerifyingKey::from_sec1_bytes(point).map_err(invalid)?;
+            let sig = p384::ecdsa::Signature::from_der(sig).map_err(invalid)?;
+            key.verify_prehash(&prehash(digest, 48), &sig).map_err(bad)
+        }
+        OID_P521 => {
+            let key = p521::ecdsa::VerifyingKey::from_sec1_bytes(point).map_err(invalid)?;
+            let sig = p521::ecdsa::Signature::from_der(sig).map_err(invalid)?;
+            key.verify_prehash(&prehash(digest, 66), &sig).map_err(bad)
+        }
+        other => Err(VerifyError::Unsupported(format!(
+            "ECDSA on curve {}",
+            oid_name(other)
+        ))),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The precertificate's TBSCertificate (RFC 6962 §3.2).
+
+/// The TBSCertificate a precertificate entry logs: the precertificate's, with the
+/// poison extension removed; when it was signed by a Precertificate Signing Certificate,
+/// also with that certificate's issuer as issuer and its authorityKeyIdentifier
+/// extension instead of the precertificate's (removed if it has none; appended if only
+/// it has one), so that the TBS is the final certificate's.
+///
+/// Cut from the submitted bytes: only the outer SEQUENCE, the extensions' `[3]` and
+/// SEQUENCE headers and a replaced authorityKeyIdentifier are written anew. If the
+/// poison was the only extension, the extensions field is omitted, as Go's
+/// `x509util.BuildPrecertTBS` (TesseraCT, `omitempty`) encodes it.
+fn precert_tbs(leaf: &Cert<'_>, pre_issuer: Option<&Cert<'_>>) -> Result<Vec<u8>, ChainError> {
+    // Outer None: no pre-issuer, leave the AKI; Some(None): remove it; Some(Some(v)): use v.
+    let new_aki: Option<Option<&[u8]>> = pre_issuer.map(|p| p.extension(OID_AKI).map(|e| e.value));
+    let mut exts: Vec<Cow<'_, [u8]>> = Vec::with_capacity(leaf.extensions.len());
+    let mut poisons = 0;
+    let mut aki_seen = false;
+    for e in &leaf.extensions {
+        if e.oid == OID_CT_POISON {
+            poisons += 1;
+            continue;
+        }
+        if e.oid == OID_AKI
+            && let Some(replacement) = new_aki
+        {
+            aki_seen = true;
+            if let Some(value) = replacement {
+                exts.push(Cow::Owned(aki_extension(e.critical, value)));
+            }
+            continue;
+        }
+        exts.push(Cow::Borrowed(e.raw));
+    }
+    if poisons != 1 {
+        return Err(ChainError::Tbs(format!("{poisons} poison extensions")));
+    }
+    if let Some(Some(value)) = new_aki
+        && !aki_seen
+    {
+        exts.push(Cow::Owned(aki_extension(false, value)));
+    }
+
+    let mut fields: Vec<Cow<'_, [u8]>> = Vec::with_capacity(leaf.tbs_fields.len());
+    for (i, f) in leaf.tbs_fields.iter().enumerate() {
+        if i == leaf.issuer_field
+            && let Some(p) = pre_issuer
+        {
+            fields.push(Cow::Borrowed(p.issuer));
+        } else if f.tag == der::CONTEXT_3 {
+            if !exts.is_empty() {
+                let seq = der::wrap(der::SEQUENCE, &exts);
+                fields.push(Cow::Owned(der::wrap(der::CONTEXT_3, &[seq])));
+            }
+        } else {
+            fields.push(Cow::Borrowed(f.raw));
+        }
+    }
+    Ok(der::wrap(der::SEQUENCE, &fields))
+}
+
+/// An authorityKeyIdentifier Extension with this extnValue content (the critical flag
+/// written only when true: DER omits a BOOLEAN at its DEFAULT).
+fn aki_extension(critical: bool, value: &[u8]) -> Vec<u8> {
+    let oid = der::wrap(der::OID, &[OID_AKI]);
+    let octets = der::wrap(der::OCTET_STRING, &[value]);
+    if critical {
+        der::wrap(der::SEQUENCE, &[&oid[..], &[0x01, 0x01, 0xff], &octets])
+    } else {
+        der::wrap(der::SEQUENCE, &[&oid, &octets])
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// PEM and times.
+
+enum PemBlock {
+    Block {
+        label: String,
+        body: Result<Vec<u8>, String>,
+    },
+    Unterminated {
+        label: String,
+    },
+}
+
+/// The blocks of a PEM text (RFC 7468), in order; text outside blocks (comments in a
+/// bundle) is ignored, as are RFC 1421 header lines inside one.
+fn pem_blocks(pem: &[u8]) -> Vec<PemBlock> {
+    let text = String::from_utf8_lossy(pem);
+    let lines: Vec<&str> = text.lines().map(str::trim).collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let Some(label) = lines[i]
+            .strip_prefix("-----BEGIN ")
+            .and_then(|l| l.strip_suffix("-----"))
+        else {
+            i += 1;
+            continue;
+        };
+        let end = format!("-----END {label}-----");
+        let mut body = String::new();
+        let mut j = i + 1;
+        let mut ended = false;
+        while j < lines.len() {
+            let line = lines[j];
+            if line == end {
+                ended = true;
+                break;
+            }
+            if line.starts_with("-----BEGIN ") {
+                break;
+            }
+            if !line.contains(':') {
+                body.push_str(line);
+            }
+            j += 1;
+        }
+        let label = label.to_string();
+        if ended {
+            let body = base64::engine::general_purpose::STANDARD
+                .decode(body.as_bytes())
+                .map_err(|e| e.to_string());
+            out.push(PemBlock::Block { label, body });
+            i = j + 1;
+        } else {
+            out.push(PemBlock::Unterminated { label });
+            i = j;
+        }
+    }
+    out
+}
+
+/// Milliseconds since the epoch as an RFC 3339 UTC time, for messages.
+fn rfc3339(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let (days, sod) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Days to civil date (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        sod / 3600,
+        sod / 60 % 60,
+        sod % 60
+    )
+}
+
+#[cfg(test)]
+mod tests;

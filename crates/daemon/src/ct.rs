@@ -1,0 +1,423 @@
+//! The submission endpoints of a Certificate Transparency log (C2SP static-ct-api
+//! "Submission APIs", RFC 6962 §4.1–4.2): `POST /ct/v1/add-chain`,
+//! `POST /ct/v1/add-pre-chain`, `GET /ct/v1/get-roots`; and the issuers the data tiles
+//! name by fingerprint, at `GET /issuer/<hex SHA-256>` (static-ct-api "Issuers").
+//!
+//! An add, in order:
+//!
+//! 1. The body (at most [`MAX_CHAIN_BODY`], TesseraCT's bound) is parsed and the chain
+//!    validated against the roots (`tlogd_ct::chain`), off the async threads: `400`
+//!    with the reason when it does not validate.
+//! 2. Every issuer of the verified path, the root included, is stored at
+//!    `issuer/<hex>` with `put_blob` (write-once, durable when it returns) before the
+//!    entry is queued: a data tile never names an issuer a reader cannot fetch.
+//! 3. The entry is sequenced by the engine, which answers once it is durable in the
+//!    committed tree, with its index and the timestamp its batch was given.
+//! 4. The SCT is signed over the entry as stored (that timestamp, the `leaf_index`
+//!    extension). A duplicate gets the SCT of the entry already logged: its timestamp
+//!    and extensions are read back from its data tile.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path as UrlPath, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use serde::Deserialize;
+use tlogd_core::engine::{Log, LogStorage};
+use tlogd_ct::chain::{ChainKind, ChainPolicy, Roots, validate};
+use tlogd_ct::sct::{SignedCertificateTimestamp, timestamped_entry};
+use tlogd_static_ct::parse_data_tile;
+use tlogd_static_ct::signer::LogKey;
+
+use crate::config::CtConfig;
+use crate::http::{add_refused, internal_error, read_body, text};
+
+/// The largest `add-chain` or `add-pre-chain` body taken (TesseraCT's bound).
+pub const MAX_CHAIN_BODY: usize = 512 << 10;
+
+/// The media type of an issuer certificate (static-ct-api "Issuers").
+const PKIX_CERT: &str = "application/pkix-cert";
+
+/// Issuer fingerprints remembered as stored; beyond this the set starts over (a put of
+/// an issuer already stored costs a read, never a second copy).
+const MAX_REMEMBERED_ISSUERS: usize = 65_536;
+
+/// A CT log's submission side: its key, roots and policy.
+pub struct CtLog {
+    key: LogKey,
+    roots: RwLock<Arc<LoadedRoots>>,
+    roots_file: PathBuf,
+    policy: ChainPolicy,
+    stored_issuers: Mutex<HashSet<[u8; 32]>>,
+    body_read_timeout: Duration,
+    label: String,
+}
+
+/// The roots and the `get-roots` answer they give.
+struct LoadedRoots {
+    roots: Roots,
+    get_roots: Bytes,
+}
+
+impl LoadedRoots {
+    fn new(roots: Roots) -> Self {
+        let certificates: Vec<String> = roots.ders().map(|d| B64.encode(d)).collect();
+        let get_roots = serde_json::json!({ "certificates": certificates }).to_string();
+        LoadedRoots {
+            roots,
+            get_roots: Bytes::from(get_roots),
+        }
+    }
+}
+
+fn read_roots(path: &Path) -> anyhow::Result<Roots> {
+    let pem = std::fs::read(path)
+        .with_context(|| format!("reading `ct.roots_file` {}", path.display()))?;
+    let (roots, warnings) = Roots::from_pem(&pem);
+    for w in warnings {
+        tracing::warn!(file = %path.display(), "`ct.roots_file`: skipped a block: {w}");
+    }
+    if roots.is_empty() {
+        anyhow::bail!(
+            "`ct.roots_file` {} holds no certificate: a CT log needs at least one root",
+            path.display()
+        );
+    }
+    Ok(roots)
+}
+
+impl std::fmt::Debug for CtLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CtLog")
+            .field("log", &self.label)
+            .field("key", &self.key)
+            .field("roots_file", &self.roots_file)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CtLog {
+    /// Load the roots and the policy of `[ct]`; `label` names the log in metrics.
+    pub fn load(
+        config: &CtConfig,
+        key: LogKey,
+        body_read_timeout: Duration,
+        label: &str,
+    ) -> anyhow::Result<Self> {
+        let roots = read_roots(&config.roots_file)?;
+        let (not_after_start, not_after_limit) = config.shard_window()?;
+        let policy = ChainPolicy {
+            reject_expired: config.reject_expired,
+            reject_unexpired: config.reject_unexpired,
+            not_after_start,
+            not_after_limit,
+            allowed_ekus: config.allowed_ekus.clone(),
+            rejected_extensions: config.rejected_extensions.clone(),
+            reject_pre_issuers: config.reject_pre_issuers,
+        };
+        tracing::info!(log = label, roots = roots.len(), "CT roots loaded");
+        Ok(CtLog {
+            key,
+            roots: RwLock::new(Arc::new(LoadedRoots::new(roots))),
+            roots_file: config.roots_file.clone(),
+            policy,
+            stored_issuers: Mutex::new(HashSet::new()),
+            body_read_timeout,
+            label: label.to_string(),
+        })
+    }
+
+    /// Read the roots file again (SIGHUP) and add its roots to those in force. A root
+    /// is never dropped: certificates already logged under it must keep validating at
+    /// every frontend, and a file caught half-written must not empty the log's roots.
+    /// Returns how many roots are in force.
+    pub fn reload_roots(&self) -> anyhow::Result<usize> {
+        let fresh = read_roots(&self.roots_file)?;
+        let mut guard = self.roots.write().unwrap_or_else(|e| e.into_inner());
+        let merged = guard.roots.union(&fresh);
+        let n = merged.len();
+        *guard = Arc::new(LoadedRoots::new(merged));
+        Ok(n)
+    }
+
+    /// The log's key.
+    pub fn key(&self) -> &LogKey {
+        &self.key
+    }
+
+    fn roots(&self) -> Arc<LoadedRoots> {
+        self.roots.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// The CT submission routes of `log` (write tokens, when configured, guard these).
+pub fn submission_routes<S: LogStorage>(log: Log<S>, ct: Arc<CtLog>) -> Router {
+    Router::new()
+        .route(
+            "/ct/v1/add-chain",
+            post(
+                |State(s): State<(Log<S>, Arc<CtLog>)>, req: Request| async move {
+                    add(s.0, s.1, ChainKind::Certificate, req).await
+                },
+            ),
+        )
+        .route(
+            "/ct/v1/add-pre-chain",
+            post(
+                |State(s): State<(Log<S>, Arc<CtLog>)>, req: Request| async move {
+                    add(s.0, s.1, ChainKind::Precertificate, req).await
+                },
+            ),
+        )
+        .with_state((log, ct))
+}
+
+/// The CT read routes of `log`: `get-roots` and the issuers.
+pub fn read_routes<S: LogStorage>(log: Log<S>, ct: Arc<CtLog>) -> Router {
+    Router::new()
+        .route(
+            "/ct/v1/get-roots",
+            get(|State(s): State<(Log<S>, Arc<CtLog>)>| async move { get_roots(&s.1) }),
+        )
+        .route(
+            "/issuer/{fingerprint}",
+            get(
+                |State(s): State<(Log<S>, Arc<CtLog>)>, UrlPath(f): UrlPath<String>| async move {
+                    issuer(&s.0, &f).await
+                },
+            ),
+        )
+        .with_state((log, ct))
+}
+
+/// RFC 6962 §4.1: `{"chain": [base64 DER, ...]}`.
+#[derive(Deserialize)]
+struct AddChainRequest {
+    chain: Vec<String>,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn counted(log: &str, endpoint: &'static str, outcome: &'static str, started: Instant) {
+    metrics::counter!("tlogd_ct_submissions_total", "log" => log.to_string(), "endpoint" => endpoint, "outcome" => outcome)
+        .increment(1);
+    metrics::histogram!("tlogd_ct_submission_duration_seconds", "log" => log.to_string(), "endpoint" => endpoint)
+        .record(started.elapsed().as_secs_f64());
+}
+
+async fn add<S: LogStorage>(
+    log: Log<S>,
+    ct: Arc<CtLog>,
+    kind: ChainKind,
+    req: Request,
+) -> Response {
+    let started = Instant::now();
+    let endpoint = match kind {
+        ChainKind::Certificate => "add-chain",
+        ChainKind::Precertificate => "add-pre-chain",
+    };
+    let route = match kind {
+        ChainKind::Certificate => "POST /ct/v1/add-chain",
+        ChainKind::Precertificate => "POST /ct/v1/add-pre-chain",
+    };
+    let (resp, outcome) = add_inner(&log, &ct, kind, route, req).await;
+    counted(&ct.label, endpoint, outcome, started);
+    resp
+}
+
+async fn add_inner<S: LogStorage>(
+    log: &Log<S>,
+    ct: &Arc<CtLog>,
+    kind: ChainKind,
+    route: &str,
+    req: Request,
+) -> (Response, &'static str) {
+    let (parts, body) = req.into_parts();
+    let body = match read_body(
+        &parts.headers,
+        body,
+        ct.body_read_timeout,
+        MAX_CHAIN_BODY,
+        "the request body",
+    )
+    .await
+    {
+        Ok(b) => b,
+        Err(resp) => return (resp, "bad_request"),
+    };
+    let bad = |msg: String| (text(StatusCode::BAD_REQUEST, msg), "bad_request");
+    let request: AddChainRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => return bad(format!("malformed JSON request: {e}")),
+    };
+    if request.chain.is_empty() {
+        return bad("the chain is empty".into());
+    }
+    let mut chain = Vec::with_capacity(request.chain.len());
+    for (i, c) in request.chain.iter().enumerate() {
+        match B64.decode(c) {
+            Ok(der) => chain.push(der),
+            Err(e) => return bad(format!("chain[{i}] is not base64: {e}")),
+        }
+    }
+    // Signature checks take up to a millisecond per link (RSA, P-521): off the async
+    // threads, which serve every other request.
+    let roots = ct.roots();
+    let policy = ct.policy.clone();
+    let validated = tokio::task::spawn_blocking(move || {
+        validate(&chain, kind, &roots.roots, &policy, now_ms())
+    })
+    .await;
+    let validated = match validated {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => return bad(e.to_string()),
+        Err(e) => return (internal_error(route, &e), "error"),
+    };
+    // Step 2: the issuers, durable before the entry is queued.
+    for (fingerprint, der) in validated.submission.chain.iter().zip(&validated.issuers) {
+        let known = ct
+            .stored_issuers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(fingerprint);
+        if known {
+            continue;
+        }
+        let key = format!("issuer/{}", hex(fingerprint));
+        if let Err(e) = log.storage().put_blob(&key, der, PKIX_CERT).await {
+            tracing::error!(error = %e, key, "cannot store an issuer");
+            let mut resp = text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "cannot store the chain's issuers right now; retry later",
+            );
+            resp.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(log.config().retry_after.as_secs().max(1)),
+            );
+            return (resp, "pushback");
+        }
+        let mut known = ct.stored_issuers.lock().unwrap_or_else(|e| e.into_inner());
+        if known.len() >= MAX_REMEMBERED_ISSUERS {
+            known.clear();
+        }
+        known.insert(*fingerprint);
+    }
+    let entry = match validated.submission.encode() {
+        Ok(e) => Bytes::from(e),
+        Err(e) => return bad(e.to_string()),
+    };
+    // Step 3.
+    let added = match log.add(entry).await {
+        Ok(a) => a,
+        Err(e) => return add_refused(&e, log.config().retry_after, route),
+    };
+    // Step 4.
+    let stored = match (added.duplicate, added.timestamp) {
+        (false, Some(timestamp)) => {
+            timestamped_entry(&validated.submission, added.index, timestamp)
+        }
+        // A duplicate's SCT is the original's: read its entry back.
+        _ => match log.read_entry(added.index).await {
+            Ok(Some(e)) => match parse_data_tile(&e.bytes).map(|mut l| l.pop()) {
+                Ok(Some(leaf)) => leaf.timestamped_entry,
+                _ => {
+                    let why = format!("entry {} does not parse as a TileLeaf", added.index);
+                    return (internal_error(route, &why), "error");
+                }
+            },
+            // Sequenced by another frontend this one has not caught up with.
+            Ok(None) => {
+                let mut resp = text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the entry is logged but not yet readable here; retry",
+                );
+                resp.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(1));
+                return (resp, "pushback");
+            }
+            Err(e) => return (internal_error(route, &e), "error"),
+        },
+    };
+    let sct = SignedCertificateTimestamp::sign(&ct.key, &stored);
+    let body = serde_json::json!({
+        "sct_version": 0,
+        "id": B64.encode(sct.log_id),
+        "timestamp": sct.timestamp,
+        "extensions": B64.encode(&sct.extensions),
+        "signature": B64.encode(&sct.signature),
+    })
+    .to_string();
+    let mut resp = (StatusCode::OK, body).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if added.duplicate {
+        resp.headers_mut().insert(
+            crate::http::DUPLICATE_HEADER,
+            HeaderValue::from_static("true"),
+        );
+    }
+    (resp, if added.duplicate { "duplicate" } else { "ok" })
+}
+
+fn get_roots(ct: &CtLog) -> Response {
+    let mut resp = (StatusCode::OK, ct.roots().get_roots.clone()).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+async fn issuer<S: LogStorage>(log: &Log<S>, fingerprint: &str) -> Response {
+    let valid = fingerprint.len() == 64
+        && fingerprint
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    if !valid {
+        return text(
+            StatusCode::NOT_FOUND,
+            "issuer/ paths are 64 lowercase hex digits (a SHA-256)",
+        );
+    }
+    match log
+        .storage()
+        .read_blob(&format!("issuer/{fingerprint}"))
+        .await
+    {
+        Ok(Some(der)) => {
+            let mut resp = (StatusCode::OK, der).into_response();
+            let h = resp.headers_mut();
+            h.insert(header::CONTENT_TYPE, HeaderValue::from_static(PKIX_CERT));
+            // Content-addressed: the bytes at this path never change.
+            h.insert(
+                header::CACHE_CONTROL,
+                HeaderValue::from_static("public, max-age=31536000, immutable"),
+            );
+            resp
+        }
+        Ok(None) => text(
+            StatusCode::NOT_FOUND,
+            format!("issuer/{fingerprint} not found"),
+        ),
+        Err(e) => internal_error("GET /issuer", &e),
+    }
+}

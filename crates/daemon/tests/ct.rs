@@ -1,0 +1,587 @@
+//! A Certificate Transparency log (C2SP static-ct-api) served by the real daemon on
+//! POSIX storage: submissions, SCTs, duplicates, refusals, issuers, data tiles, the
+//! RFC 6962 checkpoint, a restart and a roots reload.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use bytes::Bytes;
+use common::{Daemon, Http, Opts, free_port};
+use sha2::{Digest, Sha256};
+use tlogd_core::checkpoint::Checkpoint;
+use tlogd_core::note::LogSigner;
+use tlogd_core::tile::parse_hash_tile;
+use tlogd_static_ct::leaf::{LogEntry, TimestampedEntry};
+use tlogd_static_ct::parse_data_tile;
+use tlogd_static_ct::sct::{parse_leaf_index, signature_input};
+use tlogd_static_ct::signer::LogKey;
+
+pub const CT_ORIGIN: &str = "ct.example.com/test2026";
+
+fn chains() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../ct/testdata/chains/tesseract")
+}
+
+/// The DER of every certificate in a PEM file.
+fn pem_ders(path: &Path) -> Vec<Vec<u8>> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut out = Vec::new();
+    let mut b64 = None::<String>;
+    for line in text.lines() {
+        match (line.trim(), &mut b64) {
+            ("-----BEGIN CERTIFICATE-----", _) => b64 = Some(String::new()),
+            ("-----END CERTIFICATE-----", Some(s)) => {
+                out.push(B64.decode(&*s).unwrap());
+                b64 = None;
+            }
+            (l, Some(s)) => s.push_str(l),
+            _ => {}
+        }
+    }
+    out
+}
+
+fn cert(name: &str) -> Vec<u8> {
+    pem_ders(&chains().join(name)).remove(0)
+}
+
+pub fn ct_key() -> LogKey {
+    LogKey::from_scalar(&Sha256::digest(b"tlogd ct test key")).unwrap()
+}
+
+/// Start a CT log on POSIX in `dir` with `roots` as its roots file and extra `[ct]`
+/// keys.
+pub fn start_ct(dir: &Path, roots: &Path, ct_toml: &str) -> Daemon {
+    let port = free_port();
+    let mport = free_port();
+    let key = dir.join("ct-key.pem");
+    if !key.exists() {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::write(&key, ct_key().to_pkcs8_pem().unwrap()).unwrap();
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let cfg = dir.join("tlogd.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "listen = \"127.0.0.1:{port}\"\norigin = \"{CT_ORIGIN}\"\nprivate_key_file = \"{}\"\n\
+             [storage]\ndir = \"{}\"\n[checkpoint]\ninterval_ms = 50\n\
+             [metrics]\nlisten = \"127.0.0.1:{mport}\"\n[ct]\nroots_file = \"{}\"\n{ct_toml}",
+            key.display(),
+            dir.join("log").display(),
+            roots.display(),
+        ),
+    )
+    .unwrap();
+    Daemon::spawn(dir, &cfg, port, mport, &Opts::default())
+}
+
+fn chain_json(chain: &[&[u8]]) -> Bytes {
+    let chain: Vec<String> = chain.iter().map(|c| B64.encode(c)).collect();
+    Bytes::from(serde_json::json!({ "chain": chain }).to_string())
+}
+
+/// An SCT as the log answered it.
+#[derive(Debug, PartialEq, Eq)]
+struct Sct {
+    id: Vec<u8>,
+    timestamp: u64,
+    extensions: Vec<u8>,
+    signature: Vec<u8>,
+}
+
+async fn submit(
+    http: &Http,
+    base: &str,
+    endpoint: &str,
+    chain: &[&[u8]],
+) -> Result<(Sct, bool), (u16, String)> {
+    let url = format!("{base}/ct/v1/{endpoint}");
+    let (status, headers, body) = http.post(&url, chain_json(chain)).await.unwrap();
+    if status != 200 {
+        return Err((status, String::from_utf8_lossy(&body).into_owned()));
+    }
+    assert_eq!(
+        headers.get("content-type").map(String::as_str),
+        Some("application/json")
+    );
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["sct_version"], 0);
+    let b = |k: &str| B64.decode(v[k].as_str().unwrap()).unwrap();
+    let sct = Sct {
+        id: b("id"),
+        timestamp: v["timestamp"].as_u64().unwrap(),
+        extensions: b("extensions"),
+        signature: b("signature"),
+    };
+    let duplicate = headers.get("x-tlog-duplicate").is_some_and(|v| v == "true");
+    Ok((sct, duplicate))
+}
+
+/// The SCT's signature verifies over `entry` at the SCT's timestamp and extensions.
+fn check_sct(sct: &Sct, entry: LogEntry) -> u64 {
+    let key = ct_key();
+    assert_eq!(sct.id, key.log_id());
+    let te = TimestampedEntry {
+        timestamp: sct.timestamp,
+        entry,
+        extensions: sct.extensions.clone(),
+    };
+    let rest = tlogd_static_ct::signer::verify(
+        key.public_key_der(),
+        &signature_input(&te),
+        &sct.signature,
+    )
+    .expect("the SCT's signature verifies");
+    assert!(rest.is_empty());
+    parse_leaf_index(&sct.extensions)
+        .unwrap()
+        .expect("a leaf_index extension")
+}
+
+fn verifier() -> tlogd_core::note::NoteVerifier {
+    tlogd_ct::Rfc6962Signer::new(CT_ORIGIN, ct_key()).verifier()
+}
+
+async fn checkpoint(http: &Http, base: &str, size: u64) -> Checkpoint {
+    for _ in 0..400 {
+        let (status, _, body) = http.get(&format!("{base}/checkpoint")).await.unwrap();
+        assert_eq!(status, 200);
+        let (cp, _) = Checkpoint::open(&body, CT_ORIGIN, &verifier())
+            .expect("the checkpoint verifies with the RFC 6962 note signature");
+        assert!(cp.extensions.is_empty());
+        if cp.size >= size {
+            return cp;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("no checkpoint of size {size}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ct_log_takes_chains_and_serves_static_ct_api() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let roots = dir.join("roots.pem");
+    std::fs::copy(chains().join("test_root_ca_cert.pem"), &roots).unwrap();
+    let mut d = start_ct(dir, &roots, "");
+    let http = Http::new();
+    d.wait_ready(&http).await;
+    let base = d.url.clone();
+
+    let root = cert("test_root_ca_cert.pem");
+    let inter = cert("test_intermediate_ca_cert.pem");
+    let leaf = cert("test_leaf_cert_signed_by_intermediate.pem");
+    let leaf_by_root = cert("test_leaf_cert_signed_by_root.pem");
+    let precert = cert("test_leaf_pre_cert_signed_by_intermediate.pem");
+
+    // A certificate, its chain without the root (the log appends it).
+    let (sct0, dup) = submit(&http, &base, "add-chain", &[&leaf, &inter])
+        .await
+        .unwrap();
+    assert!(!dup);
+    let i0 = check_sct(
+        &sct0,
+        LogEntry::X509 {
+            certificate: leaf.clone(),
+        },
+    );
+    // Resubmitted, with the root this time: the same SCT (RFC 6962 §4.1).
+    let (again, dup) = submit(&http, &base, "add-chain", &[&leaf, &inter, &root])
+        .await
+        .unwrap();
+    assert!(dup);
+    assert_eq!(again, sct0);
+    // A certificate signed by the root directly.
+    let (sct1, _) = submit(&http, &base, "add-chain", &[&leaf_by_root])
+        .await
+        .unwrap();
+    let i1 = check_sct(
+        &sct1,
+        LogEntry::X509 {
+            certificate: leaf_by_root.clone(),
+        },
+    );
+    assert_ne!(i0, i1);
+    // A precertificate: the SCT signs the TBS without the poison, with the issuer's key
+    // hash; its stored entry says the same.
+    let (sct2, _) = submit(&http, &base, "add-pre-chain", &[&precert, &inter, &root])
+        .await
+        .unwrap();
+
+    // Refusals: one line, 400, nothing logged.
+    for (endpoint, chain, why) in [
+        (
+            "add-chain",
+            vec![&precert[..], &inter],
+            "a precertificate to add-chain",
+        ),
+        (
+            "add-pre-chain",
+            vec![&leaf[..], &inter],
+            "a certificate to add-pre-chain",
+        ),
+        ("add-chain", vec![&inter[..], &leaf], "a misordered chain"),
+        (
+            "add-chain",
+            vec![&leaf[..]],
+            "a chain that stops short of a root",
+        ),
+    ] {
+        let (status, body) = submit(&http, &base, endpoint, &chain).await.unwrap_err();
+        assert_eq!(status, 400, "{why}: {body}");
+        assert_eq!(
+            body.trim_end().lines().count(),
+            1,
+            "{why}: one line: {body}"
+        );
+    }
+    for (body, why) in [
+        (Bytes::from_static(b"{\"chain\":"), "truncated JSON"),
+        (Bytes::from_static(b"{\"chain\":[\"!!\"]}"), "bad base64"),
+        (Bytes::from_static(b"{\"chain\":[]}"), "an empty chain"),
+        (
+            Bytes::from_static(b"{\"chain\":[\"AAAA\"]}"),
+            "not a certificate",
+        ),
+    ] {
+        let (status, _, text) = http
+            .post(&format!("{base}/ct/v1/add-chain"), body)
+            .await
+            .unwrap();
+        assert_eq!(status, 400, "{why}: {}", String::from_utf8_lossy(&text));
+    }
+    let huge = Bytes::from(vec![b' '; (512 << 10) + 1]);
+    let (status, _, _) = http
+        .post(&format!("{base}/ct/v1/add-chain"), huge)
+        .await
+        .unwrap();
+    assert_eq!(status, 413);
+    // A CT log has no raw `/add`: entries would skip validation.
+    let (status, _, _) = http
+        .post(&format!("{base}/add"), Bytes::from_static(b"x"))
+        .await
+        .unwrap();
+    assert_eq!(status, 404);
+
+    // get-roots.
+    let (status, _, body) = http.get(&format!("{base}/ct/v1/get-roots")).await.unwrap();
+    assert_eq!(status, 200);
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["certificates"], serde_json::json!([B64.encode(&root)]));
+
+    // The tree: three entries, whose data tile holds what the SCTs signed.
+    let cp = checkpoint(&http, &base, 3).await;
+    assert_eq!(cp.size, 3);
+    let (status, _, data) = http
+        .get(&format!("{base}/tile/data/000.p/3"))
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    let leaves = parse_data_tile(&data).unwrap();
+    assert_eq!(leaves.len(), 3);
+    let (status, _, level0) = http.get(&format!("{base}/tile/0/000.p/3")).await.unwrap();
+    assert_eq!(status, 200);
+    let hashes = parse_hash_tile(&level0, 3).unwrap();
+    for (sct, index) in [(&sct0, i0), (&sct1, i1)] {
+        let te = &leaves[index as usize].timestamped_entry;
+        assert_eq!(
+            (te.timestamp, &te.extensions),
+            (sct.timestamp, &sct.extensions)
+        );
+    }
+    let pre_leaf = leaves
+        .iter()
+        .find(|l| l.pre_certificate.is_some())
+        .expect("the precertificate entry");
+    assert_eq!(pre_leaf.pre_certificate.as_deref(), Some(&precert[..]));
+    let i2 = check_sct(&sct2, pre_leaf.timestamped_entry.entry.clone());
+    assert_eq!(pre_leaf.timestamped_entry.timestamp, sct2.timestamp);
+    match &pre_leaf.timestamped_entry.entry {
+        LogEntry::Precert {
+            issuer_key_hash, ..
+        } => {
+            assert_eq!(issuer_key_hash, &spki_hash(&inter));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        leaves[i2 as usize].pre_certificate.as_deref(),
+        Some(&precert[..])
+    );
+    for (i, leaf) in leaves.iter().enumerate() {
+        assert_eq!(leaf.merkle_tree_leaf().leaf_hash(), hashes[i], "leaf {i}");
+        // Every issuer a data tile names is served.
+        for f in &leaf.certificate_chain {
+            let hex: String = f.iter().map(|b| format!("{b:02x}")).collect();
+            let (status, headers, der) = http.get(&format!("{base}/issuer/{hex}")).await.unwrap();
+            assert_eq!(status, 200, "issuer/{hex}");
+            assert_eq!(headers["content-type"], "application/pkix-cert");
+            assert_eq!(Sha256::digest(&der)[..], f[..]);
+        }
+    }
+    // The certificate submitted without its root still names it.
+    assert_eq!(
+        leaves[i0 as usize].certificate_chain,
+        vec![Sha256::digest(&inter).into(), Sha256::digest(&root).into()] as Vec<[u8; 32]>
+    );
+    let (status, _, _) = http
+        .get(&format!("{base}/issuer/{}", "0".repeat(64)))
+        .await
+        .unwrap();
+    assert_eq!(status, 404);
+
+    // A restart: the log reopens under its RFC 6962 key and answers duplicates with
+    // their original SCTs.
+    assert!(d.terminate().success());
+    let mut d = start_ct(dir, &roots, "");
+    d.wait_ready(&http).await;
+    let base = d.url.clone();
+    let (again, dup) = submit(&http, &base, "add-chain", &[&leaf, &inter])
+        .await
+        .unwrap();
+    assert!(dup);
+    assert_eq!(again, sct0);
+    let cp2 = checkpoint(&http, &base, 3).await;
+    assert_eq!((cp2.size, cp2.root), (cp.size, cp.root));
+
+    // The whole log checks out: data tiles, leaf hashes, hash tiles, the RFC 6962
+    // checkpoint, every leaf_index, every issuer.
+    let (ok, out) = tlogd_verify_ct(&base).await;
+    assert!(ok, "{out}");
+    assert!(out.contains("2 issuers named by the entries"), "{out}");
+    // An issuer gone: the check names it.
+    let hex: String = Sha256::digest(&inter)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let issuer_file = dir.join("log").join("issuer").join(&hex);
+    assert!(issuer_file.exists(), "{}", issuer_file.display());
+    std::fs::remove_file(&issuer_file).unwrap();
+    let (ok, out) = tlogd_verify_ct(&base).await;
+    assert!(!ok, "{out}");
+    assert!(out.contains(&format!("issuer/{hex}")), "{out}");
+}
+
+/// `tlogd verify --ct` of the CT log at `url`: its exit status and output.
+async fn tlogd_verify_ct(url: &str) -> (bool, String) {
+    let args = vec![
+        "verify".to_string(),
+        url.to_string(),
+        "--ct".into(),
+        "--origin".into(),
+        CT_ORIGIN.into(),
+        "--log-public-key".into(),
+        B64.encode(ct_key().public_key_der()),
+    ];
+    let (ok, out, err) = run(PathBuf::from(env!("CARGO_BIN_EXE_tlogd")), args).await;
+    (ok, format!("{out}{err}"))
+}
+
+/// SHA-256 of a certificate's SubjectPublicKeyInfo (RFC 6962 §3.2's issuer_key_hash),
+/// found by walking the DER: Certificate → TBSCertificate → its 7th element (6th
+/// without the explicit version).
+fn spki_hash(cert: &[u8]) -> [u8; 32] {
+    fn tlv(b: &[u8]) -> (usize, usize) {
+        // (header length, content length)
+        let l = b[1] as usize;
+        if l < 0x80 {
+            return (2, l);
+        }
+        let n = l & 0x7f;
+        let len = b[2..2 + n]
+            .iter()
+            .fold(0usize, |v, &x| (v << 8) | x as usize);
+        (2 + n, len)
+    }
+    let (h, _) = tlv(cert);
+    let tbs = &cert[h..];
+    let (h, len) = tlv(tbs);
+    let mut body = &tbs[h..h + len];
+    let mut elems = Vec::new();
+    while !body.is_empty() {
+        let (h, len) = tlv(body);
+        elems.push(&body[..h + len]);
+        body = &body[h + len..];
+    }
+    let skip = usize::from(elems[0][0] == 0xa0);
+    Sha256::digest(elems[5 + skip]).into()
+}
+
+fn find_tool(name: &str) -> PathBuf {
+    tlogd_storage_object::testsupport::find_tool(name)
+}
+
+/// The log's public key as CT clients take it: a PEM file.
+fn public_key_file(dir: &Path) -> PathBuf {
+    let p = dir.join("ct-pub.pem");
+    std::fs::write(&p, ct_key().public_key_pem().unwrap()).unwrap();
+    p
+}
+
+/// Run a Go CT client; its exit status, stdout and stderr.
+async fn run(tool: PathBuf, args: Vec<String>) -> (bool, String, String) {
+    let o = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(&tool)
+            .args(&args)
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .output()
+            .unwrap_or_else(|e| panic!("{}: {e}", tool.display()))
+    })
+    .await
+    .unwrap();
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// Google's `ctclient` uploads a certificate chain, a precertificate chain and a
+/// precertificate issued by a pre-issuer (RFC 6962 §3.1), and verifies each SCT with
+/// its own RFC 6962 code (for a precertificate, over the TBS it rebuilds with Go's
+/// x509); a wrong public key makes it fail, so the check has teeth. `get-roots`
+/// answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctclient_uploads_chains_and_verifies_their_scts() {
+    let ctclient = find_tool("ctclient");
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let roots = dir.join("roots.pem");
+    std::fs::copy(chains().join("test_root_ca_cert.pem"), &roots).unwrap();
+    let mut d = start_ct(dir, &roots, "");
+    let http = Http::new();
+    d.wait_ready(&http).await;
+    let pub_key = public_key_file(dir);
+    let wrong_key = dir.join("wrong-pub.pem");
+    let other = LogKey::from_scalar(&Sha256::digest(b"another log")).unwrap();
+    std::fs::write(&wrong_key, other.public_key_pem().unwrap()).unwrap();
+    let chain_file = |name: &str, files: &[&str]| {
+        let p = dir.join(name);
+        let pem: String = files
+            .iter()
+            .map(|f| std::fs::read_to_string(chains().join(f)).unwrap())
+            .collect();
+        std::fs::write(&p, pem).unwrap();
+        p
+    };
+    let uploads = [
+        chain_file(
+            "cert.chain",
+            &[
+                "test_leaf_cert_signed_by_intermediate.pem",
+                "test_intermediate_ca_cert.pem",
+            ],
+        ),
+        chain_file(
+            "precert.chain",
+            &[
+                "test_leaf_pre_cert_signed_by_intermediate.pem",
+                "test_intermediate_ca_cert.pem",
+            ],
+        ),
+        chain_file(
+            "preissuer.chain",
+            &[
+                "test_leaf_pre_cert_signed_by_pre_intermediate.pem",
+                "test_pre_intermediate_ca_cert.pem",
+            ],
+        ),
+    ];
+    let args = |chain: &Path, key: &Path| {
+        vec![
+            "upload".to_string(),
+            format!("--log_uri={}", d.url),
+            format!("--pub_key={}", key.display()),
+            format!("--cert_chain={}", chain.display()),
+        ]
+    };
+    for chain in &uploads {
+        let (ok, out, err) = run(ctclient.clone(), args(chain, &pub_key)).await;
+        assert!(ok, "ctclient upload {}: {out}\n{err}", chain.display());
+        assert!(out.contains("Uploaded chain"), "{out}");
+        // The same chain, checked against another log's key: the SCT must not verify.
+        let (ok, out, err) = run(ctclient.clone(), args(chain, &wrong_key)).await;
+        assert!(!ok, "an SCT verified under the wrong key: {out}\n{err}");
+    }
+    let (ok, out, err) = run(
+        ctclient.clone(),
+        vec!["get-roots".into(), format!("--log_uri={}", d.url)],
+    )
+    .await;
+    assert!(ok, "ctclient get-roots: {out}\n{err}");
+    assert!(out.contains("Transparency.dev Test Root"), "{out}");
+    let cp = checkpoint(&http, &d.url, 3).await;
+    assert_eq!(cp.size, 3, "three chains, each logged once");
+}
+
+/// TesseraCT's own CT hammer writes, reads and checks merge delay against the log,
+/// with duplicates: every line it logs at warning or error level is a failure (it
+/// exits 0 after some failures), and it must reach its goal within its run time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tesseract_ct_hammer_passes() {
+    let hammer = find_tool("ct-hammer");
+    let testdata = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/testdata/ct-hammer");
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut d = start_ct(dir, &testdata.join("test_root_ca_cert.pem"), "");
+    let http = Http::new();
+    d.wait_ready(&http).await;
+    let goal = 600;
+    let args = vec![
+        format!("--origin={CT_ORIGIN}"),
+        format!("--log_public_key={}", B64.encode(ct_key().public_key_der())),
+        format!("--log_url={}/", d.url),
+        format!("--write_log_url={}/", d.url),
+        format!(
+            "--intermediate_ca_cert_path={}",
+            testdata.join("test_intermediate_ca_cert.pem").display()
+        ),
+        format!(
+            "--intermediate_ca_key_path={}",
+            testdata
+                .join("test_intermediate_ca_private_key.pem")
+                .display()
+        ),
+        format!(
+            "--cert_sign_private_key_path={}",
+            testdata
+                .join("test_leaf_cert_signing_private_key.pem")
+                .display()
+        ),
+        "--num_writers=16".into(),
+        "--max_write_ops=150".into(),
+        "--num_readers_random=2".into(),
+        "--num_readers_full=1".into(),
+        "--max_read_ops=40".into(),
+        "--num_mmd_verifiers=4".into(),
+        "--mmd_duration=10s".into(),
+        "--dup_chance=0.1".into(),
+        format!("--leaf_write_goal={goal}"),
+        "--max_runtime=120s".into(),
+        "--show_ui=false".into(),
+        "--logtostderr".into(),
+    ];
+    let (ok, out, err) = run(hammer, args).await;
+    let failures: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with('E') || l.starts_with('W') || l.starts_with('F'))
+        .collect();
+    assert!(ok, "the hammer failed:\n{out}\n{err}");
+    assert!(
+        failures.is_empty(),
+        "the hammer logged failures:\n{}",
+        failures.join("\n")
+    );
+    assert!(err.contains("Reached tree size goal"), "{err}");
+    // Every leaf the hammer wrote is in a tree whose tiles hash to the checkpoint,
+    // at its position, with its issuers.
+    let cp = checkpoint(&http, &d.url, goal).await;
+    assert!(cp.size >= goal);
+    let (ok, out) = tlogd_verify_ct(&d.url).await;
+    assert!(ok, "{out}");
+}
