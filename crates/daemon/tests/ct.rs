@@ -525,7 +525,7 @@ async fn ctclient_uploads_chains_and_verifies_their_scts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tesseract_ct_hammer_passes() {
     let hammer = find_tool("ct-hammer");
-    let testdata = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/testdata/ct-hammer");
+    let testdata = chains().join("hammer");
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let mut d = start_ct(dir, &testdata.join("test_root_ca_cert.pem"), "");
