@@ -14,8 +14,10 @@
 //!   the last certificate is an accepted root, or an accepted root issued it (that root
 //!   is then appended to the issuers, RFC 6962 §4.1: "the last is either the root
 //!   certificate or a certificate that chains to a known root certificate");
-//! - every issuer in the path (the appended root too) is a CA (`basicConstraints`
-//!   cA=true) and respects its `pathLenConstraint` (RFC 5280 §4.2.1.9: self-issued
+//! - every intermediate in the path is a CA (`basicConstraints` cA=true) and respects
+//!   its `pathLenConstraint`; the root, submitted or appended, is trusted as the
+//!   operator configured it (TesseraCT checks neither for roots: an old root without
+//!   basicConstraints still anchors what its CA issued) (RFC 5280 §4.2.1.9: self-issued
 //!   certificates do not count, nor does a Precertificate Signing Certificate, which
 //!   RFC 6962 §3.1 places between the precertificate and the CA that will issue the
 //!   final certificate, outside that certificate's path);

@@ -211,6 +211,16 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// A `Retry-After` of `base` to twice `base` seconds: CAs submit from many machines
+/// at once, and a fixed hint would bring them back in step (TesseraCT jitters too).
+fn jittered(base: Duration) -> u64 {
+    let base = base.as_secs().max(1);
+    let noise = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::from(d.subsec_nanos()));
+    base + noise % (base + 1)
+}
+
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
@@ -309,7 +319,7 @@ async fn add_inner<S: LogStorage>(
             );
             resp.headers_mut().insert(
                 header::RETRY_AFTER,
-                HeaderValue::from(log.config().retry_after.as_secs().max(1)),
+                HeaderValue::from(jittered(log.config().retry_after)),
             );
             return (resp, "pushback");
         }
@@ -326,7 +336,16 @@ async fn add_inner<S: LogStorage>(
     // Step 3.
     let added = match log.add(entry).await {
         Ok(a) => a,
-        Err(e) => return add_refused(&e, log.config().retry_after, route),
+        Err(e) => {
+            let (mut resp, outcome) = add_refused(&e, log.config().retry_after, route);
+            if resp.headers().contains_key(header::RETRY_AFTER) {
+                resp.headers_mut().insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from(jittered(log.config().retry_after)),
+                );
+            }
+            return (resp, outcome);
+        }
     };
     // Step 4.
     let stored = match (added.duplicate, added.timestamp) {

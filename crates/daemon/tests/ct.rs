@@ -273,6 +273,31 @@ async fn a_ct_log_takes_chains_and_serves_static_ct_api() {
     assert_eq!(status, 200);
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(v["certificates"], serde_json::json!([B64.encode(&root)]));
+    // SIGHUP adds the roots file's new roots; a file that no longer parses drops none.
+    let hammer_root = pem_ders(&chains().join("hammer/test_root_ca_cert.pem")).remove(0);
+    let mut pem = std::fs::read_to_string(&roots).unwrap();
+    pem.push_str(&std::fs::read_to_string(chains().join("hammer/test_root_ca_cert.pem")).unwrap());
+    std::fs::write(&roots, pem).unwrap();
+    let want = serde_json::json!([B64.encode(&root), B64.encode(&hammer_root)]);
+    let get_roots = || async {
+        let (_, _, body) = http.get(&format!("{base}/ct/v1/get-roots")).await.unwrap();
+        serde_json::from_slice::<serde_json::Value>(&body).unwrap()["certificates"].clone()
+    };
+    hup(&d);
+    let mut reloaded = false;
+    for _ in 0..200 {
+        if get_roots().await == want {
+            reloaded = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(reloaded, "SIGHUP did not add the new root");
+    std::fs::write(&roots, "not a PEM file").unwrap();
+    hup(&d);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(get_roots().await, want, "a broken roots file dropped roots");
+    std::fs::copy(chains().join("test_root_ca_cert.pem"), &roots).unwrap();
 
     // The tree: three entries, whose data tile holds what the SCTs signed.
     let cp = checkpoint(&http, &base, 3).await;
@@ -294,6 +319,20 @@ async fn a_ct_log_takes_chains_and_serves_static_ct_api() {
             (sct.timestamp, &sct.extensions)
         );
     }
+    // Data tiles gzip-compressed for a client that takes it (static-ct-api SHOULD).
+    let req = hyper::Request::get(format!("{base}/tile/data/000.p/3"))
+        .header("accept-encoding", "br, gzip;q=0.8")
+        .body(http_body_util::Full::new(Bytes::new()))
+        .unwrap();
+    let (status, headers, z) = http.request(req).await.unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(
+        headers.get("content-encoding").map(String::as_str),
+        Some("gzip")
+    );
+    let mut plain = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&z[..]), &mut plain).unwrap();
+    assert_eq!(plain, data);
     let pre_leaf = leaves
         .iter()
         .find(|l| l.pre_certificate.is_some())
@@ -365,6 +404,54 @@ async fn a_ct_log_takes_chains_and_serves_static_ct_api() {
     let (ok, out) = tlogd_verify_ct(&base).await;
     assert!(!ok, "{out}");
     assert!(out.contains(&format!("issuer/{hex}")), "{out}");
+}
+
+fn hup(d: &Daemon) {
+    let ok = std::process::Command::new("kill")
+        .args(["-HUP", &d.child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+}
+
+/// `tlogd keygen --ct` writes a PKCS#8 P-256 key (mode 0600, never over a file) and
+/// prints its public key, log ID and verifier key.
+#[tokio::test]
+async fn keygen_makes_a_ct_key() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("k.pem");
+    let args = vec![
+        "keygen".to_string(),
+        "--ct".into(),
+        "--origin".into(),
+        CT_ORIGIN.into(),
+        "--out".into(),
+        out.display().to_string(),
+    ];
+    let tlogd = PathBuf::from(env!("CARGO_BIN_EXE_tlogd"));
+    let (ok, stdout, err) = run(tlogd.clone(), args.clone()).await;
+    assert!(ok, "{err}");
+    let key = LogKey::from_pem(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(
+        std::fs::metadata(&out).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    assert!(
+        stdout.starts_with(&key.public_key_pem().unwrap()),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("log ID: {}", B64.encode(key.log_id()))),
+        "{stdout}"
+    );
+    let vkey = tlogd_ct::Rfc6962Signer::new(CT_ORIGIN, key)
+        .verifier()
+        .to_vkey();
+    assert!(stdout.contains(&vkey), "{stdout}");
+    let (ok, _, _) = run(tlogd, args).await;
+    assert!(!ok, "keygen wrote over an existing key");
 }
 
 /// `tlogd verify --ct` of the CT log at `url`: its exit status and output.
