@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-600}
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(tile note keys witness config verify_log)
+((${#targets[@]})) || targets=(tile note keys witness config verify_log ct)
 out=${FUZZ_OUT:-/tmp/tlogd-fuzz}
 # Instrumented builds go to a target directory of their own: other RUSTFLAGS would
 # otherwise rebuild the ordinary one.

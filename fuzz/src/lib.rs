@@ -12,7 +12,10 @@
 //! * [`witness`]: tlog-witness request and response bodies and tlog-policy files;
 //! * [`config`](fn@config): the daemon's TOML configuration file;
 //! * [`verify_log`]: a whole log as `tlogd verify` and the load generator read it
-//!   (checkpoint, bundles, hash tiles, proofs; crate `tlog-verify`).
+//!   (checkpoint, bundles, hash tiles, proofs; crate `tlog-verify`);
+//! * [`ct`]: a CT log's untrusted bytes: static-ct-api data tiles, queued submissions,
+//!   and X.509 certificates as `add-chain` and `add-pre-chain` validate them
+//!   (`tlogd_ct::chain`, with its DER walker and precertificate TBS surgery).
 //!
 //! `src/bin/fuzz_*.rs` run them under AFL++ (`cargo afl`, stable Rust; see
 //! `fuzz/README.md`); `tests/targets.rs` runs each on its seed corpus and a few
@@ -507,4 +510,80 @@ pub fn verify_log(data: &[u8]) {
             }
         }
     });
+}
+
+/// DER certificates of the CT target's fixed chain: TesseraCT's test root and
+/// intermediate (crates/ct/testdata/chains/tesseract).
+fn ct_chain() -> &'static (tlogd_ct::chain::Roots, Vec<u8>) {
+    static C: OnceLock<(tlogd_ct::chain::Roots, Vec<u8>)> = OnceLock::new();
+    C.get_or_init(|| {
+        let root =
+            include_bytes!("../../crates/ct/testdata/chains/tesseract/test_root_ca_cert.pem");
+        let inter = include_bytes!(
+            "../../crates/ct/testdata/chains/tesseract/test_intermediate_ca_cert.pem"
+        );
+        let (roots, _) = tlogd_ct::chain::Roots::from_pem(root);
+        let (inter, _) = tlogd_ct::chain::Roots::from_pem(inter);
+        let der = inter.ders().next().map(<[u8]>::to_vec).unwrap_or_default();
+        (roots, der)
+    })
+}
+
+/// A CT log's untrusted bytes. The first byte picks the parser:
+///
+/// * `0`: a data tile ([`tlogd_static_ct::parse_data_tile`]): what parses encodes back
+///   to exactly the input, and its leaves hash;
+/// * `1`: a queued submission ([`tlogd_ct::Submission::decode`], what a forwarding
+///   frontend sends): what decodes encodes back to the input;
+/// * otherwise: a DER certificate, validated alone and followed by the fixed
+///   intermediate, for both endpoints: never a panic; what validates names its chain's
+///   fingerprints and queues as bytes that decode back to it.
+pub fn ct(data: &[u8]) {
+    use tlogd_ct::chain::{ChainKind, ChainPolicy, validate};
+    let Some((&mode, rest)) = data.split_first() else {
+        return;
+    };
+    match mode {
+        0 => {
+            if let Ok(leaves) = tlogd_static_ct::parse_data_tile(rest) {
+                let mut back = Vec::with_capacity(rest.len());
+                for leaf in &leaves {
+                    leaf.encode(&mut back);
+                    let _ = leaf.merkle_tree_leaf().leaf_hash();
+                }
+                assert_eq!(back, rest, "a data tile re-encodes to other bytes");
+                let split = tlogd_static_ct::split_data_tile(rest)
+                    .unwrap_or_else(|e| panic!("parsed but does not split: {e}"));
+                assert_eq!(split.len(), leaves.len());
+            }
+        }
+        1 => {
+            if let Ok(s) = tlogd_ct::Submission::decode(rest) {
+                let back = s
+                    .encode()
+                    .unwrap_or_else(|e| panic!("decoded but does not encode: {e}"));
+                assert_eq!(back, rest, "a submission re-encodes to other bytes");
+            }
+        }
+        _ => {
+            let (roots, inter) = ct_chain();
+            let policy = ChainPolicy::default();
+            let now = 1_767_139_200_000;
+            for chain in [vec![rest.to_vec()], vec![rest.to_vec(), inter.clone()]] {
+                for kind in [ChainKind::Certificate, ChainKind::Precertificate] {
+                    let Ok(v) = validate(&chain, kind, roots, &policy, now) else {
+                        continue;
+                    };
+                    assert_eq!(v.issuers.len(), v.submission.chain.len());
+                    let bytes = v
+                        .submission
+                        .encode()
+                        .unwrap_or_else(|e| panic!("a validated chain does not queue: {e}"));
+                    let back = tlogd_ct::Submission::decode(&bytes)
+                        .unwrap_or_else(|e| panic!("a queued submission does not decode: {e}"));
+                    assert_eq!(back, v.submission);
+                }
+            }
+        }
+    }
 }

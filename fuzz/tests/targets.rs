@@ -173,6 +173,11 @@ fn config() {
 }
 
 #[test]
+fn ct() {
+    run("ct", tlogd_fuzz::ct);
+}
+
+#[test]
 fn verify_log() {
     run("verify_log", tlogd_fuzz::verify_log);
 }
