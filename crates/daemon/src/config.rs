@@ -634,6 +634,12 @@ pub struct CtConfig {
     /// §3.1), as Sunlight and Azul do; accepted by default, as TesseraCT does.
     #[serde(default)]
     pub reject_pre_issuers: bool,
+    /// Answer an add only once a published checkpoint covers its entry (TesseraCT's
+    /// publication awaiter): the SCT's entry is then visible to monitors when the CA
+    /// gets it. Off: answered once the entry is durable in the committed tree, which
+    /// static-ct-api allows and is a checkpoint interval sooner.
+    #[serde(default)]
+    pub await_publication: bool,
 }
 
 impl CtConfig {

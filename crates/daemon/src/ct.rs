@@ -13,7 +13,9 @@
 //!    entry is queued: a data tile never names an issuer a reader cannot fetch.
 //! 3. The entry is sequenced by the engine, which answers once it is durable in the
 //!    committed tree, with its index and the timestamp its batch was given.
-//! 4. The SCT is signed over the entry as stored (that timestamp, the `leaf_index`
+//! 4. With `await_publication`, the answer waits until a published checkpoint covers
+//!    the entry (TesseraCT's publication awaiter).
+//! 5. The SCT is signed over the entry as stored (that timestamp, the `leaf_index`
 //!    extension). A duplicate gets the SCT of the entry already logged: its timestamp
 //!    and extensions are read back from its data tile.
 
@@ -60,6 +62,7 @@ pub struct CtLog {
     stored_issuers: Mutex<HashSet<[u8; 32]>>,
     body_read_timeout: Duration,
     label: String,
+    await_publication: bool,
 }
 
 /// The roots and the `get-roots` answer they give.
@@ -133,6 +136,7 @@ impl CtLog {
             stored_issuers: Mutex::new(HashSet::new()),
             body_read_timeout,
             label: label.to_string(),
+            await_publication: config.await_publication,
         })
     }
 
@@ -347,7 +351,6 @@ async fn add_inner<S: LogStorage>(
             return (resp, outcome);
         }
     };
-    // Step 4.
     let stored = match (added.duplicate, added.timestamp) {
         (false, Some(timestamp)) => {
             timestamped_entry(&validated.submission, added.index, timestamp)
@@ -374,6 +377,17 @@ async fn add_inner<S: LogStorage>(
             Err(e) => return (internal_error(route, &e), "error"),
         },
     };
+    if ct.await_publication && !published(log, added.index).await {
+        let mut resp = text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the entry is logged but no checkpoint covers it yet; resubmit for its SCT",
+        );
+        resp.headers_mut().insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(jittered(log.config().retry_after)),
+        );
+        return (resp, "pushback");
+    }
     let sct = SignedCertificateTimestamp::sign(&ct.key, &stored);
     let body = serde_json::json!({
         "sct_version": 0,
@@ -395,6 +409,22 @@ async fn add_inner<S: LogStorage>(
         );
     }
     (resp, if added.duplicate { "duplicate" } else { "ok" })
+}
+
+/// Wait until a published checkpoint covers `index` (`[ct] await_publication`), for at
+/// most a few checkpoint intervals: the publisher signs one per interval while the tree
+/// grows, so a longer wait means it is stuck (storage down, witnesses withholding).
+async fn published<S: LogStorage>(log: &Log<S>, index: u64) -> bool {
+    let deadline = Instant::now() + 4 * log.config().checkpoint_interval + Duration::from_secs(5);
+    loop {
+        if log.published_size().is_some_and(|size| size > index) {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 fn get_roots(ct: &CtLog) -> Response {

@@ -540,7 +540,9 @@ async fn ctclient_uploads_chains_and_verifies_their_scts() {
     let dir = tmp.path();
     let roots = dir.join("roots.pem");
     std::fs::copy(chains().join("test_root_ca_cert.pem"), &roots).unwrap();
-    let mut d = start_ct(dir, &roots, "");
+    // With TesseraCT's publication awaiter on: each SCT comes once a published
+    // checkpoint covers its entry.
+    let mut d = start_ct(dir, &roots, "await_publication = true\n");
     let http = Http::new();
     d.wait_ready(&http).await;
     let pub_key = public_key_file(dir);
@@ -587,10 +589,18 @@ async fn ctclient_uploads_chains_and_verifies_their_scts() {
             format!("--cert_chain={}", chain.display()),
         ]
     };
-    for chain in &uploads {
+    for (i, chain) in uploads.iter().enumerate() {
         let (ok, out, err) = run(ctclient.clone(), args(chain, &pub_key)).await;
         assert!(ok, "ctclient upload {}: {out}\n{err}", chain.display());
         assert!(out.contains("Uploaded chain"), "{out}");
+        // Published before the answer: the checkpoint served now covers it.
+        let (_, _, body) = http.get(&format!("{}/checkpoint", d.url)).await.unwrap();
+        let (cp, _) = Checkpoint::open(&body, CT_ORIGIN, &verifier()).unwrap();
+        assert!(
+            cp.size > i as u64,
+            "SCT {i} before a checkpoint of size {}",
+            cp.size
+        );
         // The same chain, checked against another log's key: the SCT must not verify.
         let (ok, out, err) = run(ctclient.clone(), args(chain, &wrong_key)).await;
         assert!(!ok, "an SCT verified under the wrong key: {out}\n{err}");
