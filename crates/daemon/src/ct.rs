@@ -215,6 +215,16 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// `503` with `msg` and a jittered `Retry-After`: retrying later can succeed.
+fn pushback<S: LogStorage>(log: &Log<S>, msg: &str) -> (Response, &'static str) {
+    let mut resp = text(StatusCode::SERVICE_UNAVAILABLE, msg);
+    resp.headers_mut().insert(
+        header::RETRY_AFTER,
+        HeaderValue::from(jittered(log.config().retry_after)),
+    );
+    (resp, "pushback")
+}
+
 /// A `Retry-After` of `base` to twice `base` seconds: CAs submit from many machines
 /// at once, and a fixed hint would bring them back in step (TesseraCT jitters too).
 fn jittered(base: Duration) -> u64 {
@@ -317,15 +327,10 @@ async fn add_inner<S: LogStorage>(
         let key = format!("issuer/{}", hex(fingerprint));
         if let Err(e) = log.storage().put_blob(&key, der, PKIX_CERT).await {
             tracing::error!(error = %e, key, "cannot store an issuer");
-            let mut resp = text(
-                StatusCode::SERVICE_UNAVAILABLE,
+            return pushback(
+                log,
                 "cannot store the chain's issuers right now; retry later",
             );
-            resp.headers_mut().insert(
-                header::RETRY_AFTER,
-                HeaderValue::from(jittered(log.config().retry_after)),
-            );
-            return (resp, "pushback");
         }
         let mut known = ct.stored_issuers.lock().unwrap_or_else(|e| e.into_inner());
         if known.len() >= MAX_REMEMBERED_ISSUERS {
@@ -366,27 +371,16 @@ async fn add_inner<S: LogStorage>(
             },
             // Sequenced by another frontend this one has not caught up with.
             Ok(None) => {
-                let mut resp = text(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "the entry is logged but not yet readable here; retry",
-                );
-                resp.headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from(1));
-                return (resp, "pushback");
+                return pushback(log, "the entry is logged but not yet readable here; retry");
             }
             Err(e) => return (internal_error(route, &e), "error"),
         },
     };
     if ct.await_publication && !published(log, added.index).await {
-        let mut resp = text(
-            StatusCode::SERVICE_UNAVAILABLE,
+        return pushback(
+            log,
             "the entry is logged but no checkpoint covers it yet; resubmit for its SCT",
         );
-        resp.headers_mut().insert(
-            header::RETRY_AFTER,
-            HeaderValue::from(jittered(log.config().retry_after)),
-        );
-        return (resp, "pushback");
     }
     let sct = SignedCertificateTimestamp::sign(&ct.key, &stored);
     let body = serde_json::json!({

@@ -332,20 +332,27 @@ fn warn_if_readable_by_others(path: &std::path::Path, what: &str) {
     }
 }
 
-fn load_signer(c: &LogSection, origin: &str) -> anyhow::Result<NoteSigner> {
-    let text = match &c.private_key_file {
+/// The text of a log's signing key: `private_key_file`, else env `TLOGD_PRIVATE_KEY`;
+/// `missing` says how to make one.
+fn read_key_text(c: &LogSection, missing: &str) -> anyhow::Result<String> {
+    match &c.private_key_file {
         Some(p) => {
             warn_if_readable_by_others(p, "the signing key file");
             std::fs::read_to_string(p)
-                .with_context(|| format!("reading private key file {}", p.display()))?
+                .with_context(|| format!("reading private key file {}", p.display()))
         }
-        None => std::env::var("TLOGD_PRIVATE_KEY").map_err(|_| {
-            anyhow::anyhow!(
-                "no signing key: set `private_key_file` (or --private-key-file) or env TLOGD_PRIVATE_KEY; \
-                 `tlogd keygen --origin {origin}` makes one"
-            )
-        })?,
-    };
+        None => std::env::var("TLOGD_PRIVATE_KEY").map_err(|_| anyhow::anyhow!("{missing}")),
+    }
+}
+
+fn load_signer(c: &LogSection, origin: &str) -> anyhow::Result<NoteSigner> {
+    let text = read_key_text(
+        c,
+        &format!(
+            "no signing key: set `private_key_file` (or --private-key-file) or env TLOGD_PRIVATE_KEY; \
+             `tlogd keygen --origin {origin}` makes one"
+        ),
+    )?;
     let signer = NoteSigner::from_skey(text.trim()).context("parsing the private key")?;
     if signer.name() != origin {
         tracing::warn!(
@@ -359,18 +366,10 @@ fn load_signer(c: &LogSection, origin: &str) -> anyhow::Result<NoteSigner> {
 
 /// A CT log's ECDSA P-256 key: `private_key_file`, else env `TLOGD_PRIVATE_KEY`, PEM.
 fn load_ct_key(l: &LogSection) -> anyhow::Result<tlogd_static_ct::signer::LogKey> {
-    let text = match &l.private_key_file {
-        Some(p) => {
-            warn_if_readable_by_others(p, "the signing key file");
-            std::fs::read_to_string(p)
-                .with_context(|| format!("reading private key file {}", p.display()))?
-        }
-        None => std::env::var("TLOGD_PRIVATE_KEY").map_err(|_| {
-            anyhow::anyhow!(
-                "no signing key: set `private_key_file` to a PEM ECDSA P-256 key; `tlogd keygen --ct` makes one"
-            )
-        })?,
-    };
+    let text = read_key_text(
+        l,
+        "no signing key: set `private_key_file` to a PEM ECDSA P-256 key; `tlogd keygen --ct` makes one",
+    )?;
     tlogd_static_ct::signer::LogKey::from_pem(&text).context("parsing the CT log's private key")
 }
 
