@@ -664,9 +664,16 @@ async fn tesseract_ct_hammer_passes() {
         "--logtostderr".into(),
     ];
     let (ok, out, err) = run(hammer, args).await;
+    // Once the goal is reached the hammer cancels its context, and a checkpoint update
+    // in flight then logs "context canceled": shutdown, not a failure.
+    let goal_at = err.find("Reached tree size goal").unwrap_or(err.len());
     let failures: Vec<&str> = err
         .lines()
         .filter(|l| l.starts_with('E') || l.starts_with('W') || l.starts_with('F'))
+        .filter(|l| {
+            let after_goal = err[goal_at..].contains(*l);
+            !(after_goal && l.ends_with("] context canceled"))
+        })
         .collect();
     assert!(ok, "the hammer failed:\n{out}\n{err}");
     assert!(
