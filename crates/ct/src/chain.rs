@@ -309,6 +309,9 @@ pub struct ValidatedChain {
     /// the leaf, then the root if the submitter left it out. `submission.chain` holds
     /// their SHA-256s in the same order.
     pub issuers: Vec<Vec<u8>>,
+    /// The leaf's notBefore, ms since the Unix epoch (negative before 1970): how old
+    /// the certificate is, for the operator's rate limit of old submissions.
+    pub not_before_ms: i64,
 }
 
 /// A position in the verified path, for error messages.
@@ -584,6 +587,7 @@ pub fn validate(
     Ok(ValidatedChain {
         submission: Submission { entry, chain: fps },
         issuers,
+        not_before_ms: leaf.not_before_ms(),
     })
 }
 
@@ -734,6 +738,14 @@ impl<'a> Cert<'a> {
     }
 
     /// notAfter, in milliseconds since the epoch.
+    fn not_before_ms(&self) -> i64 {
+        self.x509
+            .validity()
+            .not_before
+            .timestamp()
+            .saturating_mul(1000)
+    }
+
     fn not_after_ms(&self) -> i64 {
         self.x509
             .validity()

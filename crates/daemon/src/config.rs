@@ -640,6 +640,16 @@ pub struct CtConfig {
     /// static-ct-api allows and is a checkpoint interval sooner.
     #[serde(default)]
     pub await_publication: bool,
+    /// Rate-limit submissions of old certificates (TesseraCT's
+    /// `rate_limit_old_not_before`): those whose notBefore is more than this many days
+    /// ago get at most `old_not_before_per_second` adds a second (one second's burst),
+    /// beyond it `429` with `Retry-After`; re-logging an old CA's whole history cannot
+    /// crowd out fresh issuance. 0: no limit.
+    #[serde(default)]
+    pub old_not_before_days: u64,
+    /// See `old_not_before_days`.
+    #[serde(default)]
+    pub old_not_before_per_second: f64,
 }
 
 impl CtConfig {
@@ -658,6 +668,11 @@ impl CtConfig {
             && a >= b
         {
             bail!("`ct.not_after_start` must be before `ct.not_after_limit`");
+        }
+        if self.old_not_before_days > 0
+            && !(self.old_not_before_per_second.is_finite() && self.old_not_before_per_second > 0.0)
+        {
+            bail!("`ct.old_not_before_days` needs `ct.old_not_before_per_second` above 0");
         }
         if self.reject_expired && self.reject_unexpired {
             bail!("`ct.reject_expired` and `ct.reject_unexpired` together refuse everything");
@@ -1655,6 +1670,7 @@ mod tests {
                 "refuse everything",
             ),
             ("allowed_ekus = [\"serverAuth\"]\n", "not a dotted OID"),
+            ("old_not_before_days = 30\n", "old_not_before_per_second"),
         ] {
             let c = Config::parse(&format!("{base}{extra}")).unwrap();
             let e = format!("{:#}", c.validate().unwrap_err());

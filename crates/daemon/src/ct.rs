@@ -8,6 +8,7 @@
 //! 1. The body (at most [`MAX_CHAIN_BODY`], TesseraCT's bound) is parsed and the chain
 //!    validated against the roots (`tlogd_ct::chain`), off the async threads: `400`
 //!    with the reason when it does not validate.
+//!    Certificates older than `[ct] old_not_before_days` are rate-limited (`429`).
 //! 2. Every issuer of the verified path, the root included, is stored at
 //!    `issuer/<hex>` with `put_blob` (write-once, durable when it returns) before the
 //!    entry is queued: a data tile never names an issuer a reader cannot fetch.
@@ -63,6 +64,39 @@ pub struct CtLog {
     body_read_timeout: Duration,
     label: String,
     await_publication: bool,
+    old_limit: Option<OldLimit>,
+}
+
+/// The rate limit of old certificates (`[ct] old_not_before_days`): a token bucket of
+/// one second's worth.
+struct OldLimit {
+    /// Certificates whose notBefore is more than this long ago are limited.
+    age_ms: u64,
+    per_second: f64,
+    /// Tokens left, and when they were counted.
+    bucket: Mutex<(f64, Instant)>,
+}
+
+impl OldLimit {
+    /// Whether an add of a certificate issued at `not_before_ms` may go on now.
+    fn admit(&self, not_before_ms: i64, now_ms: u64) -> bool {
+        let age = i64::try_from(now_ms)
+            .unwrap_or(i64::MAX)
+            .saturating_sub(not_before_ms);
+        if age <= i64::try_from(self.age_ms).unwrap_or(i64::MAX) {
+            return true;
+        }
+        let mut b = self.bucket.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        let refill = now.duration_since(b.1).as_secs_f64() * self.per_second;
+        *b = ((b.0 + refill).min(self.per_second.max(1.0)), now);
+        if b.0 >= 1.0 {
+            b.0 -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
 }
 
 /// The roots and the `get-roots` answer they give.
@@ -137,6 +171,11 @@ impl CtLog {
             body_read_timeout,
             label: label.to_string(),
             await_publication: config.await_publication,
+            old_limit: (config.old_not_before_days > 0).then(|| OldLimit {
+                age_ms: config.old_not_before_days.saturating_mul(86_400_000),
+                per_second: config.old_not_before_per_second,
+                bucket: Mutex::new((config.old_not_before_per_second.max(1.0), Instant::now())),
+            }),
         })
     }
 
@@ -314,6 +353,16 @@ async fn add_inner<S: LogStorage>(
         Ok(Err(e)) => return bad(e.to_string()),
         Err(e) => return (internal_error(route, &e), "error"),
     };
+    if let Some(limit) = &ct.old_limit
+        && !limit.admit(validated.not_before_ms, now_ms())
+    {
+        let (mut resp, outcome) = pushback(
+            log,
+            "too many submissions of old certificates (notBefore over the log's limit); retry later",
+        );
+        *resp.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+        return (resp, outcome);
+    }
     // Step 2: the issuers, durable before the entry is queued.
     for (fingerprint, der) in validated.submission.chain.iter().zip(&validated.issuers) {
         let known = ct

@@ -406,6 +406,40 @@ async fn a_ct_log_takes_chains_and_serves_static_ct_api() {
     assert!(out.contains(&format!("issuer/{hex}")), "{out}");
 }
 
+/// `[ct] old_not_before_days`: certificates issued longer ago than that are limited
+/// to the configured rate (`429` + `Retry-After` beyond it); fresh ones are not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn old_certificates_are_rate_limited() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let roots = dir.join("roots.pem");
+    std::fs::copy(chains().join("test_root_ca_cert.pem"), &roots).unwrap();
+    // TesseraCT's test leaves were issued in 2024: all "old" past one day.
+    let mut d = start_ct(
+        dir,
+        &roots,
+        "old_not_before_days = 1\nold_not_before_per_second = 0.5\n",
+    );
+    let http = Http::new();
+    d.wait_ready(&http).await;
+    let inter = cert("test_intermediate_ca_cert.pem");
+    let leaf = cert("test_leaf_cert_signed_by_intermediate.pem");
+    let other = cert("test_leaf_cert_signed_by_root.pem");
+    submit(&http, &d.url, "add-chain", &[&leaf, &inter])
+        .await
+        .unwrap();
+    let url = format!("{}/ct/v1/add-chain", d.url);
+    let (status, headers, body) = http.post(&url, chain_json(&[&other])).await.unwrap();
+    assert_eq!(status, 429, "{}", String::from_utf8_lossy(&body));
+    let secs: u64 = headers["retry-after"].parse().unwrap();
+    assert!((1..=2).contains(&secs), "{secs}");
+    // Refused before anything was logged; admitted once the bucket refills.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let (sct, dup) = submit(&http, &d.url, "add-chain", &[&other]).await.unwrap();
+    assert!(!dup);
+    assert_eq!(check_sct(&sct, LogEntry::X509 { certificate: other }), 1);
+}
+
 fn hup(d: &Daemon) {
     let ok = std::process::Command::new("kill")
         .args(["-HUP", &d.child.id().to_string()])
