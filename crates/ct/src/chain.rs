@@ -1104,7 +1104,48 @@ fn whole_bytes(bit_string: &[u8]) -> Result<&[u8], VerifyError> {
 }
 
 /// The issuer's key verifies `child`'s signature over `child`'s raw TBSCertificate.
+/// How many verified signatures on CA certificates [`verify_signed_by`] remembers.
+const VERIFIED_CA_SIGNATURES: usize = 4096;
+
+/// Signatures on CA certificates found valid: the SHA-256 of the signed bytes, the
+/// signature and the issuer's key. Every submission under one intermediate repeats
+/// the check of that intermediate by its root (an RSA verification costs more than
+/// the rest of an add); a signature's validity depends on nothing else, so it is
+/// checked once. Leaves are unique and never cached. Full: forgotten, checked again.
+fn verified_ca_signatures() -> &'static std::sync::Mutex<std::collections::HashSet<[u8; 32]>> {
+    static SEEN: std::sync::OnceLock<std::sync::Mutex<std::collections::HashSet<[u8; 32]>>> =
+        std::sync::OnceLock::new();
+    SEEN.get_or_init(Default::default)
+}
+
 fn verify_signed_by(child: &Cert<'_>, issuer: &Cert<'_>) -> Result<(), VerifyError> {
+    if !child.basic_constraints().is_some_and(|(ca, _)| ca) {
+        return verify_signature(child, issuer);
+    }
+    let mut h = Sha256::new();
+    for part in [child.tbs, child.sig_alg.raw, child.signature, issuer.spki] {
+        h.update((part.len() as u64).to_be_bytes());
+        h.update(part);
+    }
+    let key: [u8; 32] = h.finalize().into();
+    let seen = || {
+        verified_ca_signatures()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    };
+    if seen().contains(&key) {
+        return Ok(());
+    }
+    verify_signature(child, issuer)?;
+    let mut seen = seen();
+    if seen.len() >= VERIFIED_CA_SIGNATURES {
+        seen.clear();
+    }
+    seen.insert(key);
+    Ok(())
+}
+
+fn verify_signature(child: &Cert<'_>, issuer: &Cert<'_>) -> Result<(), VerifyError> {
     let alg = signature_algorithm(&child.sig_alg)?;
     let signature = whole_bytes(child.signature)?;
     // SubjectPublicKeyInfo ::= SEQUENCE { algorithm AlgorithmIdentifier, subjectPublicKey BIT STRING }

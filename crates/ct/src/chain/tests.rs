@@ -1109,3 +1109,24 @@ fn precert_tbs_edge_cases() {
         ]
     );
 }
+
+/// A CA certificate's signature, once verified, is remembered: the same intermediate
+/// again is not checked twice; but the memory is of those exact bytes, so the same
+/// intermediate with one signature bit flipped is still refused afterwards.
+#[test]
+fn remembered_ca_signatures_cover_only_their_bytes() {
+    let roots = roots(&["tesseract/test_root_ca_cert.pem"]);
+    let c = chain(&[
+        "tesseract/test_leaf_cert_signed_by_intermediate.pem",
+        "tesseract/test_intermediate_ca_cert.pem",
+    ]);
+    ok(&c, Cert_, &roots);
+    ok(&c, Cert_, &roots);
+    let mut bad = c.clone();
+    let last = bad[1].len() - 1;
+    bad[1][last] ^= 1;
+    assert!(
+        validate(&bad, Cert_, &roots, &ChainPolicy::default(), now()).is_err(),
+        "a corrupted intermediate signature passed after the good one was remembered"
+    );
+}
