@@ -232,18 +232,8 @@ fn keygen_ct(origin: &str, out: &PathBuf) -> anyhow::Result<()> {
 }
 
 fn keygen(origin: &str, out: &PathBuf) -> anyhow::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     let (skey, vkey) = generate_key(origin).context("generating key")?;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(out)
-        .with_context(|| format!("creating {} (it must not exist yet)", out.display()))?;
-    writeln!(f, "{skey}").with_context(|| format!("writing {}", out.display()))?;
-    f.sync_all()?;
-    eprintln!("private key written to {}", out.display());
+    write_key_file(out, &format!("{skey}\n"))?;
     println!("{vkey}");
     Ok(())
 }
