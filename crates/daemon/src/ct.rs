@@ -274,7 +274,8 @@ fn jittered(base: Duration) -> u64 {
     base + noise % (base + 1)
 }
 
-fn hex(b: &[u8]) -> String {
+/// Lowercase hex (issuer paths, error references).
+pub(crate) fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 

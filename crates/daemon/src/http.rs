@@ -201,7 +201,7 @@ fn gzip(bytes: &[u8]) -> std::io::Result<Vec<u8>> {
 
 /// At most 200 printable ASCII characters of client input, for echoing it in a
 /// one-line answer.
-pub(crate) fn printable(s: &str) -> String {
+fn printable(s: &str) -> String {
     s.chars()
         .take(200)
         .map(|c| if c.is_ascii_graphic() { c } else { '?' })
@@ -444,7 +444,7 @@ static LOGGED_ERRORS: Mutex<Option<HashMap<String, (Instant, u64)>>> = Mutex::ne
 pub(crate) fn internal_error(route: &str, detail: &dyn std::fmt::Display) -> Response {
     let detail = detail.to_string();
     let digest = Sha256::digest(detail.as_bytes());
-    let reference: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+    let reference = crate::ct::hex(&digest[..4]);
     let now = Instant::now();
     let log_now = {
         let mut guard = LOGGED_ERRORS.lock().unwrap_or_else(|e| e.into_inner());

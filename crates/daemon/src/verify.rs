@@ -197,18 +197,12 @@ impl EntryCheck for CtEntryCheck {
         Ok(leaf
             .certificate_chain
             .iter()
-            .map(|f| {
-                let hex: String = f.iter().map(|b| format!("{b:02x}")).collect();
-                format!("issuer/{hex}")
-            })
+            .map(|f| format!("issuer/{}", crate::ct::hex(f)))
             .collect())
     }
 
     fn check_blob(&self, key: &str, bytes: &[u8]) -> Result<(), String> {
-        let hex: String = Sha256::digest(bytes)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let hex = crate::ct::hex(&Sha256::digest(bytes));
         match key.strip_prefix("issuer/") {
             Some(want) if want == hex => Ok(()),
             _ => Err(format!("its bytes hash to {hex}")),
