@@ -9,9 +9,19 @@
 //! backlog is reported, and never moves the clock); full readers recompute every hash
 //! tile from the bundles; random readers verify an inclusion proof for every entry
 //! they read. Any verification failure fails the run and is named in the report.
+//!
+//! With `--ct` it drives a Certificate Transparency log (C2SP static-ct-api: tlogd's CT
+//! personality, TesseraCT) instead: a pool of certificate chains is minted under a
+//! root the log trusts before the clock starts ([`ct`]); writers submit them to
+//! `ct/v1/add-chain` and `ct/v1/add-pre-chain` and check every SCT (the log's id, the
+//! signature over the entry submitted, the `leaf_index` extension); checkpoints are
+//! verified with the log's RFC 6962 note signature; entries are read from data tiles
+//! (`tile/data/`), each sampled one compared byte for byte with the `TileLeaf` the
+//! loadgen expects, and hashed as its `MerkleTreeLeaf`.
 
 pub mod chart;
 pub mod clock;
+pub mod ct;
 pub mod duration;
 pub mod machine;
 pub mod report;
@@ -36,12 +46,11 @@ use tlog_verify::fetch::HttpFetcher;
 use tlog_verify::reader::width_at;
 use tlog_verify::rebuild::{TreeRebuilder, compare_tile};
 use tlogd_core::checkpoint::Checkpoint;
-use tlogd_core::hash::leaf_hash;
 use tlogd_core::note::NoteVerifier;
 use tlogd_core::tile::{TILE_WIDTH, TileId};
 use tokio::sync::{mpsc, watch};
 
-use crate::client::{BaseUrl, Client, H2cPool};
+use crate::client::{BaseUrl, Client, ClientError, H2cPool};
 use crate::clock::IntegrationClock;
 use crate::duration::parse_duration;
 use crate::reader::LogReader;
@@ -49,7 +58,11 @@ use crate::stats::{OpRow, Sample, Stats};
 
 /// Command-line arguments (also built directly by tests).
 #[derive(clap::Parser, Clone, Debug)]
-#[command(version, about = "A verifying load generator for C2SP tlog-tiles logs")]
+#[command(
+    version,
+    about = "A verifying load generator for C2SP tlog-tiles and static-ct-api logs",
+    after_help = "`tlog-loadgen ct-root --cert FILE --key FILE` mints a root CA for a test CT log's roots file (for --ct)."
+)]
 pub struct Args {
     /// Base URL for reads (checkpoint, tiles, bundles).
     #[arg(long, required_unless_present = "dry_run_endpoint", default_value = "")]
@@ -58,12 +71,34 @@ pub struct Args {
     /// Default: --log-url.
     #[arg(long)]
     pub write_log_url: Vec<String>,
-    /// The log's verifier key (`name+hex+base64`).
+    /// The log's verifier key (`name+hex+base64`); with --ct, the log's public key as
+    /// base64 DER SubjectPublicKeyInfo (a log list's `key`).
     #[arg(long)]
     pub log_public_key: Option<String>,
-    /// Checkpoint origin [default: the verifier key's name].
+    /// Checkpoint origin [default: the verifier key's name; required with --ct].
     #[arg(long)]
     pub origin: Option<String>,
+    /// Certificate Transparency mode (C2SP static-ct-api): submit minted chains to
+    /// ct/v1/add-chain and ct/v1/add-pre-chain, check every SCT, verify RFC 6962
+    /// checkpoint signatures and the data tiles (tile/data/). Needs --ct-root-cert,
+    /// --ct-root-key, --origin, and --log-public-key as base64 DER.
+    #[arg(long, conflicts_with_all = ["dry_run_endpoint", "no_verify"])]
+    pub ct: bool,
+    /// With --ct: a root certificate the log trusts (PEM); the chains are minted under
+    /// an intermediate minted under it (`tlog-loadgen ct-root` makes a pair).
+    #[arg(long, requires = "ct")]
+    pub ct_root_cert: Option<PathBuf>,
+    /// With --ct: the root's ECDSA P-256 private key (PEM, PKCS#8 or SEC 1).
+    #[arg(long, requires = "ct")]
+    pub ct_root_key: Option<PathBuf>,
+    /// With --ct: the fraction of chains minted as precertificates (sent to
+    /// add-pre-chain).
+    #[arg(long, default_value_t = 0.1)]
+    pub ct_precert_chance: f64,
+    /// With --ct: chains minted before the run (not timed); writers cycle through them
+    /// (a chain sent again is a duplicate). 0: --leaf-write-goal if given, else 20000.
+    #[arg(long, default_value_t = 0)]
+    pub ct_chains: usize,
     /// Bearer token sent with every request.
     #[arg(long)]
     pub bearer_token: Option<String>,
@@ -149,6 +184,22 @@ pub struct Args {
     pub no_verify: bool,
 }
 
+/// `tlog-loadgen ct-root`: mint a root CA for a test CT log's `[ct] roots_file`, and its
+/// key, for `--ct-root-cert` and `--ct-root-key`.
+#[derive(clap::Parser, Clone, Debug)]
+#[command(
+    name = "tlog-loadgen ct-root",
+    about = "Mint a root CA (ECDSA P-256) for a test CT log's roots file"
+)]
+pub struct CtRootArgs {
+    /// Where to write the root certificate (PEM); must not exist.
+    #[arg(long)]
+    pub cert: PathBuf,
+    /// Where to write its private key (PKCS#8 PEM, mode 0600); must not exist.
+    #[arg(long)]
+    pub key: PathBuf,
+}
+
 /// The outcome of a run: every figure, for the table, JSON and HTML.
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
@@ -212,6 +263,14 @@ pub struct Report {
     pub verify_backlog_at_write_end: u64,
     /// Seconds from the end of writing until every sampled entry was checked.
     pub verify_drain_seconds: f64,
+    /// `tlog-tiles`, or `static-ct-api` (--ct).
+    pub mode: String,
+    /// With --ct: chains minted before the run.
+    pub ct_chains_minted: u64,
+    /// With --ct: seconds minting them took (not part of the run's times or CPU).
+    pub ct_mint_seconds: f64,
+    /// With --ct: acknowledged submissions of precertificates (add-pre-chain).
+    pub ct_precerts: u64,
 }
 
 /// An acknowledged add, on its way to the integration clock.
@@ -333,8 +392,27 @@ fn process_cpu_seconds(pid: u32) -> Option<f64> {
     Some(ticks / if hz > 0 { hz as f64 } else { 100.0 })
 }
 
+/// A CT run's chains and what the log answered for them.
+struct CtRun {
+    /// The log's key, which signs every SCT.
+    log: ct::LogIdentity,
+    /// The minted chains.
+    pool: Vec<ct::MintedChain>,
+    /// The next fresh chain (modulo the pool: writers cycle through it).
+    next: AtomicU64,
+    /// Per chain: 1 + the index the log last gave it, 0 before any (a resubmission
+    /// answered with that index is a duplicate, whether or not the log says so).
+    acked: Vec<AtomicU64>,
+    /// Acknowledged precertificate submissions.
+    precerts: AtomicU64,
+    /// Seconds minting took.
+    mint_seconds: f64,
+}
+
 struct Ctx {
     args: Args,
+    /// With --ct.
+    ct: Option<CtRun>,
     stats: Stats,
     stop_writing: AtomicBool,
     stop_all: AtomicBool,
@@ -364,7 +442,11 @@ impl Ctx {
         } else {
             HttpFetcher::new(url, token, self.timeout)?
         };
-        Ok(LogReader::new(fetch, self.origin.clone(), verifier))
+        let reader = LogReader::new(fetch, self.origin.clone(), verifier);
+        Ok(match self.ct {
+            Some(_) => reader.with_personality(Arc::new(tlogd_ct::StaticCt)),
+            None => reader,
+        })
     }
 }
 
@@ -383,6 +465,12 @@ pub fn h2c_connections(args: &Args) -> usize {
 
 /// Run the load and verification; the report says whether it succeeded.
 pub async fn run(mut args: Args) -> anyhow::Result<Report> {
+    // Minting comes first: neither the run's clock nor its CPU count it.
+    let ct_run = if args.ct {
+        Some(prepare_ct(&args).await?)
+    } else {
+        None
+    };
     let started = Instant::now();
     let cpu_start = cpu_seconds();
     let mut _dry = None;
@@ -392,10 +480,17 @@ pub async fn run(mut args: Args) -> anyhow::Result<Report> {
         args.write_log_url = vec![];
         _dry = Some(handle);
     }
-    let verifier = match &args.log_public_key {
-        Some(k) => Some(NoteVerifier::from_vkey(k).context("--log-public-key")?),
-        None if args.dry_run_endpoint || args.no_verify => None,
-        None => bail!(
+    let verifier = match (&args.log_public_key, &ct_run) {
+        (Some(_), Some(ct)) => Some(
+            tlogd_ct::Rfc6962Check::verifier(
+                args.origin.as_deref().unwrap_or_default(),
+                &ct.log.spki,
+            )
+            .context("--log-public-key")?,
+        ),
+        (Some(k), None) => Some(NoteVerifier::from_vkey(k).context("--log-public-key")?),
+        (None, _) if args.dry_run_endpoint || args.no_verify => None,
+        (None, _) => bail!(
             "--log-public-key is required (verification is not optional; --no-verify for a server that is not a log)"
         ),
     };
@@ -445,6 +540,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<Report> {
         timeout: args.http_timeout.max(Duration::from_millis(100)),
         write_pacer: Pacer::new(args.write_rate),
         args,
+        ct: ct_run,
         stats: Stats::default(),
         stop_writing: AtomicBool::new(false),
         stop_all: AtomicBool::new(false),
@@ -687,6 +783,18 @@ pub async fn run(mut args: Args) -> anyhow::Result<Report> {
         verify_backlog_max: s.verify_backlog_max.load(Ordering::Relaxed),
         verify_backlog_at_write_end: backlog_at_write_end,
         verify_drain_seconds,
+        mode: if ctx.ct.is_some() {
+            "static-ct-api"
+        } else {
+            "tlog-tiles"
+        }
+        .into(),
+        ct_chains_minted: ctx.ct.as_ref().map_or(0, |c| c.pool.len() as u64),
+        ct_mint_seconds: ctx.ct.as_ref().map_or(0.0, |c| c.mint_seconds),
+        ct_precerts: ctx
+            .ct
+            .as_ref()
+            .map_or(0, |c| c.precerts.load(Ordering::Relaxed)),
     };
     if let Some(p) = &ctx.args.report_json {
         std::fs::write(p, serde_json::to_vec_pretty(&report)?)
@@ -709,15 +817,16 @@ fn goal_or_time(ctx: &Ctx, started: Instant, duration: Duration, max_runtime: Du
         || e >= max_runtime)
 }
 
-async fn writer(ctx: Arc<Ctx>, w: usize, seed: u64) {
+/// A writer's clients: one per write URL (its own connection, or a user of the URL's
+/// shared h2c connections).
+fn write_clients(ctx: &Ctx) -> Result<Vec<Client>, ClientError> {
     let args = &ctx.args;
-    let bases = &ctx.write_bases;
     let bearer = args
         .bearer_token_write
         .as_deref()
         .or(args.bearer_token.as_deref());
-    let made: Result<Vec<Client>, _> = if ctx.write_pools.is_empty() {
-        bases
+    if ctx.write_pools.is_empty() {
+        ctx.write_bases
             .iter()
             .map(|b| Client::new(b.clone(), bearer, ctx.timeout))
             .collect()
@@ -726,8 +835,43 @@ async fn writer(ctx: Arc<Ctx>, w: usize, seed: u64) {
             .iter()
             .map(|p| Client::h2c(p.clone(), bearer, ctx.timeout))
             .collect()
-    };
-    let mut clients = match made {
+    }
+}
+
+/// An add that was not acknowledged: pushback (503, 429) is honoured by waiting as the
+/// log asks and not counted as an error; anything else is.
+async fn not_added(s: &Stats, what: &str, resp: Result<client::Response, ClientError>) {
+    match resp {
+        Ok(r)
+            if r.status == StatusCode::SERVICE_UNAVAILABLE
+                || r.status == StatusCode::TOO_MANY_REQUESTS =>
+        {
+            s.pushback.fetch_add(1, Ordering::Relaxed);
+            let wait = Duration::from_secs(r.retry_after.unwrap_or(1).min(30));
+            tokio::time::sleep(wait).await;
+        }
+        Ok(r) => {
+            s.write_errors.fetch_add(1, Ordering::Relaxed);
+            s.error(format!(
+                "{what}: HTTP {} {}",
+                r.status,
+                String::from_utf8_lossy(&r.body).trim()
+            ));
+        }
+        Err(e) => {
+            s.write_errors.fetch_add(1, Ordering::Relaxed);
+            s.error(format!("{what}: {e:#}"));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+async fn writer(ctx: Arc<Ctx>, w: usize, seed: u64) {
+    if ctx.ct.is_some() {
+        return ct_writer(ctx, w, seed).await;
+    }
+    let args = &ctx.args;
+    let mut clients = match write_clients(&ctx) {
         Ok(c) => c,
         Err(e) => {
             ctx.stats.error(e.to_string());
@@ -805,28 +949,151 @@ async fn writer(ctx: Arc<Ctx>, w: usize, seed: u64) {
                     leaf: sampled.then_some(leaf),
                 });
             }
-            Ok(r)
-                if r.status == StatusCode::SERVICE_UNAVAILABLE
-                    || r.status == StatusCode::TOO_MANY_REQUESTS =>
-            {
-                s.pushback.fetch_add(1, Ordering::Relaxed);
-                let wait = Duration::from_secs(r.retry_after.unwrap_or(1).min(30));
-                tokio::time::sleep(wait).await;
+            other => not_added(s, "POST /add", other).await,
+        }
+    }
+}
+
+/// Mint what a CT run submits (--ct): check its flags, load the root, mint the
+/// intermediate and the pool of chains.
+async fn prepare_ct(args: &Args) -> anyhow::Result<CtRun> {
+    let key = args
+        .log_public_key
+        .as_deref()
+        .context("--ct needs --log-public-key (the log's base64 DER public key)")?;
+    let log = ct::LogIdentity::from_base64(key)?;
+    let origin = args
+        .origin
+        .as_deref()
+        .context("--ct needs --origin (the log's checkpoint origin)")?;
+    // The note verifier is built from the same key: refuse it here, named, if it cannot be.
+    tlogd_ct::Rfc6962Check::verifier(origin, &log.spki).context("--log-public-key")?;
+    if !(0.0..=1.0).contains(&args.ct_precert_chance) {
+        bail!("--ct-precert-chance must be within 0..=1");
+    }
+    let (Some(cert), Some(key)) = (&args.ct_root_cert, &args.ct_root_key) else {
+        bail!(
+            "--ct needs --ct-root-cert and --ct-root-key (a root the log trusts; `tlog-loadgen ct-root` makes one)"
+        );
+    };
+    let read = |p: &PathBuf| {
+        std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
+    };
+    let root = Arc::new(ct::load_root(&read(cert)?, &read(key)?)?);
+    let n = match (args.ct_chains, args.leaf_write_goal) {
+        (0, 0) => ct::DEFAULT_POOL,
+        (0, goal) => usize::try_from(goal).context("--leaf-write-goal")?,
+        (n, _) => n,
+    }
+    .max(1);
+    let started = Instant::now();
+    // Each run's intermediate and names are its own: reruns never submit the same chain.
+    let tag = (std::process::id() as u64) << 40
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+    let minter = Arc::new(ct::Minter::new(root, tag)?);
+    let pool = ct::mint_pool(minter, n, args.ct_precert_chance).await?;
+    let mint_seconds = started.elapsed().as_secs_f64();
+    if !args.quiet {
+        eprintln!(
+            "tlog-loadgen: minted {n} chains ({} precertificates) in {mint_seconds:.2} s",
+            pool.iter().filter(|c| c.precert).count()
+        );
+    }
+    Ok(CtRun {
+        log,
+        acked: (0..pool.len()).map(|_| AtomicU64::new(0)).collect(),
+        pool,
+        next: AtomicU64::new(0),
+        precerts: AtomicU64::new(0),
+        mint_seconds,
+    })
+}
+
+/// A CT writer (--ct): submits the minted chains, each SCT checked before its add
+/// counts; a resubmission (--dup-chance) sends a chain this writer had acknowledged.
+async fn ct_writer(ctx: Arc<Ctx>, w: usize, seed: u64) {
+    let Some(ct) = &ctx.ct else { return };
+    let args = &ctx.args;
+    let mut clients = match write_clients(&ctx) {
+        Ok(c) => c,
+        Err(e) => {
+            ctx.stats.error(e.to_string());
+            return;
+        }
+    };
+    let pacer = ctx.write_pacer.clone();
+    let mut rng = Rng(seed ^ (w as u64).wrapping_mul(0x1234_5678_9abc_def1));
+    let mut recent: Vec<usize> = Vec::with_capacity(64);
+    let mut turn = w;
+    let s = &ctx.stats;
+    let pool = ct.pool.len() as u64;
+    loop {
+        if ctx.stop_writing.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Some(p) = &pacer {
+            p.wait().await;
+        }
+        let c = if !recent.is_empty() && rng.chance(args.dup_chance) {
+            recent[(rng.next() % recent.len() as u64) as usize]
+        } else {
+            (ct.next.fetch_add(1, Ordering::Relaxed) % pool) as usize
+        };
+        let chain = &ct.pool[c];
+        turn = (turn + 1) % clients.len();
+        let sent = Instant::now();
+        s.in_flight.fetch_add(1, Ordering::Relaxed);
+        let resp = clients[turn]
+            .send(Method::POST, chain.path(), chain.body.clone())
+            .await;
+        s.in_flight.fetch_sub(1, Ordering::Relaxed);
+        let r = match resp {
+            Ok(r) if r.status == StatusCode::OK => r,
+            other => {
+                not_added(s, chain.path(), other).await;
+                continue;
             }
-            Ok(r) => {
-                s.write_errors.fetch_add(1, Ordering::Relaxed);
-                s.error(format!(
-                    "POST /add: HTTP {} {}",
-                    r.status,
-                    String::from_utf8_lossy(&r.body).trim()
-                ));
-            }
+        };
+        let sct = match ct.log.check_sct(chain, &r.body) {
+            Ok(sct) => sct,
             Err(e) => {
                 s.write_errors.fetch_add(1, Ordering::Relaxed);
-                s.error(format!("POST /add: {e:#}"));
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                s.fail(format!("{} (chain {c}): SCT: {e}", chain.path()));
+                continue;
+            }
+        };
+        let rtt_us = micros(sent.elapsed());
+        let index = sct.index;
+        // The log's marker, or the index this chain was already given.
+        let duplicate = ct.acked[c].swap(index + 1, Ordering::Relaxed) == index + 1 || r.duplicate;
+        if duplicate {
+            s.writes_dup.fetch_add(1, Ordering::Relaxed);
+        } else {
+            s.writes_new.fetch_add(1, Ordering::Relaxed);
+            if args.dup_chance > 0.0 {
+                if recent.len() < 64 {
+                    recent.push(c);
+                } else {
+                    recent[(rng.next() % 64) as usize] = c;
+                }
             }
         }
+        if chain.precert {
+            ct.precerts.fetch_add(1, Ordering::Relaxed);
+        }
+        let sampled = rng.chance(args.verify_fraction);
+        if sampled {
+            ctx.sampled.fetch_add(1, Ordering::Relaxed);
+        }
+        ctx.inbox.put(Written {
+            index,
+            sent,
+            rtt_us,
+            duplicate,
+            leaf: sampled.then(|| Bytes::from(ct::expected_leaf(chain, &sct))),
+        });
     }
 }
 
@@ -1053,7 +1320,7 @@ async fn verify_tile(
     group: BTreeMap<(u64, u64), (Bytes, Instant)>,
 ) {
     let n = group.len() as u64;
-    let bundle_id = TileId::entries(t, width_at(t, cp.size));
+    let bundle_id = reader.bundle_id(t, width_at(t, cp.size));
     let started = Instant::now();
     let bundle = match reader.bundle(t, cp.size).await {
         Ok(b) => b,
@@ -1078,7 +1345,7 @@ async fn verify_tile(
                 "{}: entry {index} is not the bytes that were written",
                 bundle_id.path()
             ));
-        } else if hashes.get(j) != Some(&leaf_hash(&leaf)) {
+        } else if hashes.get(j) != Some(&reader.leaf_hash(&leaf)) {
             s.fail(format!(
                 "{}: hash {j} is not the leaf hash of entry {index}",
                 TileId::hash(0, t, bundle_id.width).path()
@@ -1152,8 +1419,14 @@ async fn read_and_check(
     let t = Instant::now();
     let entries = reader.bundle(n, size).await?;
     s.read_done(t.elapsed().as_micros() as u64, true);
-    let bundle = TileId::entries(n, width_at(n, size));
-    for (id, want) in tree.append_bundle(&bundle, &entries, true)? {
+    let bundle = reader.bundle_id(n, width_at(n, size));
+    let tiles = if reader.personality().is_none() {
+        tree.append_bundle(&bundle, &entries, true)?
+    } else {
+        // A CT log's data tiles: each TileLeaf hashes as its MerkleTreeLeaf.
+        tree.append_bundle_by(&bundle, &entries, true, |e| reader.leaf_hash(e))?
+    };
+    for (id, want) in tiles {
         let t = Instant::now();
         let (got_id, got) = reader.raw(&id).await?;
         s.read_done(t.elapsed().as_micros() as u64, true);
@@ -1201,14 +1474,16 @@ async fn random_reader(ctx: Arc<Ctx>, pacer: Option<Arc<Pacer>>, seed: u64) {
                 "random reader: entry {index} missing from its bundle"
             ));
         };
-        if let Err(e) = reader.verify_inclusion(c, index, &leaf_hash(entry)).await {
+        let hash = reader.leaf_hash(entry);
+        if let Err(e) = reader.verify_inclusion(c, index, &hash).await {
             return s.fail(format!(
                 "random reader: {e:#} (entry read from {})",
-                TileId::entries(
-                    index / TILE_WIDTH,
-                    (c.size - index / TILE_WIDTH * TILE_WIDTH).min(TILE_WIDTH) as u16
-                )
-                .path()
+                reader
+                    .bundle_id(
+                        index / TILE_WIDTH,
+                        (c.size - index / TILE_WIDTH * TILE_WIDTH).min(TILE_WIDTH) as u16
+                    )
+                    .path()
             ));
         }
         s.verified.fetch_add(1, Ordering::Relaxed);

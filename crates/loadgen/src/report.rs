@@ -111,6 +111,13 @@ pub fn table(r: &Report) -> String {
         r.verify_backlog_max, r.verify_backlog_at_write_end, r.verify_drain_seconds
     );
     let _ = writeln!(o, " transport: {}   CPU: {}", r.transport, cpu_summary(r));
+    if r.mode == "static-ct-api" {
+        let _ = writeln!(
+            o,
+            " CT: {} chains minted in {:.2} s before the run, {} precertificates acknowledged",
+            r.ct_chains_minted, r.ct_mint_seconds, r.ct_precerts
+        );
+    }
     for f in &r.failure_reasons {
         let _ = writeln!(o, " FAILURE: {f}");
     }

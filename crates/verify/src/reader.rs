@@ -1,11 +1,13 @@
 //! Verified reads of a tlog-tiles log: checkpoints, tiles, bundles and proofs.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use tlogd_core::bundle::parse_bundle;
 use tlogd_core::checkpoint::Checkpoint;
-use tlogd_core::hash::Hash;
+use tlogd_core::hash::{Hash, leaf_hash};
 use tlogd_core::note::NoteVerifier;
+use tlogd_core::personality::{Personality, StoredEntry};
 use tlogd_core::proof;
 use tlogd_core::tile::{TILE_WIDTH, TileId, parse_hash_tile};
 
@@ -55,11 +57,41 @@ pub fn bundle_entries(got: &TileId, bytes: &[u8], want: u16) -> Result<Vec<Vec<u
         .collect())
 }
 
+/// Split bundle `got` with `personality` and check it holds exactly `got.width`
+/// entries (as [`bundle_entries`] does for tlog-tiles); returns the first `want` of
+/// them as stored (a CT log's: whole `TileLeaf`s).
+pub fn personality_entries(
+    personality: &dyn Personality,
+    got: &TileId,
+    bytes: &[u8],
+    want: u16,
+) -> Result<Vec<Vec<u8>>, VerifyError> {
+    let entries = personality
+        .split_bundle(bytes)
+        .map_err(|e| VerifyError::Invalid(format!("{}: {e}", got.path())))?;
+    if entries.len() != got.width as usize {
+        return Err(VerifyError::Invalid(format!(
+            "{}: holds {} entries, expected {}",
+            got.path(),
+            entries.len(),
+            got.width
+        )));
+    }
+    Ok(entries
+        .into_iter()
+        .take(want as usize)
+        .map(|e| e.bytes.to_vec())
+        .collect())
+}
+
 /// A reader bound to one log and key.
 pub struct LogReader<F: Fetch> {
     fetch: F,
     origin: String,
     verifier: NoteVerifier,
+    /// What the log's entries are; `None` is tlog-tiles, read on its own path (entry
+    /// bundles parsed and hashed directly, no dynamic call per entry).
+    personality: Option<Arc<dyn Personality>>,
     cache: HashMap<TileId, Vec<Hash>>,
     /// Most full tiles in `cache`.
     cache_limit: usize,
@@ -75,6 +107,7 @@ impl<F: Fetch> LogReader<F> {
             fetch,
             origin,
             verifier,
+            personality: None,
             cache: HashMap::new(),
             cache_limit: TILE_CACHE,
             partials: HashMap::new(),
@@ -87,6 +120,44 @@ impl<F: Fetch> LogReader<F> {
     pub fn with_tile_cache(mut self, tiles: usize) -> Self {
         self.cache_limit = tiles.max(1);
         self
+    }
+
+    /// Read a log of another personality (a CT log: `tlogd_ct::StaticCt`): its bundles
+    /// are that personality's tiles (`tile/data/` for static-ct-api), split and hashed
+    /// as it says. The default is tlog-tiles.
+    pub fn with_personality(mut self, personality: Arc<dyn Personality>) -> Self {
+        self.personality = Some(personality);
+        self
+    }
+
+    /// The personality given by [`LogReader::with_personality`] (`None`: tlog-tiles).
+    pub fn personality(&self) -> Option<&Arc<dyn Personality>> {
+        self.personality.as_ref()
+    }
+
+    /// The id of bundle `n` of `width` entries: an entry bundle, or the personality's
+    /// kind of tile.
+    pub fn bundle_id(&self, n: u64, width: u16) -> TileId {
+        match &self.personality {
+            None => TileId::entries(n, width),
+            Some(p) => TileId {
+                kind: p.bundle_kind(),
+                index: n,
+                width,
+            },
+        }
+    }
+
+    /// The leaf hash of an entry as [`LogReader::bundle`] returns it (for tlog-tiles,
+    /// the RFC 6962 leaf hash of its bytes; for a CT log, of its `MerkleTreeLeaf`).
+    pub fn leaf_hash(&self, entry: &[u8]) -> Hash {
+        match &self.personality {
+            None => leaf_hash(entry),
+            Some(p) => p.stored_leaf(&StoredEntry {
+                bytes: entry,
+                timestamp: 0,
+            }),
+        }
     }
 
     /// Fetch and verify the checkpoint.
@@ -147,11 +218,15 @@ impl<F: Fetch> LogReader<F> {
         Ok((got, hashes))
     }
 
-    /// The entries of bundle `n` in a tree of `size` (exactly the width at that size).
+    /// The entries of bundle `n` in a tree of `size` (exactly the width at that size),
+    /// as stored: for a CT log, each whole `TileLeaf` of its data tile.
     pub async fn bundle(&mut self, n: u64, size: u64) -> Result<Vec<Vec<u8>>, VerifyError> {
         let width = width_at(n, size);
-        let (got, bytes) = self.raw(&TileId::entries(n, width)).await?;
-        bundle_entries(&got, &bytes, width)
+        let (got, bytes) = self.raw(&self.bundle_id(n, width)).await?;
+        match &self.personality {
+            None => bundle_entries(&got, &bytes, width),
+            Some(p) => personality_entries(p.as_ref(), &got, &bytes, width),
+        }
     }
 
     async fn tiles(&mut self, ids: Vec<TileId>) -> Result<HashMap<TileId, Vec<Hash>>, VerifyError> {

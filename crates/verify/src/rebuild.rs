@@ -4,7 +4,7 @@
 
 use tlogd_core::hash::{Hash, leaf_hash};
 use tlogd_core::merkle::TileTree;
-use tlogd_core::tile::{TILE_WIDTH, TileId, TileKind};
+use tlogd_core::tile::{TILE_WIDTH, TileId};
 
 use crate::VerifyError;
 
@@ -48,9 +48,22 @@ impl TreeRebuilder {
         entries: &[E],
         partials: bool,
     ) -> Result<Vec<(TileId, Vec<u8>)>, VerifyError> {
+        self.append_bundle_by(bundle, entries, partials, leaf_hash)
+    }
+
+    /// [`TreeRebuilder::append_bundle`] with each entry's leaf hash computed by `hash`:
+    /// for a log of another personality (a CT log's data tiles, whose leaf hash is
+    /// that of the `MerkleTreeLeaf` each `TileLeaf` holds).
+    pub fn append_bundle_by<E: AsRef<[u8]>>(
+        &mut self,
+        bundle: &TileId,
+        entries: &[E],
+        partials: bool,
+        hash: impl Fn(&[u8]) -> Hash,
+    ) -> Result<Vec<(TileId, Vec<u8>)>, VerifyError> {
         let start = bundle.index * TILE_WIDTH;
         let size = self.size();
-        if bundle.kind != TileKind::Entries || size < start || size > start + entries.len() as u64 {
+        if !bundle.kind.is_bundle() || size < start || size > start + entries.len() as u64 {
             return Err(VerifyError::Invalid(format!(
                 "{} does not continue a tree of {size} entries",
                 bundle.path()
@@ -58,10 +71,7 @@ impl TreeRebuilder {
         }
         // Entries already appended (a partial bundle read earlier) are skipped.
         let skip = (size - start) as usize;
-        let leaves: Vec<Hash> = entries[skip..]
-            .iter()
-            .map(|e| leaf_hash(e.as_ref()))
-            .collect();
+        let leaves: Vec<Hash> = entries[skip..].iter().map(|e| hash(e.as_ref())).collect();
         Ok(self.append_leaves(&leaves, partials))
     }
 
