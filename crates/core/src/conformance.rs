@@ -877,6 +877,10 @@ impl Personality for DataTiles {
         Ok(leaf)
     }
 
+    fn stores_timestamps(&self) -> bool {
+        true
+    }
+
     fn split_bundle<'a>(&self, bytes: &'a [u8]) -> Result<Vec<StoredEntry<'a>>, EntryError> {
         let mut out = Vec::new();
         let mut pos = 0;

@@ -107,6 +107,14 @@ pub trait Personality: Send + Sync + std::fmt::Debug + 'static {
         bundle: &mut Vec<u8>,
     ) -> Result<Hash, EntryError>;
 
+    /// Whether stored entries carry the timestamp they were sequenced at (what
+    /// [`StoredEntry::timestamp`] reads back). The dedup index keeps an entry's
+    /// timestamp beside its index only then, so that it holds what the log holds and
+    /// the same after a rebuild from the log.
+    fn stores_timestamps(&self) -> bool {
+        false
+    }
+
     /// Split a stored bundle into its entries, in order, without copying.
     fn split_bundle<'a>(&self, bytes: &'a [u8]) -> Result<Vec<StoredEntry<'a>>, EntryError>;
 

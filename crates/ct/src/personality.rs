@@ -116,6 +116,11 @@ impl Personality for StaticCt {
         Ok(leaf.merkle_tree_leaf().leaf_hash())
     }
 
+    /// Every TileLeaf starts with its timestamp.
+    fn stores_timestamps(&self) -> bool {
+        true
+    }
+
     fn split_bundle<'a>(&self, bytes: &'a [u8]) -> Result<Vec<StoredEntry<'a>>, EntryError> {
         Ok(split_data_tile(bytes)
             .map_err(|e| EntryError::Malformed(e.to_string()))?

@@ -504,7 +504,7 @@ pub struct DedupConfig {
     pub max_lag: u64,
     /// RocksDB block cache (MiB).
     pub block_cache_mib: usize,
-    /// Memory for the newest indexed entries (MiB, ~47 bytes each): when full, they
+    /// Memory for the newest indexed entries (MiB, ~56 bytes each): when full, they
     /// are written as one RocksDB table; twice this while it is being written.
     pub write_buffer_mib: usize,
 }

@@ -17,8 +17,9 @@
 //! 4. With `await_publication`, the answer waits until a published checkpoint covers
 //!    the entry (TesseraCT's publication awaiter).
 //! 5. The SCT is signed over the entry as stored (that timestamp, the `leaf_index`
-//!    extension). A duplicate gets the SCT of the entry already logged: its timestamp
-//!    and extensions are read back from its data tile.
+//!    extension). A duplicate gets the SCT of the entry already logged: the dedup
+//!    index holds its index and timestamp, so no tile is read (only a resubmission
+//!    answered while an uncertain commit was settled reads its data tile back).
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -406,12 +407,14 @@ async fn add_inner<S: LogStorage>(
             return (resp, outcome);
         }
     };
-    let stored = match (added.duplicate, added.timestamp) {
-        (false, Some(timestamp)) => {
-            timestamped_entry(&validated.submission, added.index, timestamp)
-        }
-        // A duplicate's SCT is the original's: read its entry back.
-        _ => match log.read_entry(added.index).await {
+    let stored = match added.timestamp {
+        // A new entry, or a duplicate the dedup index (or the in-flight map) knows the
+        // timestamp of: the TimestampedEntry is the submission's, at the original
+        // index and timestamp, so a duplicate's SCT is the original's.
+        Some(timestamp) => timestamped_entry(&validated.submission, added.index, timestamp),
+        // A duplicate answered without its timestamp (a resubmission settled with an
+        // uncertain commit): read its entry back.
+        None => match log.read_entry(added.index).await {
             Ok(Some(e)) => match parse_data_tile(&e.bytes).map(|mut l| l.pop()) {
                 Ok(Some(leaf)) => leaf.timestamped_entry,
                 _ => {

@@ -15,7 +15,7 @@ use std::path::Path;
 mod keys;
 use keys::hash;
 
-use tlogd_core::engine::DedupIndex;
+use tlogd_core::engine::{DedupIndex, Indexed};
 use tlogd_dedup_rocksdb::{DedupOptions, RocksDedup, allocated_bytes};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -28,7 +28,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
     println!("fresh:        {:7.2} MiB", mib(allocated_bytes(&path)?));
     for i in 0..10u64 {
-        idx.put_batch(&[(hash(i), i)], i + 1)?;
+        idx.put_batch(&[(hash(i), Indexed::at(i))], i + 1)?;
     }
     println!("10 entries:   {:7.2} MiB", mib(allocated_bytes(&path)?));
     let mut next = 10u64;
@@ -39,7 +39,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or(100_000);
     while next < total {
         let batch: Vec<_> = (next..(next + 256).min(total))
-            .map(|i| (hash(i), i))
+            .map(|i| (hash(i), Indexed::at(i)))
             .collect();
         next += batch.len() as u64;
         idx.put_batch(&batch, next)?;

@@ -26,7 +26,7 @@ use std::time::Instant;
 mod keys;
 use keys::hash;
 
-use tlogd_core::engine::DedupIndex;
+use tlogd_core::engine::{DedupIndex, Indexed};
 use tlogd_dedup_rocksdb::{DedupOptions, RocksDedup, allocated_bytes};
 
 /// CPU seconds of this process's threads: (all, RocksDB's own), from /proc.
@@ -105,7 +105,7 @@ fn hit_ns(idx: &RocksDedup, indexed: u64) -> Result<f64, Box<dyn std::error::Err
     let start = Instant::now();
     let mut n = 0u64;
     for i in (0..tables).step_by(step as usize).take(HIT_SAMPLE as usize) {
-        if idx.get(&hash(i))? != Some(i) {
+        if idx.get(&hash(i))? != Some(Indexed::at(i)) {
             return Err(format!("key {i} indexed but not found").into());
         }
         n += 1;
@@ -146,7 +146,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         if idx.get(&h)?.is_some() {
             return Err(format!("entry {i} found before it was indexed").into());
         }
-        pending.push((h, i));
+        pending.push((h, Indexed::at(i)));
         if pending.len() == batch {
             idx.put_batch(&pending, i + 1)?;
             pending.clear();
@@ -179,7 +179,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     // Every entry answers with its index (a sample, spread over the run).
     for i in (0..n).step_by((n / 1000).max(1) as usize) {
-        if idx.get(&hash(i))? != Some(i) && i < n - n % batch as u64 {
+        if idx.get(&hash(i))? != Some(Indexed::at(i)) && i < n - n % batch as u64 {
             return Err(format!("entry {i} lost").into());
         }
     }

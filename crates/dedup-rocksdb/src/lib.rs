@@ -2,7 +2,10 @@
 //!
 //! Kept out of `tlogd-core` because RocksDB is a heavy C++ build.
 //!
-//! * Keys: the full 32-byte SHA-256 of the entry; values: the index, 8 bytes big-endian.
+//! * Keys: the full 32-byte SHA-256 of the entry; values: the index, 8 bytes big-endian,
+//!   then, for a personality whose entries carry timestamps (CT), the entry's
+//!   timestamp, 8 bytes big-endian ([`Indexed`]). A tlog-tiles log's values stay 8
+//!   bytes, and an index written before timestamps reads as it is.
 //! * **Newest entries in memory, then one table at a time.** Indexed entries go to an
 //!   in-memory map; every [`DedupOptions::recent_entries`] they are sorted, written as
 //!   one table file and ingested into RocksDB, and only then does the persisted "indexed
@@ -27,7 +30,7 @@
 //!   hash never seen, and a Bloom filter in memory answers that without asking
 //!   RocksDB (~2 bytes per entry; saved at a clean close, else rebuilt by a scan of
 //!   the tables at open, during which lookups go to RocksDB).
-//! * Memory: the in-memory map (~47 bytes per entry, reserved up front, two maps while a
+//! * Memory: the in-memory map (~56 bytes per entry, reserved up front, two maps while a
 //!   table is being written), the block cache (see [`DedupOptions`]), and the tables'
 //!   Bloom filters and indexes, ~1.3 bytes per entry.
 //! * **Generations.** Tables go to one column family until it holds
@@ -59,7 +62,7 @@ use rocksdb::{
     IngestExternalFileOptions, MergeOperands, MultiThreaded, Options, ReadOptions, SstFileWriter,
     WriteOptions,
 };
-use tlogd_core::engine::{DedupError, DedupIndex, EntryHash};
+use tlogd_core::engine::{DedupError, DedupIndex, EntryHash, Indexed};
 
 use filter::TableFilter;
 
@@ -100,13 +103,13 @@ pub struct DedupOptions {
     pub generation_entries: u64,
 }
 
-/// Bytes per slot of the in-memory map: a 32-byte key, an 8-byte index and the hash
-/// table's control byte.
-const SLOT_BYTES: usize = 41;
+/// Bytes per slot of the in-memory map: a 32-byte key, an 8-byte index, an 8-byte
+/// timestamp and the hash table's control byte.
+const SLOT_BYTES: usize = 49;
 
 impl DedupOptions {
     /// The most entries the in-memory map holds within `bytes`: its table has a power
-    /// of two slots, at most 7/8 of them used (~47 bytes per entry when full).
+    /// of two slots, at most 7/8 of them used (~56 bytes per entry when full).
     pub fn recent_entries_within(bytes: usize) -> usize {
         let slots = (bytes / SLOT_BYTES).max(16);
         let slots = if slots.is_power_of_two() {
@@ -120,7 +123,7 @@ impl DedupOptions {
 
 impl Default for DedupOptions {
     /// 32 MiB cache + 2 x 16 MiB at most for the newest entries (229,376 of them, in
-    /// 10.75 MiB): under 64 MiB resident, plus RocksDB's small fixed overhead.
+    /// 12.25 MiB): under 64 MiB resident, plus RocksDB's small fixed overhead.
     fn default() -> Self {
         DedupOptions {
             block_cache_bytes: 32 << 20,
@@ -131,11 +134,11 @@ impl Default for DedupOptions {
     }
 }
 
-/// Entry hash -> index of its first occurrence. Keys are SHA-256 digests of
+/// Entry hash -> its first occurrence. Keys are SHA-256 digests of
 /// client-chosen entries: a randomly seeded hasher (as std's) so that nobody can grind
 /// entries into one bucket, but foldhash rather than SipHash, which cost ~0.3 µs per
 /// append over the map's insert, lookup and the queue's in-flight map.
-type EntryMap = HashMap<EntryHash, u64, foldhash::fast::RandomState>;
+type EntryMap = HashMap<EntryHash, Indexed, foldhash::fast::RandomState>;
 
 /// The newest part of the index, not yet in a table.
 struct Recent {
@@ -211,19 +214,43 @@ fn prefix(h: &EntryHash) -> u128 {
     u128::from_be_bytes(p)
 }
 
-/// Keep the older of two indexes for one hash (first index wins).
-fn insert_first(map: &mut EntryMap, hash: EntryHash, index: u64) {
+/// Keep the older of two records of one hash (first index wins).
+fn insert_first(map: &mut EntryMap, hash: EntryHash, first: Indexed) {
     map.entry(hash)
-        .and_modify(|i| *i = (*i).min(index))
-        .or_insert(index);
+        .and_modify(|f| *f = f.first(first))
+        .or_insert(first);
 }
 
 /// One hash's record in a table being written (see `RocksDedup::table_records`).
 enum Record {
     /// No table holds the hash.
-    Put(u64),
+    Put(Indexed),
     /// Unknown whether a table holds it: the older index wins when they are merged.
-    Merge(u64),
+    Merge(Indexed),
+}
+
+/// A stored value (see the module docs): the index, then the timestamp unless it is 0.
+fn encode_value(first: &Indexed) -> ([u8; 16], usize) {
+    let mut v = [0u8; 16];
+    v[..8].copy_from_slice(&first.index.to_be_bytes());
+    if first.timestamp == 0 {
+        return (v, 8);
+    }
+    v[8..].copy_from_slice(&first.timestamp.to_be_bytes());
+    (v, 16)
+}
+
+/// The inverse of [`encode_value`].
+fn decode_value(v: &[u8]) -> Result<Indexed, DedupError> {
+    let (index, timestamp) = match v.len() {
+        8 => (v, None),
+        16 => (&v[..8], Some(&v[8..])),
+        _ => return Err(err("corrupt value in dedup index")),
+    };
+    Ok(Indexed {
+        index: decode_u64(index, "value")?,
+        timestamp: timestamp.map_or(Ok(0), |t| decode_u64(t, "value"))?,
+    })
 }
 
 /// A stored number (an index, or the marker): 8 bytes big-endian; `what` names it in
@@ -425,11 +452,16 @@ impl RocksDedup {
     /// written in log order, so a newer generation can hold the hash too (a table
     /// written before the filter was filled holds what it was given) but never with
     /// an older index.
-    fn stored_get(&self, hash: &EntryHash) -> Result<Option<u64>, DedupError> {
+    fn stored_get(&self, hash: &EntryHash) -> Result<Option<Indexed>, DedupError> {
         let generations = self.generations.read().unwrap_or_else(|e| e.into_inner());
         for g in generations.iter() {
-            if let Some(i) = self.read_u64(g, hash, "value")? {
-                return Ok(Some(i));
+            let handle = family(&self.db, g)?;
+            if let Some(v) = self
+                .db
+                .get_pinned_cf_opt(&handle, hash, &self.read_opts)
+                .map_err(err)?
+            {
+                return decode_value(&v).map(Some);
             }
         }
         Ok(None)
@@ -550,7 +582,7 @@ impl RocksDedup {
     /// only written over nothing.
     fn table_records<'a>(
         &self,
-        sorted: Vec<(&'a EntryHash, &u64)>,
+        sorted: Vec<(&'a EntryHash, &Indexed)>,
     ) -> Result<Vec<(&'a EntryHash, Record)>, DedupError> {
         // Asked before this table's hashes go into the filter: after, all say "maybe".
         if !self.filter.is_ready() {
@@ -586,7 +618,7 @@ impl RocksDedup {
             }
             for (first, v) in stored.iter_mut().zip(found) {
                 if let Some(v) = v.map_err(err)? {
-                    let i = decode_u64(&v, "value")?;
+                    let i = decode_value(&v)?.index;
                     *first = Some(first.map_or(i, |f| f.min(i)));
                 }
             }
@@ -597,7 +629,7 @@ impl RocksDedup {
             let older = if maybe { stored.next().flatten() } else { None };
             match older {
                 // The older index stays; this one adds nothing.
-                Some(o) if o <= *i => {}
+                Some(o) if o <= i.index => {}
                 // Never expected (tables are written in log order), but first index
                 // wins either way: a value replaces the newer one.
                 Some(_) | None => records.push((h, Record::Put(*i))),
@@ -608,7 +640,7 @@ impl RocksDedup {
 
     /// Sort `entries` into a table file and ingest it into the newest generation.
     fn ingest(&self, entries: &EntryMap, marker: u64, marks: &mut Marks) -> Result<(), DedupError> {
-        let mut sorted: Vec<(&EntryHash, &u64)> = entries.iter().collect();
+        let mut sorted: Vec<(&EntryHash, &Indexed)> = entries.iter().collect();
         // Byte order, compared first on the leading 16 bytes as one integer: the keys
         // are distinct digests, so that nearly always decides, without the call to
         // `memcmp` per comparison that sorting `[u8; 32]` keys costs.
@@ -633,8 +665,14 @@ impl RocksDedup {
             w.open(&path)?;
             for (h, record) in records {
                 match record {
-                    Record::Put(i) => w.put(h, i.to_be_bytes())?,
-                    Record::Merge(i) => w.merge(h, i.to_be_bytes())?,
+                    Record::Put(i) => {
+                        let (v, n) = encode_value(&i);
+                        w.put(h, &v[..n])?
+                    }
+                    Record::Merge(i) => {
+                        let (v, n) = encode_value(&i);
+                        w.merge(h, &v[..n])?
+                    }
                 }
             }
             w.finish()?;
@@ -683,7 +721,7 @@ impl Drop for RocksDedup {
 }
 
 impl DedupIndex for RocksDedup {
-    fn get(&self, hash: &EntryHash) -> Result<Option<u64>, DedupError> {
+    fn get(&self, hash: &EntryHash) -> Result<Option<Indexed>, DedupError> {
         let recent = {
             let r = self.recent.read().unwrap_or_else(|e| e.into_inner());
             r.map
@@ -697,14 +735,14 @@ impl DedupIndex for RocksDedup {
             None
         };
         Ok(match (recent, stored) {
-            (Some(a), Some(b)) => Some(a.min(b)),
+            (Some(a), Some(b)) => Some(a.first(b)),
             (a, b) => a.or(b),
         })
     }
 
     fn put_batch(
         &self,
-        entries: &[(EntryHash, u64)],
+        entries: &[(EntryHash, Indexed)],
         indexed_up_to: u64,
     ) -> Result<(), DedupError> {
         let mut marks = self.writer.lock().unwrap_or_else(|e| e.into_inner());
@@ -997,10 +1035,10 @@ mod tests {
         };
         let all_found = |idx: &RocksDedup, n: u64| {
             for i in 0..n {
-                assert_eq!(idx.get(&hash(i)).unwrap(), Some(i), "entry {i}");
+                assert_eq!(index_of(idx, &hash(i)), Some(i), "entry {i}");
             }
             // Had the filter missed a table, it would turn that table's entries away.
-            assert!((n..2 * n).all(|i| idx.get(&hash(i)).unwrap().is_none()));
+            assert!((n..2 * n).all(|i| index_of(idx, &hash(i)).is_none()));
             let turned_away = (n..2 * n)
                 .filter(|&i| !idx.filter.may_contain(&hash(i)))
                 .count();
@@ -1057,7 +1095,7 @@ mod tests {
         let path = dir.path().join("dedup");
         let idx = RocksDedup::open(&path, &DedupOptions::default()).unwrap();
         for i in 0..10u64 {
-            idx.put_batch(&[([i as u8; 32], i)], i + 1).unwrap();
+            put_indexes(&idx, &[([i as u8; 32], i)], i + 1);
         }
         let used = allocated_bytes(&path).unwrap();
         assert!(used < 4 << 20, "{used} bytes after 10 entries");
@@ -1072,11 +1110,11 @@ mod tests {
                     (h, n)
                 })
                 .collect();
-            idx.put_batch(&batch, 10 + (b + 1) * 500).unwrap();
+            put_indexes(&idx, &batch, 10 + (b + 1) * 500);
         }
         let used = allocated_bytes(&path).unwrap();
         assert!(used < 16 << 20, "{used} bytes after 50k entries");
-        assert_eq!(idx.get(&[3u8; 32]).unwrap(), Some(3));
+        assert_eq!(index_of(&idx, &[3u8; 32]), Some(3));
     }
 
     fn hash(n: u64) -> EntryHash {
@@ -1084,6 +1122,61 @@ mod tests {
         h[..8].copy_from_slice(&n.wrapping_mul(0x9e37_79b9_7f4a_7c15).to_be_bytes());
         h[8..16].copy_from_slice(&n.to_be_bytes());
         h
+    }
+
+    /// The index `idx` holds for `hash`.
+    fn index_of(idx: &RocksDedup, hash: &EntryHash) -> Option<u64> {
+        idx.get(hash).unwrap().map(|f| f.index)
+    }
+
+    /// `put_batch` of entries whose stored form carries no timestamp (tlog-tiles).
+    fn put_indexes(idx: &RocksDedup, entries: &[(EntryHash, u64)], upto: u64) {
+        let entries: Vec<_> = entries.iter().map(|(h, i)| (*h, Indexed::at(*i))).collect();
+        idx.put_batch(&entries, upto).unwrap();
+    }
+
+    /// A CT log's index keeps each entry's timestamp beside its index, in memory, in
+    /// tables (written as values and as merge operands) and across a reopen; the first
+    /// index wins with its own timestamp; a tlog-tiles value stays 8 bytes, and such a
+    /// value (as every index before timestamps holds) reads with timestamp 0.
+    #[test]
+    fn timestamps_are_kept_beside_indexes() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = DedupOptions {
+            recent_entries: 100,
+            ..DedupOptions::default()
+        };
+        let at = |index: u64| Indexed {
+            index,
+            timestamp: 1_700_000_000_000 + index,
+        };
+        {
+            // Before the filter is ready the first table is written as operands.
+            let idx = RocksDedup::open(dir.path(), &opts).unwrap();
+            let batch: Vec<_> = (0..150u64).map(|i| (hash(i), at(i))).collect();
+            idx.put_batch(&batch, 150).unwrap();
+            // In memory, and in the table.
+            assert_eq!(idx.get(&hash(149)).unwrap(), Some(at(149)));
+            assert_eq!(idx.get(&hash(3)).unwrap(), Some(at(3)));
+            // A later occurrence changes nothing, its timestamp included.
+            idx.put_batch(&[(hash(3), at(500))], 151).unwrap();
+            assert_eq!(idx.get(&hash(3)).unwrap(), Some(at(3)));
+            put_indexes(&idx, &[(hash(1000), 151)], 152);
+        }
+        let idx = open_ready(dir.path(), &opts);
+        for i in [0, 3, 99, 100, 149] {
+            assert_eq!(idx.get(&hash(i)).unwrap(), Some(at(i)), "{i}");
+        }
+        assert_eq!(idx.get(&hash(1000)).unwrap(), Some(Indexed::at(151)));
+        // As values now that the filter is ready.
+        let batch: Vec<_> = (200..400u64).map(|i| (hash(i), at(i))).collect();
+        idx.put_batch(&batch, 400).unwrap();
+        idx.flush().unwrap();
+        assert_eq!(idx.get(&hash(250)).unwrap(), Some(at(250)));
+        assert_eq!(encode_value(&Indexed::at(7)).1, 8);
+        assert_eq!(decode_value(&7u64.to_be_bytes()).unwrap(), Indexed::at(7));
+        assert_eq!(decode_value(&encode_value(&at(7)).0).unwrap(), at(7));
+        assert!(decode_value(&[0; 12]).is_err());
     }
 
     #[test]
@@ -1098,29 +1191,29 @@ mod tests {
             let idx = open_ready(&path, &opts);
             // Room for two more in memory: the engine may insert them on its own task.
             assert!(idx.put_is_cheap(2));
-            idx.put_batch(&[(hash(0), 0), (hash(1), 1)], 2).unwrap();
+            put_indexes(&idx, &[(hash(0), 0), (hash(1), 1)], 2);
             // Two more fill the map, and that put writes a table: not cheap.
             assert!(idx.put_is_cheap(1));
             assert!(!idx.put_is_cheap(2));
             // Found in memory; the persisted marker has not moved (a crash now loses
             // these two, and the engine re-indexes them from the log).
-            assert_eq!(idx.get(&hash(1)).unwrap(), Some(1));
+            assert_eq!(index_of(&idx, &hash(1)), Some(1));
             assert_eq!(idx.indexed_up_to().unwrap(), 0);
-            idx.put_batch(&[(hash(2), 2), (hash(3), 3)], 4).unwrap();
+            put_indexes(&idx, &[(hash(2), 2), (hash(3), 3)], 4);
             // Four entries: written as a table, and the marker with them.
             assert_eq!(idx.indexed_up_to().unwrap(), 4);
             assert!(idx.recent.read().unwrap().map.is_empty());
-            assert_eq!(idx.get(&hash(0)).unwrap(), Some(0));
-            assert_eq!(idx.get(&hash(3)).unwrap(), Some(3));
-            assert_eq!(idx.get(&hash(9)).unwrap(), None);
+            assert_eq!(index_of(&idx, &hash(0)), Some(0));
+            assert_eq!(index_of(&idx, &hash(3)), Some(3));
+            assert_eq!(index_of(&idx, &hash(9)), None);
             // The same bytes logged again (two frontends racing): the first index
             // answers, from memory against a table and from two tables.
-            idx.put_batch(&[(hash(0), 4), (hash(5), 5)], 6).unwrap();
-            assert_eq!(idx.get(&hash(0)).unwrap(), Some(0));
-            idx.put_batch(&[(hash(6), 6), (hash(7), 7)], 8).unwrap();
+            put_indexes(&idx, &[(hash(0), 4), (hash(5), 5)], 6);
+            assert_eq!(index_of(&idx, &hash(0)), Some(0));
+            put_indexes(&idx, &[(hash(6), 6), (hash(7), 7)], 8);
             assert_eq!(idx.indexed_up_to().unwrap(), 8);
-            assert_eq!(idx.get(&hash(0)).unwrap(), Some(0));
-            idx.put_batch(&[(hash(8), 8)], 9).unwrap();
+            assert_eq!(index_of(&idx, &hash(0)), Some(0));
+            put_indexes(&idx, &[(hash(8), 8)], 9);
             assert_eq!(idx.indexed_up_to().unwrap(), 8);
             // Closed cleanly: the last entry is written out.
         }
@@ -1128,9 +1221,9 @@ mod tests {
         assert_eq!(idx.indexed_up_to().unwrap(), 9);
         // (Index 4 holds the second copy of entry 0.)
         for n in [1, 2, 3, 5, 6, 7, 8] {
-            assert_eq!(idx.get(&hash(n)).unwrap(), Some(n));
+            assert_eq!(index_of(&idx, &hash(n)), Some(n));
         }
-        assert_eq!(idx.get(&hash(0)).unwrap(), Some(0));
+        assert_eq!(index_of(&idx, &hash(0)), Some(0));
         // Nothing is left behind in the directory tables are written in.
         assert_eq!(std::fs::read_dir(path.join(INGEST_DIR)).unwrap().count(), 0);
     }
@@ -1160,7 +1253,7 @@ mod tests {
             let idx = RocksDedup::open_with(&path, &opts, DBCompactionStyle::Level).unwrap();
             for i in (0..n).step_by(4) {
                 let batch: Vec<_> = (i..i + 4).map(|j| (hash(j), j)).collect();
-                idx.put_batch(&batch, i + 4).unwrap();
+                put_indexes(&idx, &batch, i + 4);
             }
             let cf = idx.db.cf_handle(CF_ENTRIES).unwrap();
             idx.db.compact_range_cf(&cf, None::<&[u8]>, None::<&[u8]>);
@@ -1180,12 +1273,12 @@ mod tests {
         let idx = open_ready(&path, &opts);
         assert_eq!(idx.indexed_up_to().unwrap(), n);
         for j in 0..n {
-            assert_eq!(idx.get(&hash(j)).unwrap(), Some(j));
+            assert_eq!(index_of(&idx, &hash(j)), Some(j));
         }
         // It goes on: new tables, and the first index still wins.
         for i in (n..2 * n).step_by(4) {
             let batch: Vec<_> = (i..i + 4).map(|j| (hash(j - n), j)).collect();
-            idx.put_batch(&batch, i + 4).unwrap();
+            put_indexes(&idx, &batch, i + 4);
         }
         {
             let cf = idx.db.cf_handle(CF_ENTRIES).unwrap();
@@ -1199,9 +1292,9 @@ mod tests {
         let idx = open_ready(&path, &opts);
         assert_eq!(idx.indexed_up_to().unwrap(), 2 * n);
         for j in 0..n {
-            assert_eq!(idx.get(&hash(j)).unwrap(), Some(j));
+            assert_eq!(index_of(&idx, &hash(j)), Some(j));
         }
-        assert_eq!(idx.get(&hash(2 * n)).unwrap(), None);
+        assert_eq!(index_of(&idx, &hash(2 * n)), None);
     }
 
     /// The value of `option` in column family `cf` of the newest OPTIONS file RocksDB
@@ -1276,7 +1369,7 @@ mod tests {
         let idx = open_ready(&path, &opts);
         for b in (0..5000u64).step_by(500) {
             let batch: Vec<_> = (b..b + 500).map(|i| (hash(i), i)).collect();
-            idx.put_batch(&batch, b + 500).unwrap();
+            put_indexes(&idx, &batch, b + 500);
         }
         assert_eq!(idx.indexed_up_to().unwrap(), 5000);
         assert_eq!(table_property(&idx, "# entries"), 5000);
@@ -1289,27 +1382,27 @@ mod tests {
                 (hash(n), 5000 + j)
             })
             .collect();
-        idx.put_batch(&batch, 6000).unwrap();
+        put_indexes(&idx, &batch, 6000);
         assert_eq!(idx.indexed_up_to().unwrap(), 6000);
         assert_eq!(table_property(&idx, "# entries"), 5700);
         assert_eq!(table_property(&idx, "# merge operands"), 0);
         for j in 0..300u64 {
-            assert_eq!(idx.get(&hash(j * 7)).unwrap(), Some(j * 7));
+            assert_eq!(index_of(&idx, &hash(j * 7)), Some(j * 7));
         }
         for j in 300..1000u64 {
-            assert_eq!(idx.get(&hash(10_000 + j)).unwrap(), Some(5000 + j));
+            assert_eq!(index_of(&idx, &hash(10_000 + j)), Some(5000 + j));
         }
         // A table of nothing but hashes already held writes no table at all.
         let again: Vec<_> = (0..1000u64).map(|j| (hash(j), 6000 + j)).collect();
-        idx.put_batch(&again, 7000).unwrap();
+        put_indexes(&idx, &again, 7000);
         assert_eq!(idx.indexed_up_to().unwrap(), 7000);
         assert_eq!(table_property(&idx, "# entries"), 5700);
-        assert_eq!(idx.get(&hash(999)).unwrap(), Some(999));
+        assert_eq!(index_of(&idx, &hash(999)), Some(999));
         drop(idx);
         // Reopened, values and all.
         let idx = open_ready(&path, &opts);
-        assert_eq!(idx.get(&hash(21)).unwrap(), Some(21));
-        assert_eq!(idx.get(&hash(10_500)).unwrap(), Some(5500));
+        assert_eq!(index_of(&idx, &hash(21)), Some(21));
+        assert_eq!(index_of(&idx, &hash(10_500)), Some(5500));
     }
 
     #[test]
@@ -1322,17 +1415,17 @@ mod tests {
         };
         let idx = open_ready(&path, &opts);
         let batch: Vec<_> = (0..100u64).map(|i| (hash(i), i)).collect();
-        idx.put_batch(&batch, 100).unwrap();
+        put_indexes(&idx, &batch, 100);
         // As while the start-up scan runs: every lookup is "maybe" and means nothing.
         idx.filter.set_unready();
         let batch: Vec<_> = (50..150u64).map(|i| (hash(i), i + 100)).collect();
-        idx.put_batch(&batch, 200).unwrap();
+        put_indexes(&idx, &batch, 200);
         assert_eq!(table_property(&idx, "# merge operands"), 100);
         idx.filter.set_ready();
         // Operands over values keep the values; compacted, still the first index.
         for i in 0..150u64 {
             let want = if i < 100 { i } else { i + 100 };
-            assert_eq!(idx.get(&hash(i)).unwrap(), Some(want), "{i}");
+            assert_eq!(index_of(&idx, &hash(i)), Some(want), "{i}");
         }
         let cf = idx.db.cf_handle(CF_ENTRIES).unwrap();
         idx.db.compact_range_cf(&cf, None::<&[u8]>, None::<&[u8]>);
@@ -1340,10 +1433,10 @@ mod tests {
         assert_eq!(table_property(&idx, "# entries"), 150);
         // A value written over operands (the filter ready again, the hash absent).
         let batch: Vec<_> = (150..250u64).map(|i| (hash(i), i + 100)).collect();
-        idx.put_batch(&batch, 300).unwrap();
+        put_indexes(&idx, &batch, 300);
         for i in 0..250u64 {
             let want = if i < 100 { i } else { i + 100 };
-            assert_eq!(idx.get(&hash(i)).unwrap(), Some(want), "{i}");
+            assert_eq!(index_of(&idx, &hash(i)), Some(want), "{i}");
         }
     }
 
@@ -1356,13 +1449,13 @@ mod tests {
         {
             let idx = RocksDedup::open(&path, &DedupOptions::default()).unwrap();
             assert_eq!(idx.indexed_up_to().unwrap(), 0);
-            idx.put_batch(&[(a, 0), (b, 1)], 2).unwrap();
-            idx.put_batch(&[(a, 5)], 6).unwrap();
-            assert_eq!(idx.get(&a).unwrap(), Some(0));
+            put_indexes(&idx, &[(a, 0), (b, 1)], 2);
+            put_indexes(&idx, &[(a, 5)], 6);
+            assert_eq!(index_of(&idx, &a), Some(0));
         }
         let idx = open_ready(&path, &DedupOptions::default());
-        assert_eq!(idx.get(&a).unwrap(), Some(0));
-        assert_eq!(idx.get(&b).unwrap(), Some(1));
+        assert_eq!(index_of(&idx, &a), Some(0));
+        assert_eq!(index_of(&idx, &b), Some(1));
         assert_eq!(idx.get(&[3u8; 32]).unwrap(), None);
         assert_eq!(idx.indexed_up_to().unwrap(), 6);
     }
@@ -1394,7 +1487,7 @@ mod tests {
     fn put(idx: &RocksDedup, range: std::ops::Range<u64>, offset: u64) {
         for b in range.step_by(100) {
             let batch: Vec<_> = (b..b + 100).map(|i| (hash(i - offset), i)).collect();
-            idx.put_batch(&batch, b + 100).unwrap();
+            put_indexes(idx, &batch, b + 100);
         }
     }
 
@@ -1438,13 +1531,13 @@ mod tests {
             }
             assert!(sorted_runs(&idx)[9] > 1, "{:?}", sorted_runs(&idx));
             for i in 0..n {
-                assert_eq!(idx.get(&hash(i)).unwrap(), Some(i), "entry {i}");
+                assert_eq!(index_of(&idx, &hash(i)), Some(i), "entry {i}");
             }
             // Resubmitted: every generation is asked, and the first index wins.
             put(&idx, n..n + 2000, n);
             assert_eq!(generation_records(&idx).iter().sum::<u64>(), n);
             for i in 0..2000 {
-                assert_eq!(idx.get(&hash(i)).unwrap(), Some(i), "entry {i}");
+                assert_eq!(index_of(&idx, &hash(i)), Some(i), "entry {i}");
             }
         }
         // Reopened without the saved filter (a crash): the scan reads every generation;
@@ -1461,17 +1554,17 @@ mod tests {
             "0"
         );
         for i in 0..n {
-            assert_eq!(idx.get(&hash(i)).unwrap(), Some(i), "entry {i}");
+            assert_eq!(index_of(&idx, &hash(i)), Some(i), "entry {i}");
         }
-        assert_eq!(idx.get(&hash(n)).unwrap(), None);
+        assert_eq!(index_of(&idx, &hash(n)), None);
         // The newest generation goes on after the reopen (its 800 records estimated by
         // RocksDB), and a new one follows it once it holds an eighth of the index.
         put(&idx, n + 2000..n + 2100, 0);
         assert_eq!(idx.generations.read().unwrap().len(), 10);
         put(&idx, n + 2100..n + 3000, 0);
         assert_eq!(generation_records(&idx)[9..], [1400, 400]);
-        assert_eq!(idx.get(&hash(n + 2000)).unwrap(), Some(n + 2000));
-        assert_eq!(idx.get(&hash(n + 2999)).unwrap(), Some(n + 2999));
+        assert_eq!(index_of(&idx, &hash(n + 2000)), Some(n + 2000));
+        assert_eq!(index_of(&idx, &hash(n + 2999)), Some(n + 2999));
         // Two generations holding one hash (a table written before the filter was
         // filled is written blind): the older index wins.
         let newest = idx.generations.read().unwrap().last().unwrap().clone();
@@ -1479,6 +1572,6 @@ mod tests {
         idx.db
             .put_cf(&cf, hash(7), (n + 5000).to_be_bytes())
             .unwrap();
-        assert_eq!(idx.get(&hash(7)).unwrap(), Some(7));
+        assert_eq!(index_of(&idx, &hash(7)), Some(7));
     }
 }

@@ -10,7 +10,7 @@ use tlog_loadgen::{Args, Report, run};
 use tlog_verify::fetch::HttpFetcher;
 use tlog_verify::fsck::{FsckOptions, FsckSummary, fsck};
 use tlogd_core::engine::memory::MemoryStorage;
-use tlogd_core::engine::{DedupError, DedupIndex, EntryHash, Log, LogConfig};
+use tlogd_core::engine::{DedupError, DedupIndex, EntryHash, Indexed, Log, LogConfig};
 use tlogd_core::note::{NoteSigner, NoteVerifier};
 use tlogd_core::tile::TileId;
 
@@ -20,13 +20,13 @@ const VKEY: &str = "example.com/log/testdata+33d7b496+AeHTu4Q3hEIMHNqc6fASMsq3rK
 const ORIGIN: &str = "example.com/log/testdata";
 
 #[derive(Default)]
-struct MapIndex(std::sync::Mutex<(std::collections::HashMap<EntryHash, u64>, u64)>);
+struct MapIndex(std::sync::Mutex<(std::collections::HashMap<EntryHash, Indexed>, u64)>);
 
 impl DedupIndex for MapIndex {
-    fn get(&self, h: &EntryHash) -> Result<Option<u64>, DedupError> {
+    fn get(&self, h: &EntryHash) -> Result<Option<Indexed>, DedupError> {
         Ok(self.0.lock().unwrap().0.get(h).copied())
     }
-    fn put_batch(&self, e: &[(EntryHash, u64)], upto: u64) -> Result<(), DedupError> {
+    fn put_batch(&self, e: &[(EntryHash, Indexed)], upto: u64) -> Result<(), DedupError> {
         let mut m = self.0.lock().unwrap();
         for (h, i) in e {
             m.0.entry(*h).or_insert(*i);

@@ -15,21 +15,56 @@ pub use crate::personality::entry_hash;
 #[error("dedup index: {0}")]
 pub struct DedupError(pub String);
 
-/// A durable map from [`EntryHash`] to the index of the entry's first occurrence.
+/// What the dedup index holds for an entry: where its first occurrence was logged, and
+/// when, so that a duplicate is answered without reading the log back (static-ct-api's
+/// duplicate SCT needs the original timestamp; docs/seams.md, "Dedup value").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Indexed {
+    /// The index of the entry's first occurrence.
+    pub index: u64,
+    /// The timestamp it was sequenced at (milliseconds since the Unix epoch), as its
+    /// stored entry holds it; 0 for a personality whose entries carry none
+    /// ([`Personality::stores_timestamps`](crate::personality::Personality::stores_timestamps)).
+    pub timestamp: u64,
+}
+
+impl Indexed {
+    /// An entry at `index` whose stored form carries no timestamp.
+    pub fn at(index: u64) -> Self {
+        Indexed {
+            index,
+            timestamp: 0,
+        }
+    }
+
+    /// The older of two records of one entry: the first index wins.
+    pub fn first(self, other: Indexed) -> Indexed {
+        if other.index < self.index {
+            other
+        } else {
+            self
+        }
+    }
+}
+
+/// A durable map from [`EntryHash`] to the entry's first occurrence ([`Indexed`]).
 ///
 /// Implementations are blocking (RocksDB is); the engine calls them from blocking
 /// threads or accepts the short point-lookup latency on its own tasks.
 pub trait DedupIndex: Send + Sync + 'static {
-    /// The index of the first entry whose bytes hash to `hash`, if indexed.
-    fn get(&self, hash: &EntryHash) -> Result<Option<u64>, DedupError>;
+    /// The first entry whose bytes hash to `hash`, if indexed.
+    fn get(&self, hash: &EntryHash) -> Result<Option<Indexed>, DedupError>;
 
     /// Record `entries` (in index order): every entry with an index below
     /// `indexed_up_to` is now indexed, and [`DedupIndex::get`] finds it. The persisted
     /// marker ([`DedupIndex::indexed_up_to`]) moves to `indexed_up_to` together with the
     /// entries it covers, never ahead of them, possibly later (entries held in memory).
-    /// First index wins: a hash already present keeps its older index.
-    fn put_batch(&self, entries: &[(EntryHash, u64)], indexed_up_to: u64)
-    -> Result<(), DedupError>;
+    /// First index wins: a hash already present keeps its older record.
+    fn put_batch(
+        &self,
+        entries: &[(EntryHash, Indexed)],
+        indexed_up_to: u64,
+    ) -> Result<(), DedupError>;
 
     /// The persisted marker: all entries with an index below it are indexed, and stay
     /// so across a crash. An index may answer [`DedupIndex::get`] from entries it holds

@@ -93,7 +93,7 @@ mod served;
 mod storage;
 
 pub use cosign::{BoxFuture, CheckpointCosigner, ConsistencyProver, StorageProver, read_hashes};
-pub use dedup::{DedupError, DedupIndex, EntryHash, entry_hash};
+pub use dedup::{DedupError, DedupIndex, EntryHash, Indexed, entry_hash};
 pub use forward::{ForwardError, ForwardedOutcome, Forwarder};
 pub use served::ServedLog;
 pub use storage::{CommitBatch, LogStorage, MAX_BLOB_KEY, StorageError, TreeState, check_blob_key};
@@ -307,9 +307,11 @@ pub struct AddOutcome {
     /// The bytes were already logged (or in flight) at `index`; nothing was appended.
     pub duplicate: bool,
     /// The timestamp the entry was sequenced with (ms since the Unix epoch), when this
-    /// add learned it: always for an entry this add appended, and for a duplicate of
-    /// one in flight; `None` for a duplicate of an entry logged before, whose
-    /// timestamp is in the log ([`Log::read_entry`]). CT's SCT carries it.
+    /// add learned it: always for an entry this add appended and for a duplicate of
+    /// one in flight; for a duplicate of an entry logged before, when the dedup index
+    /// holds it ([`Indexed::timestamp`], kept for personalities that store
+    /// timestamps). `None` otherwise (rare: a resubmission answered while an uncertain
+    /// commit was settled); the log has it ([`Log::read_entry`]). CT's SCT carries it.
     pub timestamp: Option<u64>,
 }
 
@@ -320,6 +322,15 @@ impl AddOutcome {
             index,
             duplicate: true,
             timestamp: None,
+        }
+    }
+
+    /// A duplicate of the entry the dedup index holds as `first`.
+    pub fn duplicate_of(first: Indexed) -> Self {
+        AddOutcome {
+            index: first.index,
+            duplicate: true,
+            timestamp: (first.timestamp != 0).then_some(first.timestamp),
         }
     }
 }
@@ -663,9 +674,9 @@ impl<S: LogStorage> Log<S> {
             let marker = inner.indexed_size.load(Ordering::Acquire);
             match dedup.get(&h) {
                 // Never answer with an index the committed tree does not contain.
-                Ok(Some(index)) if index < self.committed_size() => {
+                Ok(Some(first)) if first.index < self.committed_size() => {
                     inner.dedup_hits.increment(1);
-                    return Ok(Err(AddOutcome::duplicate(index)));
+                    return Ok(Err(AddOutcome::duplicate_of(first)));
                 }
                 Ok(_) => {}
                 // Best effort: an unreadable index never blocks logging.
@@ -702,9 +713,9 @@ impl<S: LogStorage> Log<S> {
                     ..placed
                 })
             }
-            Pushed::DuplicateCommitted(index) => {
+            Pushed::DuplicateCommitted(first) => {
                 inner.dedup_hits.increment(1);
-                Ok(AddOutcome::duplicate(index))
+                Ok(AddOutcome::duplicate_of(first))
             }
         }
     }
@@ -1012,7 +1023,7 @@ impl<S: LogStorage> Log<S> {
     async fn run_integrator(
         self,
         edge: Edge,
-        index_tx: mpsc::UnboundedSender<(u64, Vec<EntryHash>)>,
+        index_tx: mpsc::UnboundedSender<ToIndex>,
         committed_tx: watch::Sender<TreeState>,
     ) {
         let inner = &self.inner;
@@ -1102,6 +1113,10 @@ impl<S: LogStorage> Log<S> {
                         Err(AddError::Uncertain)
                     }
                 };
+                let timestamp = match &result {
+                    Ok(a) => self.stored_timestamp(a.timestamp),
+                    Err(_) => 0,
+                };
                 {
                     let mut q = lock(&inner.queue);
                     q.entries -= n;
@@ -1109,8 +1124,11 @@ impl<S: LogStorage> Log<S> {
                     for (i, h) in batch.hashes.iter().enumerate() {
                         match &result {
                             Ok(a) => {
-                                q.inflight
-                                    .insert(*h, InFlight::Committed(a.first + i as u64));
+                                let first = Indexed {
+                                    index: a.first + i as u64,
+                                    timestamp,
+                                };
+                                q.inflight.insert(*h, InFlight::Committed(first));
                             }
                             // Forget the entry only while it still points at this batch:
                             // a resubmission queued since may have taken its place.
@@ -1127,7 +1145,11 @@ impl<S: LogStorage> Log<S> {
                     && inner.dedup.is_some()
                     && n > 0
                 {
-                    let _ = index_tx.send((a.first, std::mem::take(&mut batch.hashes)));
+                    let _ = index_tx.send(ToIndex {
+                        first: a.first,
+                        timestamp,
+                        hashes: std::mem::take(&mut batch.hashes),
+                    });
                 }
                 let dropped = (!batch.dropped.is_empty())
                     .then(|| Arc::<[(u32, u64)]>::from(std::mem::take(&mut batch.dropped)));
@@ -1189,7 +1211,7 @@ impl<S: LogStorage> Log<S> {
         &self,
         unresolved: &mut Option<Unresolved>,
         edge: &mut Option<Edge>,
-        index_tx: &mpsc::UnboundedSender<(u64, Vec<EntryHash>)>,
+        index_tx: &mpsc::UnboundedSender<ToIndex>,
         committed_tx: &watch::Sender<TreeState>,
         batch: Option<&mut PendingBatch>,
     ) -> Result<(), String> {
@@ -1197,7 +1219,7 @@ impl<S: LogStorage> Log<S> {
             return Ok(());
         };
         match self.resolve(&u.attempts).await {
-            Resolved::Persisted(reloaded, first) => {
+            Resolved::Persisted(reloaded, first, timestamp) => {
                 tracing::warn!(
                     first,
                     entries = u.hashes.len(),
@@ -1211,9 +1233,11 @@ impl<S: LogStorage> Log<S> {
                 {
                     let logged: HashMap<EntryHash, u64> =
                         u.hashes.iter().copied().zip(first..).collect();
+                    let timestamp = self.stored_timestamp(Some(timestamp));
                     let mut q = lock(&self.inner.queue);
-                    for (h, i) in &logged {
-                        q.inflight.insert(*h, InFlight::Committed(*i));
+                    for (h, &index) in &logged {
+                        q.inflight
+                            .insert(*h, InFlight::Committed(Indexed { index, timestamp }));
                     }
                     let lookup = |h: &EntryHash| logged.get(h).copied();
                     let (mut entries, mut bytes) = (0, 0);
@@ -1231,7 +1255,11 @@ impl<S: LogStorage> Log<S> {
                             "resubmissions of an uncertain commit answered with its indices"
                         );
                     }
-                    let _ = index_tx.send((first, u.hashes));
+                    let _ = index_tx.send(ToIndex {
+                        first,
+                        timestamp,
+                        hashes: u.hashes,
+                    });
                 }
                 Ok(())
             }
@@ -1263,7 +1291,7 @@ impl<S: LogStorage> Log<S> {
                     for a in attempts {
                         match holds(&*inner.storage, stored, a.next).await {
                             Ok(true) => {
-                                found = Ok(Some(a.prev.size));
+                                found = Ok(Some((a.prev.size, a.timestamp)));
                                 break;
                             }
                             Ok(false) => {}
@@ -1271,7 +1299,9 @@ impl<S: LogStorage> Log<S> {
                         }
                     }
                     match found {
-                        Ok(Some(first)) => return Resolved::Persisted(reloaded, first),
+                        Ok(Some((first, timestamp))) => {
+                            return Resolved::Persisted(reloaded, first, timestamp);
+                        }
                         Ok(None) => return Resolved::NotPersisted(reloaded),
                         Err(e) => e.to_string(),
                     }
@@ -1527,7 +1557,7 @@ impl<S: LogStorage> Log<S> {
                 // Uncertain outcome ("fail but persist" or not): learn it from the
                 // committed state.
                 match self.resolve(&[attempt]).await {
-                    Resolved::Persisted(reloaded, _) => {
+                    Resolved::Persisted(reloaded, ..) => {
                         let state = reloaded.state();
                         *edge = Some(reloaded);
                         self.advance(state, committed_tx);
@@ -1794,11 +1824,7 @@ impl<S: LogStorage> Log<S> {
     }
 
     /// The dedup follower: catch up from the log, then index each committed batch.
-    async fn run_indexer(
-        self,
-        mut rx: mpsc::UnboundedReceiver<(u64, Vec<EntryHash>)>,
-        mut indexed: u64,
-    ) {
+    async fn run_indexer(self, mut rx: mpsc::UnboundedReceiver<ToIndex>, mut indexed: u64) {
         let inner = &self.inner;
         let Some(index) = inner.dedup.clone() else {
             return;
@@ -1814,12 +1840,7 @@ impl<S: LogStorage> Log<S> {
         }
         while indexed < target {
             match self.read_hashes(indexed, target).await {
-                Ok(hashes) => {
-                    let batch: Vec<(EntryHash, u64)> = hashes
-                        .into_iter()
-                        .enumerate()
-                        .map(|(i, h)| (h, indexed + i as u64))
-                        .collect();
+                Ok(batch) => {
                     let upto = indexed + batch.len() as u64;
                     if let (_, Err(e)) = put_blocking(&index, batch, upto).await {
                         if self.is_closed() {
@@ -1845,7 +1866,7 @@ impl<S: LogStorage> Log<S> {
                 }
             }
         }
-        let mut batch: Vec<(EntryHash, u64)> = Vec::new();
+        let mut batch: Vec<(EntryHash, Indexed)> = Vec::new();
         while let Some(message) = rx.recv().await {
             batch.clear();
             let mut messages = vec![message];
@@ -1855,15 +1876,19 @@ impl<S: LogStorage> Log<S> {
             // The next index the index must cover: entries are indexed without gaps,
             // so the marker never jumps past entries it does not hold.
             let mut next = indexed;
-            for (first, hashes) in messages {
+            for ToIndex {
+                first,
+                timestamp,
+                hashes,
+            } in messages
+            {
                 // Entries between our batches were committed by other frontends
                 // sharing the store: read them back.
                 while next < first {
                     match self.read_hashes(next, first).await {
                         Ok(read) => {
-                            let from = next;
                             next += read.len() as u64;
-                            batch.extend(read.into_iter().zip(from..));
+                            batch.extend(read);
                         }
                         Err(e) if self.is_closed() => {
                             tracing::error!(error = %e, "dedup gap fill abandoned at shutdown");
@@ -1877,13 +1902,19 @@ impl<S: LogStorage> Log<S> {
                 }
                 let end = first + hashes.len() as u64;
                 // Entries below the marker were covered already (catch-up).
-                batch.extend(hashes.into_iter().zip(first..).filter(|(_, i)| *i >= next));
+                batch.extend(
+                    hashes
+                        .into_iter()
+                        .zip(first..)
+                        .filter(|(_, i)| *i >= next)
+                        .map(|(h, index)| (h, Indexed { index, timestamp })),
+                );
                 next = next.max(end);
             }
             let Some(&(_, last)) = batch.last() else {
                 continue;
             };
-            let upto = last + 1;
+            let upto = last.index + 1;
             loop {
                 let (back, result) = put_blocking(&index, batch, upto).await;
                 batch = back;
@@ -1905,7 +1936,8 @@ impl<S: LogStorage> Log<S> {
             {
                 let mut q = lock(&inner.queue);
                 for (h, i) in &batch {
-                    if matches!(q.inflight.get(h), Some(InFlight::Committed(c)) if c == i) {
+                    if matches!(q.inflight.get(h), Some(InFlight::Committed(c)) if c.index == i.index)
+                    {
                         q.inflight.remove(h);
                     }
                 }
@@ -1924,8 +1956,23 @@ impl<S: LogStorage> Log<S> {
         }
     }
 
-    /// Entry hashes of `[from, to)` read back from the stored bundles.
-    async fn read_hashes(&self, from: u64, to: u64) -> Result<Vec<EntryHash>, StorageError> {
+    /// The timestamp a batch sequenced at `timestamp` stored with its entries, as the
+    /// dedup index keeps it (see [`ToIndex::timestamp`]).
+    fn stored_timestamp(&self, timestamp: Option<u64>) -> u64 {
+        if self.inner.config.personality.stores_timestamps() {
+            timestamp.unwrap_or(0)
+        } else {
+            0
+        }
+    }
+
+    /// What the dedup index holds for the entries `[from, to)`, read back from the
+    /// stored bundles.
+    async fn read_hashes(
+        &self,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<(EntryHash, Indexed)>, StorageError> {
         let storage = &self.inner.storage;
         let personality = &*self.inner.config.personality;
         let mut out = Vec::new();
@@ -1946,7 +1993,11 @@ impl<S: LogStorage> Log<S> {
             for (i, e) in entries.iter().enumerate() {
                 let idx = n * TILE_WIDTH + i as u64;
                 if idx >= from && idx < end {
-                    out.push(personality.stored_dedup_key(e));
+                    let first = Indexed {
+                        index: idx,
+                        timestamp: e.timestamp,
+                    };
+                    out.push((personality.stored_dedup_key(e), first));
                 }
             }
             n += 1;
@@ -2012,6 +2063,17 @@ struct Attempt {
     settled: bool,
 }
 
+/// A committed batch on its way to the dedup index.
+struct ToIndex {
+    /// The index of its first entry.
+    first: u64,
+    /// The timestamp its entries were stored with (0 for a personality whose entries
+    /// carry none: the index holds what the log holds).
+    timestamp: u64,
+    /// Its entries' dedup keys, in order.
+    hashes: Vec<EntryHash>,
+}
+
 /// Where a committed batch went.
 #[derive(Clone, Copy, Debug)]
 struct Appended {
@@ -2037,8 +2099,8 @@ struct Unresolved {
 
 /// What reading the tree back told of an uncertain commit.
 enum Resolved {
-    /// The batch is in the tree from this index; the edge reloaded.
-    Persisted(Edge, u64),
+    /// The batch is in the tree from this index, at this timestamp; the edge reloaded.
+    Persisted(Edge, u64, u64),
     /// It is not; the edge reloaded.
     NotPersisted(Edge),
     /// Storage could not be read in time.
@@ -2132,9 +2194,9 @@ async fn root_at<S: LogStorage>(storage: &S, size: u64, stored: u64) -> Result<H
 /// batch back for a retry.
 async fn put_blocking(
     index: &Arc<dyn DedupIndex>,
-    batch: Vec<(EntryHash, u64)>,
+    batch: Vec<(EntryHash, Indexed)>,
     upto: u64,
-) -> (Vec<(EntryHash, u64)>, Result<(), DedupError>) {
+) -> (Vec<(EntryHash, Indexed)>, Result<(), DedupError>) {
     if index.put_is_cheap(batch.len()) {
         let r = index.put_batch(&batch, upto);
         return (batch, r);

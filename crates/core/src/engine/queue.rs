@@ -14,7 +14,7 @@ use std::sync::{Arc, OnceLock};
 use bytes::Bytes;
 use tokio::sync::Notify;
 
-use super::dedup::EntryHash;
+use super::dedup::{EntryHash, Indexed};
 use super::{AddError, AddOutcome};
 use crate::hash::Hash;
 
@@ -190,8 +190,9 @@ impl PendingBatch {
 pub(crate) enum InFlight {
     /// Queued or being committed: wait on the slot.
     Pending(Arc<BatchSlot>, u32),
-    /// Committed at this index but not yet in the persistent index.
-    Committed(u64),
+    /// Committed (at this index, with this timestamp) but not yet in the persistent
+    /// index.
+    Committed(Indexed),
 }
 
 /// The queue proper, behind one mutex held only for pushes and pops.
@@ -219,8 +220,8 @@ pub(crate) enum Pushed {
     Queued(Arc<BatchSlot>, u32),
     /// An identical entry is already in flight at this slot and position.
     DuplicatePending(Arc<BatchSlot>, u32),
-    /// An identical entry is already committed at this index.
-    DuplicateCommitted(u64),
+    /// An identical entry is already committed, here.
+    DuplicateCommitted(Indexed),
 }
 
 /// Limits the queue enforces (see [`super::LogConfig`]).

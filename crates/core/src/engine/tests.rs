@@ -24,14 +24,14 @@ fn config() -> LogConfig {
 
 #[derive(Default)]
 struct MapIndex {
-    map: Mutex<(HashMap<EntryHash, u64>, u64)>,
+    map: Mutex<(HashMap<EntryHash, Indexed>, u64)>,
 }
 
 impl DedupIndex for MapIndex {
-    fn get(&self, hash: &EntryHash) -> Result<Option<u64>, DedupError> {
+    fn get(&self, hash: &EntryHash) -> Result<Option<Indexed>, DedupError> {
         Ok(self.map.lock().unwrap().0.get(hash).copied())
     }
-    fn put_batch(&self, entries: &[(EntryHash, u64)], upto: u64) -> Result<(), DedupError> {
+    fn put_batch(&self, entries: &[(EntryHash, Indexed)], upto: u64) -> Result<(), DedupError> {
         let mut m = self.map.lock().unwrap();
         for (h, i) in entries {
             m.0.entry(*h).or_insert(*i);
@@ -290,7 +290,10 @@ async fn a_resubmission_after_an_uncertain_commit_that_persisted_is_not_logged_a
     tasks.join().await;
     let want: Vec<Vec<u8>> = (0..3).map(|i| entry(i).to_vec()).collect();
     assert_eq!(logged(&storage, &cfg).await, want);
-    assert_eq!(index.get(&entry_hash(&entry(1))).unwrap(), Some(1));
+    assert_eq!(
+        index.get(&entry_hash(&entry(1))).unwrap().map(|f| f.index),
+        Some(1)
+    );
 }
 
 /// A store where another frontend commits its prepared batch right after this
@@ -546,10 +549,10 @@ async fn dedup_lag_pushes_back() {
     // An index that is stuck far behind: writes fail, so the lag never clears.
     struct Stuck;
     impl DedupIndex for Stuck {
-        fn get(&self, _: &EntryHash) -> Result<Option<u64>, DedupError> {
+        fn get(&self, _: &EntryHash) -> Result<Option<Indexed>, DedupError> {
             Ok(None)
         }
-        fn put_batch(&self, _: &[(EntryHash, u64)], _: u64) -> Result<(), DedupError> {
+        fn put_batch(&self, _: &[(EntryHash, Indexed)], _: u64) -> Result<(), DedupError> {
             Err(DedupError("disk full".into()))
         }
         fn indexed_up_to(&self) -> Result<u64, DedupError> {
@@ -574,10 +577,10 @@ async fn dedup_lag_pushback_triggers_and_clears() {
         inner: MapIndex,
     }
     impl DedupIndex for Gated {
-        fn get(&self, h: &EntryHash) -> Result<Option<u64>, DedupError> {
+        fn get(&self, h: &EntryHash) -> Result<Option<Indexed>, DedupError> {
             self.inner.get(h)
         }
-        fn put_batch(&self, e: &[(EntryHash, u64)], upto: u64) -> Result<(), DedupError> {
+        fn put_batch(&self, e: &[(EntryHash, Indexed)], upto: u64) -> Result<(), DedupError> {
             while !self.open.load(std::sync::atomic::Ordering::Acquire) {
                 std::thread::sleep(Duration::from_millis(5));
             }
@@ -694,7 +697,7 @@ struct RacyIndex {
 }
 
 impl DedupIndex for RacyIndex {
-    fn get(&self, hash: &EntryHash) -> Result<Option<u64>, DedupError> {
+    fn get(&self, hash: &EntryHash) -> Result<Option<Indexed>, DedupError> {
         let found = self.map.get(hash)?;
         let slow = self.slow.lock().unwrap().take_if(|h| h == hash).is_some();
         if slow {
@@ -710,7 +713,7 @@ impl DedupIndex for RacyIndex {
         }
         Ok(found)
     }
-    fn put_batch(&self, entries: &[(EntryHash, u64)], upto: u64) -> Result<(), DedupError> {
+    fn put_batch(&self, entries: &[(EntryHash, Indexed)], upto: u64) -> Result<(), DedupError> {
         for _ in 0..1000 {
             if self.gate.load(Ordering::Acquire) {
                 break;
@@ -852,6 +855,9 @@ impl crate::personality::Personality for Stamped {
     fn bundle_kind(&self) -> crate::tile::TileKind {
         TileKind::Entries
     }
+    fn stores_timestamps(&self) -> bool {
+        true
+    }
     fn encode(
         &self,
         entry: &[u8],
@@ -962,20 +968,40 @@ async fn a_personality_decides_what_is_stored_hashed_and_read_back() {
         .position(|s| s[16..] == entry(123)[..])
         .expect("logged") as u64;
     let again = log.add(entry(123)).await.unwrap();
-    assert_eq!((again.index, again.duplicate), (at, true));
-    // What a duplicate is answered with beyond its index is read back from the log:
-    // the stored entry and the timestamp it was sequenced at.
-    let original = log.read_entry(at).await.unwrap().expect("committed");
+    let stored_ts = |s: &[u8]| u64::from_be_bytes(s[8..16].try_into().unwrap());
+    // A duplicate is answered from the index alone: its index and the timestamp its
+    // stored entry holds (the index was filled from the log here).
     let s = &stored[at as usize];
-    assert_eq!(original.bytes, *s);
     assert_eq!(
-        original.timestamp,
-        u64::from_be_bytes(s[8..16].try_into().unwrap())
+        again,
+        AddOutcome {
+            index: at,
+            duplicate: true,
+            timestamp: Some(stored_ts(s)),
+        }
     );
+    // The same as reading the entry back.
+    let original = log.read_entry(at).await.unwrap().expect("committed");
+    assert_eq!(original.bytes, *s);
+    assert_eq!(original.timestamp, stored_ts(s));
     assert_eq!(log.read_entry(300).await.unwrap(), None, "beyond the tree");
-    assert_eq!(log.add(entry(300)).await.unwrap().index, 300);
+    let new = log.add(entry(300)).await.unwrap();
+    assert_eq!(new.index, 300);
+    // Indexed as committed (not read back): the duplicate has the same timestamp.
+    while log.dedup_lag() > 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let again = log.add(entry(300)).await.unwrap();
+    assert_eq!((again.index, again.timestamp), (300, new.timestamp));
+    let first = index
+        .get(&entry_hash(&entry(300)))
+        .unwrap()
+        .expect("indexed");
+    assert_eq!(Some(first.timestamp), new.timestamp);
     log.shutdown();
     tasks.join().await;
+    let stored = logged(&storage, &cfg).await;
+    assert_eq!(Some(stored_ts(&stored[300])), new.timestamp);
 }
 
 /// Records the timestamps it signs at; signs as the test key.
