@@ -283,14 +283,7 @@ pub async fn fsck<F: Fetch>(
         let entries = personality
             .split_bundle(bundle_bytes)
             .map_err(|e| VerifyError::Invalid(format!("{}: {e}", bundle_id.path())))?;
-        if entries.len() != bundle_id.width as usize {
-            return Err(VerifyError::Invalid(format!(
-                "{}: holds {} entries, expected {}",
-                bundle_id.path(),
-                entries.len(),
-                bundle_id.width
-            )));
-        }
+        crate::reader::check_width(bundle_id, entries.len())?;
         let entries = &entries[..width as usize];
         summary.bundles += 1;
         let leaves: Vec<Hash> = entries.iter().map(|e| personality.stored_leaf(e)).collect();

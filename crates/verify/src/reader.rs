@@ -42,19 +42,24 @@ pub fn width_at(n: u64, size: u64) -> u16 {
 pub fn bundle_entries(got: &TileId, bytes: &[u8], want: u16) -> Result<Vec<Vec<u8>>, VerifyError> {
     let entries =
         parse_bundle(bytes).map_err(|e| VerifyError::Invalid(format!("{}: {e}", got.path())))?;
-    if entries.len() != got.width as usize {
-        return Err(VerifyError::Invalid(format!(
-            "{}: holds {} entries, expected {}",
-            got.path(),
-            entries.len(),
-            got.width
-        )));
-    }
+    check_width(got, entries.len())?;
     Ok(entries
         .into_iter()
         .take(want as usize)
         .map(<[u8]>::to_vec)
         .collect())
+}
+
+/// A bundle holds exactly as many entries as its path's width says.
+pub(crate) fn check_width(got: &TileId, entries: usize) -> Result<(), VerifyError> {
+    if entries == got.width as usize {
+        return Ok(());
+    }
+    Err(VerifyError::Invalid(format!(
+        "{}: holds {entries} entries, expected {}",
+        got.path(),
+        got.width
+    )))
 }
 
 /// Split bundle `got` with `personality` and check it holds exactly `got.width`
@@ -69,14 +74,7 @@ pub fn personality_entries(
     let entries = personality
         .split_bundle(bytes)
         .map_err(|e| VerifyError::Invalid(format!("{}: {e}", got.path())))?;
-    if entries.len() != got.width as usize {
-        return Err(VerifyError::Invalid(format!(
-            "{}: holds {} entries, expected {}",
-            got.path(),
-            entries.len(),
-            got.width
-        )));
-    }
+    check_width(got, entries.len())?;
     Ok(entries
         .into_iter()
         .take(want as usize)
