@@ -990,6 +990,58 @@ fn errors_are_one_line() {
     }
 }
 
+/// RSA links go through ring when it takes the key, and ring answers as the `rsa` crate
+/// does: PKCS#1 v1.5 with SHA-1 and SHA-256 and PSS links of the test data verify both
+/// ways, and with one signature bit flipped fail both ways.
+#[test]
+fn ring_and_the_rsa_crate_agree_on_rsa_links() {
+    let mut seen = Vec::new();
+    for (child, issuer) in [
+        (
+            "azul/sha1-rsa-leaf-cert.pem",
+            "azul/sha1-rsa-intermediate-cert.pem",
+        ),
+        (
+            "azul/sha1-rsa-intermediate-cert.pem",
+            "azul/sha1-rsa-root-ca-cert.pem",
+        ),
+        (
+            "tesseract/hammer/test_intermediate_ca_cert.pem",
+            "tesseract/hammer/test_root_ca_cert.pem",
+        ),
+        ("tlogd/leaf-p.pem", "tlogd/int-b.pem"),
+    ] {
+        let (c, i) = (cert(child), cert(issuer));
+        let issuer_cert = Cert::parse(&i).unwrap();
+        let child_cert = Cert::parse(&c).unwrap();
+        let alg = signature_algorithm(&child_cert.sig_alg).unwrap();
+        seen.push(alg);
+        let (_, parsed) = x509_parser::parse_x509_certificate(&i).unwrap();
+        let key = &parsed.public_key().subject_public_key.data;
+        assert!(ring_rsa(key, alg).is_some(), "{issuer}: ring takes its key");
+        for ring in [true, false] {
+            verify_signature_by(&child_cert, &issuer_cert, ring)
+                .unwrap_or_else(|e| panic!("{child} (ring: {ring}): {e:?}"));
+        }
+        let mut bad = c.clone();
+        *bad.last_mut().unwrap() ^= 1;
+        let bad = Cert::parse(&bad).unwrap();
+        for ring in [true, false] {
+            assert!(
+                verify_signature_by(&bad, &issuer_cert, ring).is_err(),
+                "{child} flipped (ring: {ring})"
+            );
+        }
+    }
+    for alg in [
+        SigAlg::RsaPkcs1(Hash::Sha1),
+        SigAlg::RsaPkcs1(Hash::Sha256),
+        SigAlg::RsaPss(Hash::Sha256),
+    ] {
+        assert!(seen.contains(&alg), "{alg:?} not covered: {seen:?}");
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // RSA-PSS and TBS surgery edge cases.
 
