@@ -30,7 +30,8 @@
 //! RSASSA-PSS with SHA-256, SHA-384 or SHA-512 in the parameter forms Go accepts;
 //! ECDSA on P-256, P-384 or P-521 with SHA-1, SHA-256, SHA-384 or SHA-512, in any
 //! combination (the digest named by the algorithm, applied to the curve as FIPS 186-4
-//! §6.4 says); Ed25519. Others (DSA, MD5, SHA-224, ...) are refused by name.
+//! §6.4 says); Ed25519. Others (DSA, MD5, SHA-224, ...) are refused by name. RSA is
+//! verified with ring where it takes the key, else with the `rsa` crate (`ring_rsa`).
 //!
 //! The submission's leaf is then checked against the operator's [`ChainPolicy`], and the
 //! entry to log is built: the certificate, or for a precertificate (RFC 6962 §3.2) the
