@@ -866,20 +866,30 @@ async fn not_added(s: &Stats, what: &str, resp: Result<client::Response, ClientE
     }
 }
 
+/// What every writer starts with: its clients (`None` when they cannot be made, the
+/// error recorded) and a generator of its own.
+fn writer_start(ctx: &Ctx, w: usize, seed: u64) -> Option<(Vec<Client>, Rng)> {
+    match write_clients(ctx) {
+        Ok(clients) => Some((
+            clients,
+            Rng(seed ^ (w as u64).wrapping_mul(0x1234_5678_9abc_def1)),
+        )),
+        Err(e) => {
+            ctx.stats.error(e.to_string());
+            None
+        }
+    }
+}
+
 async fn writer(ctx: Arc<Ctx>, w: usize, seed: u64) {
     if ctx.ct.is_some() {
         return ct_writer(ctx, w, seed).await;
     }
     let args = &ctx.args;
-    let mut clients = match write_clients(&ctx) {
-        Ok(c) => c,
-        Err(e) => {
-            ctx.stats.error(e.to_string());
-            return;
-        }
+    let Some((mut clients, mut rng)) = writer_start(&ctx, w, seed) else {
+        return;
     };
     let pacer = ctx.write_pacer.clone();
-    let mut rng = Rng(seed ^ (w as u64).wrapping_mul(0x1234_5678_9abc_def1));
     let mut recent: Vec<Bytes> = Vec::with_capacity(64);
     let mut i = 0u64;
     let mut turn = w;
@@ -1016,15 +1026,10 @@ async fn prepare_ct(args: &Args) -> anyhow::Result<CtRun> {
 async fn ct_writer(ctx: Arc<Ctx>, w: usize, seed: u64) {
     let Some(ct) = &ctx.ct else { return };
     let args = &ctx.args;
-    let mut clients = match write_clients(&ctx) {
-        Ok(c) => c,
-        Err(e) => {
-            ctx.stats.error(e.to_string());
-            return;
-        }
+    let Some((mut clients, mut rng)) = writer_start(&ctx, w, seed) else {
+        return;
     };
     let pacer = ctx.write_pacer.clone();
-    let mut rng = Rng(seed ^ (w as u64).wrapping_mul(0x1234_5678_9abc_def1));
     let mut recent: Vec<usize> = Vec::with_capacity(64);
     let mut turn = w;
     let s = &ctx.stats;
