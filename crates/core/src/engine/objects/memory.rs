@@ -48,6 +48,9 @@ pub enum ObjectFault {
     /// deterministic interleavings ([`MemoryObjects::wait_held`] tells when a call is
     /// held). Conditional writes only.
     PersistThenHold,
+    /// Read at once, then answer what was read after this long (a slow answer to a
+    /// read: the world may change meanwhile). Reads only.
+    AnswerLate(Duration),
 }
 
 struct Rule {
@@ -267,6 +270,9 @@ impl ObjectBackend for MemoryObjects {
             .objects
             .get(key)
             .map(|(b, _, g)| (b.clone(), version(*g)));
+        if let Some(ObjectFault::AnswerLate(d)) = fault {
+            tokio::time::sleep(d).await;
+        }
         self.after(fault, ObjectOp::Get, key)?;
         Ok(found)
     }

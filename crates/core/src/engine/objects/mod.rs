@@ -483,18 +483,15 @@ impl<B: ObjectBackend> ObjectLog<B> {
         }
     }
 
-    /// A tile found missing that a tree of `size` has: wait if, and only if, it is a
-    /// tile of a batch this process committed whose upload (step 4) is still running;
-    /// `Ok(true)` if the caller should read again. A tile beyond the committed tree,
-    /// or one whose upload is done, is answered at once (a 404 stays a 404, not a wait
-    /// for an unrelated upload), and a wait that times out is an error (the tile is
-    /// committed but not readable), not a 404.
-    async fn wait_for_tiles(&self, size: u64) -> Result<bool, StorageError> {
+    /// Whether a tile that a tree of `size` has may be missing only because its upload
+    /// (step 4 of a batch this process committed) is still running. Taken *before* the
+    /// read it guards: taken after, an upload that landed between the read and the
+    /// check would turn a tile read too early into a 404 (or a "missing" entry) for a
+    /// committed tile. A tile beyond the committed tree, or one whose upload is done,
+    /// is answered at once (a 404 stays a 404, not a wait for an unrelated upload).
+    fn upload_pending(&self, size: u64) -> bool {
         let committed = self.known().record.as_ref().map_or(0, |r| r.state.size);
-        if size > committed || *self.applied_size.borrow() >= size {
-            return Ok(false);
-        }
-        self.wait_uploaded(size).await
+        size <= committed && *self.applied_size.borrow() < size
     }
 
     /// Read several objects concurrently: one round trip's latency for all (the
@@ -1186,26 +1183,37 @@ impl<B: ObjectBackend> LogStorage for ObjectLog<B> {
 
     async fn read_tile(&self, id: &TileId) -> Result<Option<Vec<u8>>, StorageError> {
         let key = id.path();
+        let size = id.min_tree_size();
+        let pending = self.upload_pending(size);
         if let Some(b) = self.backend.get(&key).await? {
             return Ok(Some(b.to_vec()));
         }
-        if self.wait_for_tiles(id.min_tree_size()).await? {
-            return Ok(self.backend.get(&key).await?.map(|b| b.to_vec()));
+        if !pending {
+            return Ok(None);
         }
-        Ok(None)
+        // A wait that times out is an error (the tile is committed but not readable),
+        // not a 404.
+        self.wait_uploaded(size).await?;
+        Ok(self.backend.get(&key).await?.map(|b| b.to_vec()))
     }
 
     async fn read_tiles(&self, ids: &[TileId]) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
+        // Which tiles may be missing only for an upload in flight, taken before the
+        // reads (see `upload_pending`).
+        let pending: Vec<bool> = ids
+            .iter()
+            .map(|id| self.upload_pending(id.min_tree_size()))
+            .collect();
         let mut out = self.get_all(ids).await?;
-        let missing = ids
+        let wait_for = ids
             .iter()
             .zip(&out)
-            .filter(|(_, got)| got.is_none())
-            .map(|(id, _)| id.min_tree_size())
+            .zip(&pending)
+            .filter(|((_, got), pending)| got.is_none() && **pending)
+            .map(|((id, _), _)| id.min_tree_size())
             .max();
-        if let Some(size) = missing
-            && self.wait_for_tiles(size).await?
-        {
+        if let Some(size) = wait_for {
+            self.wait_uploaded(size).await?;
             out = self.get_all(ids).await?;
         }
         Ok(out)

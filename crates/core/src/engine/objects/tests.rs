@@ -232,6 +232,40 @@ async fn a_committed_but_unapplied_batch_is_finished_by_the_next_opener() {
     check_public_writes(&store);
 }
 
+/// A read of a just-committed entry whose first read of the tile is answered after the
+/// tile's upload landed (it read before): the read must wait for the upload it saw
+/// pending and read again, not report the committed tile missing. (Found on the GCS
+/// emulator: the check came after the read, saw the upload done, and answered
+/// "missing tile/entries/001.p/45".)
+#[tokio::test]
+async fn a_tile_read_while_its_upload_lands_is_read_again() {
+    let store = MemoryObjects::new();
+    let (log, tasks) = Log::open(open(&store).await, None, config()).await.unwrap();
+    for i in 0..300 {
+        log.add(entry(0, i)).await.unwrap();
+    }
+    // Batch 301's tiles upload slowly; the first read of its partial bundle reads at
+    // once (before the upload) and answers after the upload.
+    let bundle = TileId::entries(1, 45).path();
+    store.inject(
+        ObjectOp::Put,
+        &bundle,
+        ObjectFault::Delay(Duration::from_millis(100)),
+        1,
+    );
+    store.inject(
+        ObjectOp::Get,
+        &bundle,
+        ObjectFault::AnswerLate(Duration::from_millis(300)),
+        1,
+    );
+    assert_eq!(log.add(entry(0, 300)).await.map(|o| o.index), Ok(300));
+    let read = log.read_entry(257).await.expect("read").expect("entry 257");
+    assert_eq!(read.bytes, entry(0, 257).to_vec());
+    log.shutdown();
+    tasks.join().await;
+}
+
 /// Two frontends stage the same batch on the same tree (the same entry sent to both):
 /// identical bytes. The loser's clean-up must not delete the staged object the winner's
 /// state names, or no frontend could read the state again. The loser's read of the
