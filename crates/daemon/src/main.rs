@@ -11,12 +11,12 @@ use tlogd_core::engine::objects::{ObjectLog, ObjectLogOptions};
 use tlogd_core::engine::{DedupIndex, Log, LogConfig, LogStorage, LogTasks, ServedLog};
 use tlogd_core::note::{NoteSigner, generate_key};
 use tlogd_dedup_rocksdb::{DedupOptions, RocksDedup};
+use tlogd_storage_gcs::GcsOptions;
 use tlogd_storage_mysql::{MysqlOptions, MysqlStorage};
-use tlogd_storage_object::gcs::GcsOptions;
-use tlogd_storage_object::s3::S3Options;
 use tlogd_storage_object::{CachedTiles, ObjectStoreBackend};
 use tlogd_storage_posix::PosixStorage;
 use tlogd_storage_postgres::PostgresStorage;
+use tlogd_storage_s3::S3Options;
 
 use tlogd::config::{Config, LogSection};
 use tlogd::http::HttpOptions;
@@ -759,7 +759,7 @@ fn new_object_client(
     bucket: &str,
 ) -> anyhow::Result<ObjectStoreBackend> {
     Ok(match st.backend.as_str() {
-        "s3" => tlogd_storage_object::s3::backend(&S3Options {
+        "s3" => tlogd_storage_s3::backend(&S3Options {
             bucket: bucket.to_string(),
             prefix: st.prefix.clone(),
             region: st.region.clone(),
@@ -768,7 +768,7 @@ fn new_object_client(
             virtual_hosted_style: st.virtual_hosted_style,
             ..S3Options::default()
         })?,
-        _ => tlogd_storage_object::gcs::backend(&GcsOptions {
+        _ => tlogd_storage_gcs::backend(&GcsOptions {
             bucket: bucket.to_string(),
             prefix: st.prefix.clone(),
             service_account_path: st

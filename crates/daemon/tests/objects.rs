@@ -12,7 +12,7 @@ use bytes::Bytes;
 use common::frontends::{tlogd_verify, two_frontends_under_load};
 use common::objects::{Store, daemon, daemon_with, gcs_store, minio_store};
 use common::*;
-use tlogd_storage_object::testsupport::minio::TestMinio;
+use tlogd_storage_s3::testsupport::minio::TestMinio;
 
 async fn two_daemons_share_one_bucket(store: Store, dir: &Path) -> (Daemon, Daemon) {
     let http = Http::new();

@@ -1,4 +1,6 @@
-//! Google Cloud Storage, through its XML API.
+//! tlogd on Google Cloud Storage, through its XML API: the bucket's configuration and
+//! credentials, over the adapter of `tlogd-storage-object` (the request mapping,
+//! retries and the read cache live there).
 //!
 //! Conditional writes are `x-goog-if-generation-match` (`0`: the object must not
 //! exist), the version is the object's generation (`x-goog-generation`).
@@ -7,7 +9,10 @@ use std::sync::Arc;
 
 use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
 
-use crate::{ClientTuning, ObjectStoreBackend, SetupError};
+pub use tlogd_storage_object::{ClientTuning, ObjectStoreBackend, SetupError};
+
+#[cfg(feature = "testsupport")]
+pub mod testsupport;
 
 /// Where and how to reach the bucket. Credentials not given here come from the
 /// standard Google chain as `object_store` reads it: `GOOGLE_SERVICE_ACCOUNT` (a key
@@ -35,10 +40,10 @@ pub struct GcsOptions {
     pub client: ClientTuning,
 }
 
-/// The backend for `opts`: its plain and conditional clients (see the crate
-/// documentation).
+/// The backend for `opts`: its plain and conditional clients (see `tlogd-storage-object`
+/// on why conditional writes get a client that never retries).
 pub fn backend(opts: &GcsOptions) -> Result<ObjectStoreBackend, SetupError> {
-    crate::install_tls_provider();
+    tlogd_storage_object::install_tls_provider();
     if opts.bucket.is_empty() {
         return Err(SetupError::Config("the GCS bucket is required".into()));
     }

@@ -1,6 +1,7 @@
-//! The conformance suite of the object-store backends, shared by the MinIO and GCS
-//! emulator tests: each implements [`ObjectServer`] for its private test server and
-//! invokes [`object_conformance_tests!`]. Driven by core's real engine and ObjectLog
+//! The conformance suite of the object-store backends (feature `conformance`), run by
+//! the S3 crate's tests on MinIO and the GCS crate's on the emulator: each implements
+//! [`ObjectServer`] for its private test server and invokes
+//! [`object_conformance_tests!`](crate::object_conformance_tests). Driven by core's real engine and ObjectLog
 //! against a real server, through the real adapter.
 //!
 //! It runs the suite every backend runs (`tlogd_core::conformance`: byte-identical to
@@ -17,6 +18,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::testsupport::toxiproxy::{Stream, Toxiproxy};
+use crate::{ClientTuning, ObjectStoreBackend, open_log};
 use bytes::Bytes;
 use tlogd_core::conformance::{ConformanceStore, ORIGIN, add_in_order, check_entries, config};
 use tlogd_core::engine::checker::check_log;
@@ -26,8 +29,6 @@ use tlogd_core::engine::objects::{
 };
 use tlogd_core::engine::{AddError, Log, LogStorage, StorageError};
 use tlogd_core::note::NoteSigner;
-use tlogd_storage_object::testsupport::toxiproxy::{Stream, Toxiproxy};
-use tlogd_storage_object::{ClientTuning, ObjectStoreBackend, open_log};
 
 /// A private test server of one object store.
 pub trait ObjectServer: Send + Sync + 'static {
@@ -56,8 +57,8 @@ macro_rules! object_conformance_tests {
         mod core_conformance {
             use super::*;
             tlogd_core::conformance_tests!(
-                conformance::ObjectStores<$s>,
-                conformance::ObjectStores::<$s>::default()
+                $crate::conformance::ObjectStores<$s>,
+                $crate::conformance::ObjectStores::<$s>::default()
             );
         }
         $crate::object_conformance_tests!(@ $s, multi_thread:
@@ -71,7 +72,7 @@ macro_rules! object_conformance_tests {
     (@ $s:ty, multi_thread: $($name:ident),*) => {$(
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $name() {
-            conformance::bounded(conformance::$name::<$s>()).await
+            $crate::conformance::bounded($crate::conformance::$name::<$s>()).await
         }
     )*};
 }

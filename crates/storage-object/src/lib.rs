@@ -1,9 +1,11 @@
-//! tlogd on object stores: Amazon S3 and S3-compatible stores (MinIO, ...), and Google
-//! Cloud Storage, through the [`object_store`] crate.
+//! The object-store adapter shared by tlogd's S3 (`tlogd-storage-s3`) and Google Cloud
+//! Storage (`tlogd-storage-gcs`) backends, over the [`object_store`] crate.
 //!
 //! Core owns the log format and the commit protocol ([`ObjectLog`]: stage a batch,
 //! compare-and-swap the state record, upload the tiles); this crate only translates
-//! core's five calls ([`ObjectBackend`]) to `object_store` requests:
+//! core's five calls ([`ObjectBackend`]) to `object_store` requests. What differs per
+//! store (configuration, credentials, the store's quirks) lives in the store's own
+//! crate, which builds its two clients and hands them to [`ObjectStoreBackend::new`]:
 //!
 //! | [`ObjectBackend`] | `object_store` | S3 | GCS (XML API) |
 //! |---|---|---|---|
@@ -29,10 +31,8 @@
 //!
 //! [`ObjectLog`]: tlogd_core::engine::objects::ObjectLog
 
-#[cfg(feature = "gcs")]
-pub mod gcs;
-#[cfg(feature = "s3")]
-pub mod s3;
+#[cfg(feature = "conformance")]
+pub mod conformance;
 #[cfg(feature = "testsupport")]
 pub mod testsupport;
 

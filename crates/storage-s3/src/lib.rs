@@ -1,4 +1,6 @@
-//! Amazon S3 and S3-compatible stores (MinIO, Cloudflare R2, ...).
+//! tlogd on Amazon S3 and S3-compatible stores (MinIO, Cloudflare R2, ...): the bucket's
+//! configuration and credentials, over the adapter of `tlogd-storage-object` (the
+//! request mapping, retries and the read cache live there).
 //!
 //! Conditional writes are S3's `If-None-Match: *` and `If-Match: <etag>` on `PUT`
 //! (AWS since November 2024; MinIO, R2). `object_store` 0.14 sends them by default
@@ -9,7 +11,10 @@ use std::sync::Arc;
 
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 
-use crate::{ClientTuning, ObjectStoreBackend, SetupError};
+pub use tlogd_storage_object::{ClientTuning, ObjectStoreBackend, SetupError};
+
+#[cfg(feature = "testsupport")]
+pub mod testsupport;
 
 /// Where and how to reach the bucket. Credentials not given here come from the
 /// standard AWS chain as `object_store` reads it: `AWS_ACCESS_KEY_ID` /
@@ -42,10 +47,10 @@ pub struct S3Options {
     pub client: ClientTuning,
 }
 
-/// The backend for `opts`: its plain and conditional clients (see the crate
-/// documentation).
+/// The backend for `opts`: its plain and conditional clients (see `tlogd-storage-object`
+/// on why conditional writes get a client that never retries).
 pub fn backend(opts: &S3Options) -> Result<ObjectStoreBackend, SetupError> {
-    crate::install_tls_provider();
+    tlogd_storage_object::install_tls_provider();
     if opts.bucket.is_empty() {
         return Err(SetupError::Config("the S3 bucket is required".into()));
     }

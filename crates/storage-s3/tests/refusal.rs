@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tlogd_core::engine::objects::{ObjectLogOptions, ObjectOpenError};
 use tlogd_storage_object::open_log;
-use tlogd_storage_object::s3::S3Options;
+use tlogd_storage_s3::S3Options;
 
 #[derive(Clone, Copy)]
 enum Mode {
@@ -126,7 +126,7 @@ fn options(port: u16) -> S3Options {
 
 async fn refused(mode: Mode) -> String {
     let port = fake_s3(mode);
-    let backend = tlogd_storage_object::s3::backend(&options(port)).unwrap();
+    let backend = tlogd_storage_s3::backend(&options(port)).unwrap();
     let opened = tokio::time::timeout(
         Duration::from_secs(60),
         open_log(backend, "example.com/log", ObjectLogOptions::default()),

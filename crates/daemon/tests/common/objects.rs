@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
-use tlogd_storage_object::testsupport::gcs::TestGcs;
-use tlogd_storage_object::testsupport::minio::{ACCESS_KEY, REGION, SECRET_KEY, TestMinio};
+use tlogd_storage_gcs::testsupport::TestGcs;
+use tlogd_storage_s3::testsupport::minio::{ACCESS_KEY, REGION, SECRET_KEY, TestMinio};
 
 use super::{Daemon, Opts};
 
@@ -47,7 +47,7 @@ pub async fn gcs_store(dir: &Path) -> Store {
     std::fs::create_dir_all(dir).unwrap();
     std::fs::write(
         &key,
-        tlogd_storage_object::testsupport::gcs::service_account_json(&gcs.endpoint()),
+        tlogd_storage_gcs::testsupport::service_account_json(&gcs.endpoint()),
     )
     .unwrap();
     let storage_toml = format!(

@@ -3,11 +3,14 @@
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use tlogd_storage_object::conformance::ObjectServer;
+use tlogd_storage_object::{ClientTuning, ObjectStoreBackend};
 
 use tlogd_gcs_emulator::GcsEmulator;
 pub use tlogd_gcs_emulator::service_account_json;
 
-use crate::gcs::GcsOptions;
+use crate::GcsOptions;
+use tlogd_storage_object::testsupport::no_metadata_services;
 
 /// Buckets created with the shared emulator (it has no bucket-creation API).
 const POOL: usize = 256;
@@ -33,7 +36,7 @@ impl TestGcs {
     /// `TLOGD_GCS_URL` is set (`http://127.0.0.1:<port>`, e.g. Google's testbench, by
     /// hand), that server, whose buckets `tlogd-0`..`tlogd-255` must exist.
     pub fn start() -> TestGcs {
-        super::no_metadata_services();
+        no_metadata_services();
         let buckets: Vec<String> = (0..POOL).map(|i| format!("tlogd-{i}")).collect();
         if let Ok(url) = std::env::var("TLOGD_GCS_URL") {
             let port = url
@@ -97,5 +100,30 @@ impl TestGcs {
             allow_http: true,
             client: Default::default(),
         }
+    }
+}
+
+/// The object-store conformance suite runs on this server.
+impl ObjectServer for TestGcs {
+    fn shared() -> &'static Self {
+        TestGcs::shared()
+    }
+    fn fresh_bucket(&self, _name: &str) -> String {
+        TestGcs::fresh_bucket(self)
+    }
+    fn port(&self) -> u16 {
+        TestGcs::port(self)
+    }
+    fn backend_via(
+        &self,
+        port: u16,
+        bucket: &str,
+        prefix: &str,
+        client: ClientTuning,
+    ) -> ObjectStoreBackend {
+        let mut o = self.gcs_options_via(port, bucket);
+        o.prefix = prefix.to_string();
+        o.client = client;
+        crate::backend(&o).unwrap_or_else(|e| panic!("GCS backend: {e}"))
     }
 }

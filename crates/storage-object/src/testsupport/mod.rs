@@ -1,6 +1,8 @@
-//! Test servers for the object-store backends (feature `testsupport`): a private MinIO
-//! ([`minio::TestMinio`]), the GCS emulator ([`gcs::TestGcs`]), Toxiproxy in front of
-//! either ([`toxiproxy::Toxiproxy`]), and a minimal HTTP/1.1 client to drive them. Each server is a child process on 127.0.0.1
+//! Test support shared by the object-store backends (feature `testsupport`): Toxiproxy
+//! in front of a store ([`toxiproxy::Toxiproxy`]), a minimal HTTP/1.1 client to drive
+//! test servers, and the lookup of their binaries. The servers themselves live with
+//! their store: `tlogd_storage_s3::testsupport::minio::TestMinio` (a private MinIO) and
+//! `tlogd_storage_gcs::testsupport::TestGcs` (the GCS emulator). Each server is a child process on 127.0.0.1
 //! at free ports, killed with its process group when dropped or when the test process
 //! exits (the process plumbing of `tlogd_storage_sql::testsupport`).
 //!
@@ -8,10 +10,7 @@
 //! looked up on `PATH`, in `$TLOGD_TOOLS_DIR`, and in `~/.cache/tlogd-tools/bin` (where
 //! `scripts/deps.sh test` installs them).
 
-pub mod gcs;
 pub mod http;
-pub mod minio;
-pub mod sigv4;
 pub mod toxiproxy;
 
 use std::path::PathBuf;

@@ -6,9 +6,14 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+use tlogd_storage_object::conformance::ObjectServer;
+use tlogd_storage_object::{ClientTuning, ObjectStoreBackend};
 
-use super::{ServerProcess, find_tool, free_port, http, server_dir, sigv4};
-use crate::s3::S3Options;
+use super::sigv4;
+use crate::S3Options;
+use tlogd_storage_object::testsupport::{
+    ServerProcess, find_tool, free_port, http, no_metadata_services, server_dir,
+};
 
 /// The root user of every test server.
 pub const ACCESS_KEY: &str = "tlogd-test";
@@ -39,7 +44,7 @@ impl TestMinio {
 
     /// A server of the caller's own (one it may stop).
     pub fn start() -> TestMinio {
-        super::no_metadata_services();
+        no_metadata_services();
         let binary = find_tool("minio");
         let dir = server_dir("tlogd-minio-");
         let data = dir.path().join("data");
@@ -241,4 +246,29 @@ pub fn unique_bucket_name(prefix: &str) -> String {
         .collect();
     let n = BUCKETS.fetch_add(1, Ordering::Relaxed);
     format!("t-{}-{}-{n}", clean.trim_matches('-'), std::process::id())
+}
+
+/// The object-store conformance suite runs on this server.
+impl ObjectServer for TestMinio {
+    fn shared() -> &'static Self {
+        TestMinio::shared()
+    }
+    fn fresh_bucket(&self, name: &str) -> String {
+        TestMinio::fresh_bucket(self, name)
+    }
+    fn port(&self) -> u16 {
+        TestMinio::port(self)
+    }
+    fn backend_via(
+        &self,
+        port: u16,
+        bucket: &str,
+        prefix: &str,
+        client: ClientTuning,
+    ) -> ObjectStoreBackend {
+        let mut o = self.s3_options_via(port, bucket);
+        o.prefix = prefix.to_string();
+        o.client = client;
+        crate::backend(&o).unwrap_or_else(|e| panic!("S3 backend: {e}"))
+    }
 }
