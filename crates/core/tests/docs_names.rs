@@ -86,9 +86,12 @@ fn module_files(src: &Path, path: &[&str]) -> Vec<PathBuf> {
     files
 }
 
+/// `(kind, name)` of what a module declares.
+type Declared = HashSet<(String, String)>;
+
 /// Everything `files` declare: `(kind, name)` for public items, `("fn", name)` for every
 /// function (trait methods carry no `pub`), `("impl", Trait)` for trait impls.
-fn declared(files: &[PathBuf]) -> HashSet<(String, String)> {
+fn declared(files: &[PathBuf]) -> Declared {
     let mut set = HashSet::new();
     for f in files {
         let text = std::fs::read_to_string(f).unwrap();
@@ -194,7 +197,8 @@ fn every_name_core_api_md_cites_is_declared_in_its_module() {
     let doc = std::fs::read_to_string(&doc_path)
         .unwrap_or_else(|e| panic!("{}: {e}", doc_path.display()));
 
-    let mut module: Option<(String, HashSet<(String, String)>, Vec<PathBuf>)> = None;
+    // The section being read: the module's path, what it declares, its files.
+    let mut module: Option<(String, Declared, Vec<PathBuf>)> = None;
     let mut sections = 0;
     let mut checked = 0;
     let mut stale = Vec::new();
