@@ -29,6 +29,7 @@ from xml.sax.saxutils import escape
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "results", "current.json")
 OUT = os.path.join(HERE, "results", "charts")
+ROOT = os.path.dirname(HERE)
 
 SYSTEM_COLOURS = {
     "tlogd": "#d95f02",
@@ -407,7 +408,7 @@ def main():
     doc, sets = load(args.data)
     if not args.check:
         names = write_all(doc, sets, args.out)
-        print(f"wrote {len(names)} charts to {os.path.relpath(args.out)}")
+        print(f"wrote {len(names)} charts to {os.path.relpath(args.out, ROOT)}")
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         names = write_all(doc, sets, tmp)
@@ -427,7 +428,7 @@ def main():
         for b in bad:
             print("  " + b, file=sys.stderr)
         return 1
-    print(f"{len(names)} charts match {os.path.relpath(args.data)}")
+    print(f"{len(names)} charts match {os.path.relpath(args.data, ROOT)}")
     return 0
 
 
