@@ -5,7 +5,7 @@
 # Prints one markdown row per run and the mean of each variant: appends/s, tlogd CPU per
 # append (utime+stime from /proc/PID/stat, sampled by the loadgen's --log-pid), the
 # loadgen's own CPU per add, add latency, time to integrate. Results go to
-# benches/README.md by hand.
+# benches/results/history.md by hand.
 #
 #   benches/ab.sh SECONDS ROUNDS VARIANT VARIANT... [-- extra loadgen flags]
 #

@@ -4,7 +4,7 @@
 # private MinIO, alternated for several sittings (this machine drifts). Prints
 # appends/s, each frontend's share of the acknowledged adds, add latency, and object
 # writes (PUT + conditional PUT, from each tlogd's /metrics) per committed entry.
-# Every entry is verified by the loadgen. Results go to benches/README.md by hand.
+# Every entry is verified by the loadgen. Results go to benches/results/history.md by hand.
 #
 #   benches/frontends.sh [seconds per run, default 20] [writers, default 512] [sittings, default 2]
 #

@@ -18,7 +18,7 @@
 # Prints one markdown row per run and the mean of each: acknowledged adds/s, server
 # CPU per add (utime+stime from /proc/PID/stat via the loadgen's --log-pid), the
 # loadgen's CPU per add, add latency. `null` and `deferred` are driven with --no-verify
-# (they are not logs); the others are verified entry by entry. Results go to benches/README.md.
+# (they are not logs); the others are verified entry by entry. Results go to benches/results/history.md.
 #
 #   benches/http-floor.sh SECONDS ROUNDS [MODE...] [-- extra loadgen flags]
 #

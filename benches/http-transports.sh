@@ -5,7 +5,7 @@
 # hits both alike; fresh log per run, every entry verified. Prints one markdown row per
 # run: appends/s, tlogd CPU per append (utime+stime from /proc/PID/stat, sampled by the
 # loadgen's --log-pid), the loadgen's own CPU per add, add latency, time to integrate
-# and the verification backlog. Results go to benches/README.md by hand.
+# and the verification backlog. Results go to benches/results/history.md by hand.
 #
 #   benches/http-transports.sh [seconds per run, default 20] [pairs, default 4] [extra loadgen flags...]
 #

@@ -4,7 +4,7 @@
 # MariaDB's own counters (SHOW GLOBAL STATUS) and its CPU taken over 10 s in the middle
 # of each run. Variants that change the commit rate (e.g. `[batching] max_age_ms`) then
 # separate MariaDB's CPU per commit from its CPU per append. One markdown row per run,
-# variants rotated each round; results go to benches/README.md by hand.
+# variants rotated each round; results go to benches/results/history.md by hand.
 #
 #   benches/mysql-commits.sh SECONDS ROUNDS VARIANT...
 #   benches/mysql-commits.sh 25 2 base linger5=--config=/tmp/linger5.toml

@@ -2,7 +2,7 @@
 # tlogd on an object store, on this machine, with the loadgen (every entry verified):
 # one frontend on a private MinIO bucket (S3 API), then the same with 20 ms of latency
 # added to every store request by Toxiproxy; appends/s, CPU per append of tlogd and of
-# MinIO from /proc, add latency. Results go to benches/README.md by hand.
+# MinIO from /proc, add latency. Results go to benches/results/history.md by hand.
 #
 #   benches/object-stores.sh [seconds per run, default 20] [writers, default 256] [http1|h2c, default http1]
 #

@@ -4,7 +4,7 @@
 # `perf record -F 999` of the tlogd process for 12 s in the middle of a 30 s run, every
 # sample sorted into a stage by its thread and symbol, and each stage's share turned
 # into µs per append (samples / 999 Hz / entries appended during the recording).
-# Prints a markdown table; results go to benches/README.md by hand.
+# Prints a markdown table; results go to benches/results/history.md by hand.
 #
 #   benches/profile.sh [label, default tlogd] [extra tlogd serve flags...]
 #   TLOGD_BIN=/tmp/tlogd-old LGFLAGS=--h2c benches/profile.sh old --no-dedup

@@ -4,7 +4,7 @@
 # to an unthrottled flood of reads, each read a `GET /checkpoint` or a tile beyond the
 # tree (h2load, h2c, from Debian's nghttp2-client). For each backend asked (posix,
 # postgres, mysql, s3 = MinIO) and each binary given, interleaved. Results go to
-# benches/README.md by hand.
+# benches/results/history.md by hand.
 #
 #   benches/reads-vs-commits.sh SECONDS ROUNDS LABEL=BINARY... [-- BACKEND...]
 #   e.g. benches/reads-vs-commits.sh 10 1 old=/tmp/tlogd-old new=/tmp/tlogd-new -- postgres mysql s3 posix

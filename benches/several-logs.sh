@@ -7,7 +7,7 @@
 # row per run: aggregate appends/s (the sum of the logs' checkpoint growth), tlogd CPU
 # per append (utime+stime of the daemon over the run / entries appended), and the
 # slowest log's share of the aggregate. `one-3lg` is the single log driven by three
-# loadgens of WRITERS/3 writers (what `three` pays for three driver processes). Results go to benches/README.md by hand.
+# loadgens of WRITERS/3 writers (what `three` pays for three driver processes). Results go to benches/results/history.md by hand.
 #
 #   benches/several-logs.sh SECONDS ROUNDS [one three] [-- extra loadgen flags]
 #

@@ -3,7 +3,7 @@
 # loadgen (every entry verified): private servers with durable commits, one then two
 # frontends per database, CPU per append of tlogd and of the database server from
 # /proc; two frontends also with the second forwarding its batches to the first
-# (`[forward]`). Results go to benches/README.md by hand.
+# (`[forward]`). Results go to benches/results/history.md by hand.
 #
 #   benches/sql-backends.sh [seconds per run, default 20]
 #

@@ -3,7 +3,7 @@
 # private MariaDB, durable commits) and S3 (a private MinIO), each [[logs]] entry with
 # its own key, store and dedup index, each driven by its own loadgen (every entry it
 # reads verified), then each checked whole by Go Tessera's fsck (v1.0.4) and by
-# `tlogd verify`. Prints a markdown row per log. Results go to benches/README.md by hand.
+# `tlogd verify`. Prints a markdown row per log. Results go to benches/results/history.md by hand.
 #
 #   benches/three-backends.sh [SECONDS, default 30] [WRITERS per log, default 64]
 #

@@ -5,7 +5,7 @@
 # appends/s (checkpoint growth), the log server's CPU per append (utime+stime from
 # /proc/PID/stat, sampled by the loadgen's --log-pid), the database server's CPU per
 # append (MySQL rows), the loadgen's own CPU per add, add latency, time to integrate.
-# Results go to benches/README.md by hand.
+# Results go to benches/results/history.md by hand.
 #
 #   benches/vs-tessera.sh posix|mysql [seconds per run, default 20] [pairs, default 3] [extra loadgen flags...]
 #

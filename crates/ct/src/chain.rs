@@ -1246,7 +1246,7 @@ fn verify_signature_by(child: &Cert<'_>, issuer: &Cert<'_>, ring: bool) -> Resul
 /// (smaller legacy keys, unusual exponents), so what is accepted does not depend on
 /// the library. ring is ~12× faster here (2048-bit, SHA-256: ~30–40 µs against
 /// ~410–490 µs), and every add of a chain under an RSA issuer verifies the leaf's
-/// signature (benches/README.md, 2026-11-27).
+/// signature (benches/results/history.md, 2026-11-27).
 fn ring_rsa(der_key: &[u8], alg: SigAlg) -> Option<&'static ring::signature::RsaParameters> {
     use ring::signature as rs;
     let seq = der::read_exact(der_key, der::SEQUENCE).ok()?;

@@ -26,7 +26,7 @@ use tlogd::server::ServeOptions;
 
 // glibc's malloc and free were ~10 % of the daemon's CPU under load (hyper, axum and
 // the add path allocate per request); mimalloc's thread-local free lists cost a
-// fraction of that (benches/README.md, "CPU per append").
+// fraction of that (benches/results/history.md, "Where tlogd's CPU goes, by stage").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -39,7 +39,7 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// returns ("purges") memory that stayed free for a while, and the next allocation
 /// faults it back in, zeroed, some of it on the integrator's thread between commits; at
 /// 1024 writers that cost ~4 % of the append rate and ~1 µs of CPU per append
-/// (benches/README.md, "2026-11-25 (late night)"). The price: resident memory stays
+/// (benches/results/history.md, "2026-11-25 (late night)"). The price: resident memory stays
 /// near its high-water mark, which the queue's and the caches' limits bound.
 fn keep_freed_memory() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {

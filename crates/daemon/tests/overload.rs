@@ -5,7 +5,7 @@
 //! in the log at its index.
 //!
 //! The numbers this prints (offered vs. acknowledged rate, peak RSS, slowest read) are
-//! recorded in benches/README.md; the assertions are about behaviour and bounds, not
+//! recorded in benches/results/history.md; the assertions are about behaviour and bounds, not
 //! speed.
 
 mod common;

@@ -14,7 +14,7 @@
 //!   bits (~1 %): at 30M entries five generations then sent ~4 % of lookups to
 //!   RocksDB, ~14 µs each across the index's two dozen sorted runs, and a lookup of a
 //!   new hash averaged 900 ns; at 16 bits, 360 ns, and the index's CPU per entry fell
-//!   by ~0.4 µs (`examples/growth.rs`, benches/README.md). A filter saved at 10 bits
+//!   by ~0.4 µs (`examples/growth.rs`, benches/results/history.md). A filter saved at 10 bits
 //!   by an earlier release still loads; generations added after are 16.
 //! * **Seeded.** Hashes are SHA-256 digests of client-chosen entries. The block and bits
 //!   come from the hash mixed with a random seed (drawn when the filter is built, and

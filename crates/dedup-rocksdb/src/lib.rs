@@ -97,7 +97,7 @@ pub struct DedupOptions {
     /// family only, so no merge rewrites more than one generation: in one family,
     /// universal compaction's size-amplification merges came at ~5.5M, ~33M and
     /// ~100M entries, the one at 33M rewriting 1.6 GB on one core for ~13 s with its
-    /// input and output both on disk (benches/README.md). The eighth keeps the count
+    /// input and output both on disk (benches/results/history.md). The eighth keeps the count
     /// of generations, which a lookup the filter cannot answer reads one by one, to
     /// ~30 at a billion entries.
     pub generation_entries: u64,
@@ -295,7 +295,7 @@ fn entries_options(block_cache_bytes: usize, compaction: DBCompactionStyle) -> O
     // so each entry is rewritten about once per doubling of the index. Lookups
     // rarely reach the tables now that the filter in front of them answers misses, so
     // the extra sorted runs cost little. Measured to 50M entries
-    // (`benches/at-scale.sh`, benches/README.md): leveled 57.8k appends/s at 17.9 µs
+    // (`benches/at-scale.sh`, benches/results/history.md): leveled 57.8k appends/s at 17.9 µs
     // of tlogd CPU per append, the last five minutes at 88 % of the first five;
     // universal 60.5k/s at 16.5 µs, 90 %. The price is space while a merge runs: its
     // input and output coexist, up to twice a generation's size (see
@@ -572,7 +572,7 @@ impl RocksDedup {
     /// 9.2M entries took 0.54–0.63 µs of CPU per entry as operands and 0.31–0.36 µs
     /// as values (`examples/compaction.rs`, two sittings); to 50M entries the index's
     /// compactions took 41.7–43.7 s of CPU with operands and 31.3 s with values, for
-    /// the same 4.18 GB written (benches/README.md). Knowing a hash is absent costs the
+    /// the same 4.18 GB written (benches/results/history.md). Knowing a hash is absent costs the
     /// filter's probe, and a read of the tables for the few hashes it answers "maybe"
     /// to (~0.1 % per filter generation), read together in key order.
     ///
@@ -875,7 +875,7 @@ fn generations_in(families: Vec<String>) -> Result<Vec<String>, DedupError> {
 /// generation no table goes to any more: RocksDB's universal compaction merges its
 /// sorted runs down to two, once. A lookup the filter cannot answer (a
 /// duplicate, or one of its ~0.1 % "maybe"s per filter generation) reads every sorted
-/// run of every generation, ~0.6 µs each (~14 µs across two dozen, benches/README.md):
+/// run of every generation, ~0.6 µs each (~14 µs across two dozen, benches/results/history.md):
 /// a full 8M generation is one run of 5.5M entries (its merge at 24 tables) and up to
 /// a dozen tables, which this makes one run of ~2.5M, ~0.9 s of one core
 /// (`examples/compaction.rs`). Merging the two as well would cost the whole
