@@ -8,7 +8,9 @@ bash scripts/deps.sh
 source scripts/env.sh
 data="${TLOGD_DATA:-$PWD/tlogd-data}"
 origin="${TLOGD_ORIGIN:-example.com/log/dev}"
-cargo build --release -p tlogd
+# The test command's build (`cargo test --release --workspace`): `cargo build -p tlogd`
+# would unify features differently and compile tlogd a second time.
+cargo test --release --workspace --no-run
 bin="$CARGO_TARGET_DIR/release/tlogd"
 mkdir -p "$data"
 [ -f "$data/log.key" ] || "$bin" keygen --origin "$origin" --out "$data/log.key" > "$data/log.vkey"

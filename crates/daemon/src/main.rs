@@ -604,9 +604,22 @@ async fn serve(c: Config) -> anyhow::Result<()> {
         })
     };
     let shutdown_signal = shutdown_signals()?;
-    // Bind first: a taken port fails before any log is opened or written.
+    // Bind first (the metrics port too): a taken port fails before any log is opened
+    // or written.
     let listener = listen(c.listen, c.http.max_connections)
         .with_context(|| format!("listening on {}", c.listen))?;
+    let metrics_listener = match c.metrics.listen.as_str() {
+        "" => None,
+        addr => {
+            let addr: SocketAddr = addr
+                .parse()
+                .with_context(|| format!("metrics.listen {addr:?}"))?;
+            let ml = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("metrics: listening on {addr}"))?;
+            Some((addr, ml))
+        }
+    };
     let opened = open_logs(&c).await?;
     let logs: Vec<Arc<dyn ServedLog>> = opened.iter().map(|o| o.log.clone()).collect();
     let mut routes = Vec::new();
@@ -620,13 +633,7 @@ async fn serve(c: Config) -> anyhow::Result<()> {
     if !ct_logs.is_empty() {
         reload_roots_on_sighup(ct_logs)?;
     }
-    let metrics_task = if c.metrics.listen.is_empty() {
-        None
-    } else {
-        let addr: SocketAddr = c.metrics.listen.parse()?;
-        let ml = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("metrics: listening on {addr}"))?;
+    let metrics_task = if let Some((addr, ml)) = metrics_listener {
         let app = observe::router(logs.clone(), metrics);
         tracing::info!(%addr, "metrics and health endpoints listening");
         let opts = ServeOptions {
@@ -639,6 +646,8 @@ async fn serve(c: Config) -> anyhow::Result<()> {
             opts,
             std::future::pending(),
         )))
+    } else {
+        None
     };
     tracing::info!(
         addr = %c.listen,

@@ -564,3 +564,63 @@ async fn duplicates_return_the_original_index_across_restarts() {
     assert_eq!(got, (first_index["dup test 7"], true));
     assert!(d.terminate().success());
 }
+
+/// A taken port (the public one, or the metrics one) stops tlogd before it opens or
+/// writes any log: no directory, no checkpoint, and one clear line saying which port.
+#[test]
+fn a_taken_port_fails_before_any_log_is_opened() {
+    for which in ["listen", "metrics"] {
+        let dir = tempfile::tempdir().unwrap();
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let taken_port = taken.local_addr().unwrap().port();
+        let (port, mport) = match which {
+            "listen" => (taken_port, free_port()),
+            _ => (free_port(), taken_port),
+        };
+        let key = dir.path().join("key");
+        std::fs::write(&key, SKEY).unwrap();
+        let log_dir = dir.path().join("log");
+        let cfg = dir.path().join("tlogd.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "listen = \"127.0.0.1:{port}\"\norigin = \"{ORIGIN}\"\nprivate_key_file = \"{}\"\n\
+                 [storage]\ndir = \"{}\"\n[metrics]\nlisten = \"127.0.0.1:{mport}\"\n",
+                key.display(),
+                log_dir.display()
+            ),
+        )
+        .unwrap();
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tlogd"))
+            .args(["serve", "--config"])
+            .arg(&cfg)
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn tlogd");
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("tlogd kept running with its {which} port taken");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+        assert!(!status.success(), "{which}: {stderr}");
+        assert!(
+            stderr.contains(&format!("127.0.0.1:{taken_port}")),
+            "{which}: the error names the port: {stderr}"
+        );
+        assert!(
+            !log_dir.exists(),
+            "{which}: the log was opened before the port was bound"
+        );
+        drop(taken);
+    }
+}
