@@ -17,12 +17,12 @@ use axum::extract::Request;
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use tlog_verify::client::{BaseUrl, Client, ClientError};
 use tlogd_core::bundle::MAX_ENTRY_SIZE;
 use tlogd_core::engine::forward::{
     decode_entries, decode_outcomes, encode_entries, encode_outcomes,
 };
 use tlogd_core::engine::{BoxFuture, ForwardError, ForwardedOutcome, Forwarder, Log, LogStorage};
+use tlogd_http::client::{BaseUrl, Client, ClientError};
 
 use crate::auth::{Verdict, WriteTokens};
 use crate::http::text;

@@ -18,13 +18,13 @@ use anyhow::{Context, bail};
 use bytes::Bytes;
 use futures_util::StreamExt as _;
 use hyper::{Method, StatusCode};
-use tlog_verify::client::{BaseUrl, Client, ClientError};
 use tlogd_core::checkpoint::Checkpoint;
 use tlogd_core::engine::{BoxFuture, CheckpointCosigner, ConsistencyProver};
 use tlogd_core::note::{Note, NoteSignature, NoteVerifier};
 use tlogd_core::witness::{
     PolicyWitness, WitnessPolicy, add_checkpoint_body, parse_cosignatures, parse_size_body,
 };
+use tlogd_http::client::{BaseUrl, Client, ClientError};
 
 use crate::config::WitnessingConfig;
 

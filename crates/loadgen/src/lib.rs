@@ -29,7 +29,8 @@ pub mod stats;
 
 /// The HTTP client and the verified reader live in `tlog-verify`, shared with
 /// `tlogd verify`.
-pub use tlog_verify::{client, reader};
+pub use tlog_verify::reader;
+pub use tlogd_http::client;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

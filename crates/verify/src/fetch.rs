@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::VerifyError;
-use crate::client::{BaseUrl, Client, H2cPool};
+use tlogd_http::client::{BaseUrl, Client, H2cPool};
 
 /// Reads a log's resources by tlog-tiles path (`checkpoint`, `tile/0/000`, ...).
 /// Cheap to clone; clones share connections.

@@ -9,19 +9,14 @@
 //! * [`reader`]: checkpoints verified against the log's key, bundles, tiles, inclusion
 //!   and consistency proofs built from tiles;
 //! * [`rebuild`]: hash tiles recomputed from entry bundles and compared with the log's;
-//! * [`fsck`]: the whole log, every bundle and tile up to the checkpoint, in parallel;
-//! * [`yield_first`]: HTTP/2 connections driven so that many streams' frames leave in
-//!   one write (the h2c client here, and tlogd's server).
+//! * [`fsck`]: the whole log, every bundle and tile up to the checkpoint, in parallel.
 //!
-//! The formats and the Merkle math are `tlogd-core`'s.
+//! The formats and the Merkle math are `tlogd-core`'s; HTTP is `tlogd-http`'s.
 
-pub mod client;
 pub mod fetch;
 pub mod fsck;
-mod h1;
 pub mod reader;
 pub mod rebuild;
-pub mod yield_first;
 
 /// A log that could not be read, or is not what it claims to be. Messages name the
 /// resource (tlog-tiles path) at fault.

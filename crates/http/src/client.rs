@@ -19,8 +19,10 @@ use hyper::{Method, Request, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
-use crate::h1::PlainH1;
 use crate::yield_first::YieldFirst;
+use h1::PlainH1;
+
+mod h1;
 
 /// A failed request.
 #[derive(Debug, thiserror::Error)]

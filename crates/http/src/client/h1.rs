@@ -16,7 +16,7 @@ use hyper::StatusCode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::client::Response;
+use super::Response;
 
 /// The most a response's status line and headers may take.
 const MAX_HEAD: usize = 64 << 10;
