@@ -1,7 +1,6 @@
 //! Where a log's resources come from: a base URL or a local directory. Both answer
 //! "the bytes at this tlog-tiles path, or absent".
 
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -11,15 +10,7 @@ use bytes::Bytes;
 use crate::VerifyError;
 use tlogd_http::client::{BaseUrl, Client, H2cPool};
 
-/// Reads a log's resources by tlog-tiles path (`checkpoint`, `tile/0/000`, ...).
-/// Cheap to clone; clones share connections.
-pub trait Fetch: Clone + Send + Sync + 'static {
-    /// The bytes at `path`, `Ok(None)` when the log does not have it.
-    fn get(&self, path: &str) -> impl Future<Output = Result<Option<Bytes>, VerifyError>> + Send;
-
-    /// Where the log is, for messages.
-    fn location(&self) -> String;
-}
+pub use tlogd_core::engine::checker::Fetch;
 
 /// A log served over HTTP: keep-alive connections, one per concurrent request,
 /// reused; or, over h2c, the shared connections of an [`H2cPool`].

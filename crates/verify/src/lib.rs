@@ -18,21 +18,4 @@ pub mod fsck;
 pub mod reader;
 pub mod rebuild;
 
-/// A log that could not be read, or is not what it claims to be. Messages name the
-/// resource (tlog-tiles path) at fault.
-#[derive(Debug, thiserror::Error)]
-pub enum VerifyError {
-    /// A transport failure or an unexpected HTTP status: nothing is known about the
-    /// log's contents.
-    #[error("{0}")]
-    Fetch(String),
-    /// A resource the log must serve is absent.
-    #[error("{0}: not found")]
-    NotFound(String),
-    /// A resource is malformed or disagrees with the rest of the log.
-    #[error("{0}")]
-    Invalid(String),
-    /// The checkpoint does not verify with the log's key and origin.
-    #[error("checkpoint: {0}")]
-    Checkpoint(String),
-}
+pub use tlogd_core::engine::checker::VerifyError;

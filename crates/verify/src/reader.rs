@@ -21,21 +21,7 @@ const TILE_CACHE: usize = 4096;
 /// the entries a checkpoint adds.
 const PARTIAL_CACHE: usize = 256;
 
-/// Verify a signed checkpoint of the log `origin` with its key.
-pub fn open_checkpoint(
-    bytes: &[u8],
-    origin: &str,
-    verifier: &NoteVerifier,
-) -> Result<Checkpoint, VerifyError> {
-    Checkpoint::open(bytes, origin, verifier)
-        .map(|(cp, _)| cp)
-        .map_err(|e| VerifyError::Checkpoint(e.to_string()))
-}
-
-/// The width of bundle (or level-0 tile) `n` in a tree of `size`.
-pub fn width_at(n: u64, size: u64) -> u16 {
-    (size.saturating_sub(n * TILE_WIDTH)).min(TILE_WIDTH) as u16
-}
+pub use tlogd_core::engine::checker::{check_width, open_checkpoint, width_at};
 
 /// Parse bundle `got` and check it holds exactly `got.width` entries (tlog-tiles "Log
 /// entries"); returns the first `want` of them.
@@ -48,18 +34,6 @@ pub fn bundle_entries(got: &TileId, bytes: &[u8], want: u16) -> Result<Vec<Vec<u
         .take(want as usize)
         .map(<[u8]>::to_vec)
         .collect())
-}
-
-/// A bundle holds exactly as many entries as its path's width says.
-pub(crate) fn check_width(got: &TileId, entries: usize) -> Result<(), VerifyError> {
-    if entries == got.width as usize {
-        return Ok(());
-    }
-    Err(VerifyError::Invalid(format!(
-        "{}: holds {entries} entries, expected {}",
-        got.path(),
-        got.width
-    )))
 }
 
 /// Split bundle `got` with `personality` and check it holds exactly `got.width`
