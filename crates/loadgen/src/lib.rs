@@ -615,7 +615,11 @@ pub async fn run(mut args: Args) -> anyhow::Result<Report> {
     let max_runtime = ctx.args.max_runtime;
     let write_for = ctx.args.duration;
     let tty = !ctx.args.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let (mut last_w, mut last_size) = (0u64, start_size);
+    let mut last_w = 0u64;
+    // Growth is measured per checkpoint interval: checkpoints arrive about once an
+    // interval, so growth sampled once a second would swing between 0 and twice the
+    // rate as one or two of them fall in a second.
+    let mut growth = GrowthPerCheckpoint::new(start_size);
     let (mut last_cpu, mut last_log_cpu, mut last_t) = (cpu_start, log_cpu_start, 0.0);
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.tick().await;
@@ -632,13 +636,13 @@ pub async fn run(mut args: Args) -> anyhow::Result<Report> {
         if write_end.is_some() && tasks.iter().all(|t| t.is_finished()) {
             break;
         }
+        let t = started.elapsed().as_secs_f64();
+        growth.observe(t, ctx.stats.tree_size.load(Ordering::Relaxed));
         if !ticked {
             continue;
         }
         let s = &ctx.stats;
-        let t = started.elapsed().as_secs_f64();
         let w = s.writes_new.load(Ordering::Relaxed) + s.writes_dup.load(Ordering::Relaxed);
-        let size = s.tree_size.load(Ordering::Relaxed);
         let (p50, p99) = s.take_tick();
         let (i50, i99) = s.take_integrate_tick();
         let cpu = cpu_seconds();
@@ -647,7 +651,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<Report> {
         let sample = Sample {
             t,
             writes_per_s: (w - last_w) as f64,
-            growth_per_s: size.saturating_sub(last_size) as f64,
+            growth_per_s: growth.per_second(t),
             p50_ms: p50,
             p99_ms: p99,
             in_flight: s.in_flight.load(Ordering::Relaxed),
@@ -660,7 +664,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<Report> {
                 .zip(last_log_cpu)
                 .map(|(now, then)| (now - then) / dt),
         };
-        (last_w, last_size, last_cpu, last_log_cpu, last_t) = (w, size, cpu, log_cpu, t);
+        (last_w, last_cpu, last_log_cpu, last_t) = (w, cpu, log_cpu, t);
         if !ctx.args.quiet {
             report::status_line(&sample, s, tty);
         }
@@ -1514,4 +1518,84 @@ async fn dry_run_endpoint() -> anyhow::Result<(std::net::SocketAddr, tokio::task
         let _ = axum::serve(listener, app).await;
     });
     Ok((addr, h))
+}
+
+/// Tree growth over the latest checkpoint interval: the two newest checkpoint sizes
+/// seen, and when they were seen.
+#[derive(Debug)]
+struct GrowthPerCheckpoint {
+    /// (seconds since start, size) of the newest checkpoint, and of the one before.
+    newest: Option<(f64, u64)>,
+    before: Option<(f64, u64)>,
+    start_size: u64,
+}
+
+impl GrowthPerCheckpoint {
+    fn new(start_size: u64) -> Self {
+        GrowthPerCheckpoint {
+            newest: None,
+            before: None,
+            start_size,
+        }
+    }
+
+    /// The verified tree size at `t` (seconds since the start, when the size was
+    /// `start_size`).
+    fn observe(&mut self, t: f64, size: u64) {
+        let newest = self.newest.map_or(self.start_size, |(_, s)| s);
+        if size > newest {
+            self.before = Some(self.newest.unwrap_or((0.0, self.start_size)));
+            self.newest = Some((t, size));
+        }
+    }
+
+    /// Entries per second over the latest interval between two checkpoints; once no
+    /// checkpoint has come for longer than that interval, the growth since the one
+    /// before spread over the time up to `now`, so a stalled log falls towards 0.
+    fn per_second(&self, now: f64) -> f64 {
+        let (Some((t1, s1)), Some((t0, s0))) = (self.newest, self.before) else {
+            return 0.0;
+        };
+        let interval = t1 - t0;
+        if interval <= 0.0 {
+            return 0.0;
+        }
+        let span = if now - t1 > interval {
+            now - t0
+        } else {
+            interval
+        };
+        s1.saturating_sub(s0) as f64 / span
+    }
+}
+
+#[cfg(test)]
+mod growth_tests {
+    use super::GrowthPerCheckpoint;
+
+    #[test]
+    fn growth_is_per_checkpoint_interval_not_per_second() {
+        // 1,000 entries/s, a checkpoint every 1.02 s, sampled every second: the per-second
+        // difference would read 0 or ~2,000 now and then; this reads ~1,000 throughout.
+        let mut g = GrowthPerCheckpoint::new(0);
+        let mut samples = Vec::new();
+        let mut next_cp = 1.02;
+        let mut t = 0.0;
+        while t < 30.0 {
+            t += 0.02;
+            if t >= next_cp {
+                g.observe(t, (next_cp * 1000.0) as u64);
+                next_cp += 1.02;
+            }
+            if ((t * 50.0).round() as u64).is_multiple_of(50) && t > 3.0 {
+                samples.push(g.per_second(t));
+            }
+        }
+        assert!(!samples.is_empty());
+        for r in samples {
+            assert!((900.0..1100.0).contains(&r), "{r}");
+        }
+        // A stalled log: no checkpoint for 10 s, the rate falls.
+        assert!(g.per_second(t + 10.0) < 200.0);
+    }
 }

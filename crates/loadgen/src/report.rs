@@ -239,7 +239,7 @@ pub fn html(r: &Report) -> String {
         "entries/s",
         &[
             line("adds acknowledged/s", BLUE, |s| s.writes_per_s),
-            line("tree growth/s (verified checkpoints)", GREEN, |s| {
+            line("tree growth/s (per checkpoint interval)", GREEN, |s| {
                 s.growth_per_s
             }),
         ],

@@ -238,7 +238,8 @@ pub struct Sample {
     pub t: f64,
     /// Adds acknowledged per second.
     pub writes_per_s: f64,
-    /// Tree growth per second (from verified checkpoints).
+    /// Tree growth per second over the latest interval between two verified
+    /// checkpoints (not per second of the run: checkpoints come once an interval).
     pub growth_per_s: f64,
     /// Add latency p50 (ms) in this second.
     pub p50_ms: f64,
