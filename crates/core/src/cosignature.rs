@@ -19,7 +19,7 @@ use base64::engine::general_purpose::STANDARD as B64;
 use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
 
 use crate::note::{
-    NoteError, NoteSignature, parse_typed_vkey, split_key, typed_key_id, typed_vkey, valid_name,
+    NoteError, NoteSignature, parse_typed_vkey, typed_key_id, typed_vkey, valid_name,
 };
 
 /// signed-note "Signature types": timestamped Ed25519 checkpoint cosignatures.
@@ -130,26 +130,13 @@ impl std::fmt::Debug for CosignatureSigner {
 impl CosignatureSigner {
     /// Parse a cosigner private key.
     pub fn from_skey(s: &str) -> Result<Self, NoteError> {
-        let rest = s
-            .strip_prefix("PRIVATE+KEY+")
-            .ok_or(NoteError::BadKey("missing PRIVATE+KEY+ prefix"))?;
-        let (name, id, key) = split_key(rest)?;
-        if key.len() != 33 || key[0] != ALG_COSIGNATURE_V1 {
-            return Err(NoteError::BadKey(
-                "not an Ed25519 cosignature (type 0x04) private key",
-            ));
-        }
-        let mut seed = [0u8; 32];
-        seed.copy_from_slice(&key[1..]);
-        let key = SigningKey::from_bytes(&seed);
-        if cosigner_key_id(name, &key.verifying_key()) != id {
-            return Err(NoteError::BadKey("key id does not match the key"));
-        }
-        Ok(CosignatureSigner {
-            name: name.to_string(),
-            id,
-            key,
-        })
+        let (name, id, key) = crate::note::parse_ed25519_skey(
+            s,
+            ALG_COSIGNATURE_V1,
+            "not an Ed25519 cosignature (type 0x04) private key",
+            cosigner_key_id,
+        )?;
+        Ok(CosignatureSigner { name, id, key })
     }
 
     /// The matching verifier.

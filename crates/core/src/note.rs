@@ -183,6 +183,32 @@ pub(crate) fn split_key(s: &str) -> Result<(&str, u32, Vec<u8>), NoteError> {
     Ok((name, id, key))
 }
 
+/// Parse `PRIVATE+KEY+<name>+<hex key id>+<base64(alg || 32-byte Ed25519 seed)>`, a
+/// note signer's (`alg` 0x01) or a cosigner's (0x04) private key: its name, key ID
+/// (checked against the key with `key_id`) and key. `wrong_type` is the message for
+/// another algorithm byte.
+pub(crate) fn parse_ed25519_skey(
+    s: &str,
+    alg: u8,
+    wrong_type: &'static str,
+    key_id: fn(&str, &ed25519_dalek::VerifyingKey) -> u32,
+) -> Result<(String, u32, SigningKey), NoteError> {
+    let rest = s
+        .strip_prefix("PRIVATE+KEY+")
+        .ok_or(NoteError::BadKey("missing PRIVATE+KEY+ prefix"))?;
+    let (name, id, key) = split_key(rest)?;
+    if key.len() != 33 || key[0] != alg {
+        return Err(NoteError::BadKey(wrong_type));
+    }
+    let mut seed = [0u8; 32];
+    seed.copy_from_slice(&key[1..]);
+    let key = SigningKey::from_bytes(&seed);
+    if key_id(name, &key.verifying_key()) != id {
+        return Err(NoteError::BadKey("key id does not match the key"));
+    }
+    Ok((name.to_string(), id, key))
+}
+
 /// An Ed25519 note signer.
 pub struct NoteSigner {
     name: String,
@@ -193,24 +219,9 @@ pub struct NoteSigner {
 impl NoteSigner {
     /// Parse `PRIVATE+KEY+<name>+<hex key id>+<base64(0x01 || 32-byte seed)>`.
     pub fn from_skey(s: &str) -> Result<Self, NoteError> {
-        let rest = s
-            .strip_prefix("PRIVATE+KEY+")
-            .ok_or(NoteError::BadKey("missing PRIVATE+KEY+ prefix"))?;
-        let (name, id, key) = split_key(rest)?;
-        if key.len() != 33 || key[0] != ALG_ED25519 {
-            return Err(NoteError::BadKey("not an Ed25519 private key"));
-        }
-        let mut seed = [0u8; 32];
-        seed.copy_from_slice(&key[1..]);
-        let key = SigningKey::from_bytes(&seed);
-        if ed25519_key_id(name, &key.verifying_key()) != id {
-            return Err(NoteError::BadKey("key id does not match the key"));
-        }
-        Ok(NoteSigner {
-            name: name.to_string(),
-            id,
-            key,
-        })
+        let (name, id, key) =
+            parse_ed25519_skey(s, ALG_ED25519, "not an Ed25519 private key", ed25519_key_id)?;
+        Ok(NoteSigner { name, id, key })
     }
 
     /// The key name.

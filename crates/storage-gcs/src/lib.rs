@@ -5,8 +5,6 @@
 //! Conditional writes are `x-goog-if-generation-match` (`0`: the object must not
 //! exist), the version is the object's generation (`x-goog-generation`).
 
-use std::sync::Arc;
-
 use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
 
 pub use tlogd_storage_object::{ClientTuning, ObjectStoreBackend, SetupError};
@@ -44,17 +42,12 @@ pub struct GcsOptions {
 /// on why conditional writes get a client that never retries).
 pub fn backend(opts: &GcsOptions) -> Result<ObjectStoreBackend, SetupError> {
     tlogd_storage_object::install_tls_provider();
-    if opts.bucket.is_empty() {
-        return Err(SetupError::Config("the GCS bucket is required".into()));
-    }
-    if let Some(e) = &opts.endpoint
-        && e.starts_with("http://")
-        && !opts.allow_http
-    {
-        return Err(SetupError::Config(format!(
-            "the GCS endpoint {e} is plain HTTP: allow it explicitly (allow_http) or use https://"
-        )));
-    }
+    tlogd_storage_object::check_bucket_and_endpoint(
+        "GCS",
+        &opts.bucket,
+        opts.endpoint.as_deref(),
+        opts.allow_http,
+    )?;
     let mut b = GoogleCloudStorageBuilder::from_env().with_bucket_name(&opts.bucket);
     if let Some(p) = &opts.service_account_path {
         b = b.with_service_account_path(p);
@@ -69,19 +62,12 @@ pub fn backend(opts: &GcsOptions) -> Result<ObjectStoreBackend, SetupError> {
         b = b.with_skip_signature(true);
     }
     refuse_metadata_server(&b)?;
-    let build = |retry| {
+    tlogd_storage_object::backend_with_two_clients("gcs", &opts.client, &opts.prefix, |retry| {
         b.clone()
             .with_client_options(opts.client.client_options(opts.allow_http))
             .with_retry(retry)
             .build()
-            .map_err(|source| SetupError::Client {
-                backend: "gcs",
-                source,
-            })
-    };
-    let plain = build(opts.client.retry())?;
-    let conditional = build(ClientTuning::no_retry())?;
-    ObjectStoreBackend::new("gcs", Arc::new(plain), Arc::new(conditional), &opts.prefix)
+    })
 }
 
 /// With no credentials from settings, environment or gcloud, the builder falls back to

@@ -152,6 +152,51 @@ pub fn install_tls_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
+/// What every store's crate checks before building its clients: a bucket is named, and
+/// a plain-HTTP endpoint is allowed explicitly. `store` ("S3", "GCS") names it in
+/// messages.
+pub fn check_bucket_and_endpoint(
+    store: &str,
+    bucket: &str,
+    endpoint: Option<&str>,
+    allow_http: bool,
+) -> Result<(), SetupError> {
+    if bucket.is_empty() {
+        return Err(SetupError::Config(format!(
+            "the {store} bucket is required"
+        )));
+    }
+    if let Some(e) = endpoint
+        && e.starts_with("http://")
+        && !allow_http
+    {
+        return Err(SetupError::Config(format!(
+            "the {store} endpoint {e} is plain HTTP: allow it explicitly (allow_http) or use https://"
+        )));
+    }
+    Ok(())
+}
+
+/// The backend named `name` whose two clients `build` makes from the same settings
+/// with the two retry policies: plain requests retried as `tuning` says, conditional
+/// writes never (see the crate documentation).
+pub fn backend_with_two_clients<S: ObjectStore>(
+    name: &'static str,
+    tuning: &ClientTuning,
+    prefix: &str,
+    build: impl Fn(object_store::RetryConfig) -> Result<S, object_store::Error>,
+) -> Result<ObjectStoreBackend, SetupError> {
+    let build = |retry| {
+        build(retry).map_err(|source| SetupError::Client {
+            backend: name,
+            source,
+        })
+    };
+    let plain = build(tuning.retry())?;
+    let conditional = build(ClientTuning::no_retry())?;
+    ObjectStoreBackend::new(name, Arc::new(plain), Arc::new(conditional), prefix)
+}
+
 /// An [`ObjectBackend`] over any [`ObjectStore`], below a key prefix.
 #[derive(Clone, Debug)]
 pub struct ObjectStoreBackend {

@@ -7,8 +7,6 @@
 //! (`S3ConditionalPut::ETagMatch`); a store that ignores them is refused when the log
 //! is opened.
 
-use std::sync::Arc;
-
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 
 pub use tlogd_storage_object::{ClientTuning, ObjectStoreBackend, SetupError};
@@ -51,17 +49,12 @@ pub struct S3Options {
 /// on why conditional writes get a client that never retries).
 pub fn backend(opts: &S3Options) -> Result<ObjectStoreBackend, SetupError> {
     tlogd_storage_object::install_tls_provider();
-    if opts.bucket.is_empty() {
-        return Err(SetupError::Config("the S3 bucket is required".into()));
-    }
-    if let Some(e) = &opts.endpoint
-        && e.starts_with("http://")
-        && !opts.allow_http
-    {
-        return Err(SetupError::Config(format!(
-            "the S3 endpoint {e} is plain HTTP: allow it explicitly (allow_http) or use https://"
-        )));
-    }
+    tlogd_storage_object::check_bucket_and_endpoint(
+        "S3",
+        &opts.bucket,
+        opts.endpoint.as_deref(),
+        opts.allow_http,
+    )?;
     let mut b = AmazonS3Builder::from_env().with_bucket_name(&opts.bucket);
     if let Some(r) = &opts.region {
         b = b.with_region(r);
@@ -82,19 +75,12 @@ pub fn backend(opts: &S3Options) -> Result<ObjectStoreBackend, SetupError> {
         b = b.with_token(t);
     }
     refuse_metadata_service(&b)?;
-    let build = |retry| {
+    tlogd_storage_object::backend_with_two_clients("s3", &opts.client, &opts.prefix, |retry| {
         b.clone()
             .with_client_options(opts.client.client_options(opts.allow_http))
             .with_retry(retry)
             .build()
-            .map_err(|source| SetupError::Client {
-                backend: "s3",
-                source,
-            })
-    };
-    let plain = build(opts.client.retry())?;
-    let conditional = build(ClientTuning::no_retry())?;
-    ObjectStoreBackend::new("s3", Arc::new(plain), Arc::new(conditional), &opts.prefix)
+    })
 }
 
 /// With no credentials from settings, environment, web identity or container, the
