@@ -17,8 +17,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fuser::{
     AccessFlags, BsdFileFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo,
     KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request,
-    TimeOrNow, WriteFlags,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
+    WriteFlags,
 };
 
 use crate::profile::{OpKind, Profile};
@@ -198,7 +198,11 @@ impl Filesystem for FaultFs {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let op = if size.is_some() { "truncate" } else { "setattr" };
+        let op = if size.is_some() {
+            "truncate"
+        } else {
+            "setattr"
+        };
         self.record(op, ino, None, None);
         let (atime, mtime) = (timespec(atime), timespec(mtime));
         self.run(Some(OpKind::Setattr), reply, move |s, reply| {
@@ -213,9 +217,11 @@ impl Filesystem for FaultFs {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        self.run(None, reply, move |s, reply| match s.lock().readlink(ino.0) {
-            Ok(t) => reply.data(&t),
-            Err(e) => reply.error(e),
+        self.run(None, reply, move |s, reply| {
+            match s.lock().readlink(ino.0) {
+                Ok(t) => reply.data(&t),
+                Err(e) => reply.error(e),
+            }
         });
     }
 
@@ -237,7 +243,12 @@ impl Filesystem for FaultFs {
         let name = name.to_owned();
         self.run(Some(OpKind::Create), reply, move |s, reply| {
             let mut st = s.lock();
-            let r = st.create(parent.0, &name, mode & !umask, libc::O_WRONLY | libc::O_EXCL);
+            let r = st.create(
+                parent.0,
+                &name,
+                mode & !umask,
+                libc::O_WRONLY | libc::O_EXCL,
+            );
             entry(
                 reply,
                 r.map(|(a, fh)| {
@@ -535,13 +546,9 @@ impl Filesystem for FaultFs {
         let name = name.to_owned();
         self.run(Some(OpKind::Create), reply, move |s, reply| {
             match s.lock().create(parent.0, &name, mode & !umask, flags) {
-                Ok((a, fh)) => reply.created(
-                    &TTL,
-                    &a,
-                    Generation(0),
-                    FileHandle(fh),
-                    FopenFlags::empty(),
-                ),
+                Ok((a, fh)) => {
+                    reply.created(&TTL, &a, Generation(0), FileHandle(fh), FopenFlags::empty())
+                }
                 Err(e) => reply.error(e),
             }
         });
@@ -564,7 +571,14 @@ impl Filesystem for FaultFs {
     // Extended attributes, lseek and copy_file_range are not modelled: ENOSYS makes the
     // kernel stop asking (xattrs then fail with EOPNOTSUPP; the others fall back to
     // generic code), without fuser's "not implemented" warnings.
-    fn getxattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, _size: u32, reply: fuser::ReplyXattr) {
+    fn getxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _size: u32,
+        reply: fuser::ReplyXattr,
+    ) {
         reply.error(Errno::ENOSYS);
     }
 

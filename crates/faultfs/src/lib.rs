@@ -76,7 +76,30 @@
 //!
 //! # Findings: `syncfs(2)` and FUSE (Linux 6.18)
 //!
-//! FINDINGS_PLACEHOLDER
+//! Measured on this kernel (Linux 6.18.44) with `crates/faultfs/scripts/syncfs-probe.sh`,
+//! which traces the requests the faultfs server reads from `/dev/fuse` (strace, opcode
+//! taken from the raw `fuse_in_header`) while a shell calls each of these:
+//!
+//! | call | requests faultfs receives |
+//! | --- | --- |
+//! | `syncfs(2)` on a file in the mount (`sync -f FILE`) | OPEN, FLUSH, RELEASE (of the descriptor `sync -f` opens), nothing else |
+//! | `syncfs(2)` on the mount's root | OPENDIR, RELEASEDIR |
+//! | `sync(2)` | nothing |
+//! | `fsync(2)` on the file (control) | OPEN, FSYNC, FLUSH, RELEASE |
+//!
+//! So a filesystem served through `/dev/fuse` never sees `syncfs`: no `FUSE_SYNCFS`
+//! (opcode 50), no FSYNC, nothing, and `syncfs` still returns 0. This matches our reading
+//! of the kernel's `fs/fuse`: `fuse_sync_fs()` sends `FUSE_SYNCFS` only when the
+//! connection's `sync_fs` flag is set, which virtiofs sets and a `/dev/fuse` mount does
+//! not (fuser 0.18 does not even know opcode 50). faultfs is write-through (no FUSE
+//! writeback cache), so there are no dirty pages for `syncfs` to write back either.
+//!
+//! Consequence: on a FUSE filesystem `syncfs` makes nothing durable, and faultfs models
+//! exactly that: data "made durable" by a `syncfs` is lost in a cut (test
+//! `syncfs_does_not_reach_faultfs_so_it_makes_nothing_durable`). tlogd's POSIX backend,
+//! which makes staged tiles durable with one `syncfs`, therefore needs per-file fsyncs
+//! (a `storage.sync = fsync` mode) on FUSE, and on any network filesystem whose
+//! `syncfs` is not a commit to stable storage.
 
 pub mod control;
 mod fs;

@@ -12,7 +12,11 @@ use faultfs::control::{self, Request, Response};
 use faultfs::{CutMode, Mount, Options, Profile};
 
 #[derive(Parser)]
-#[command(name = "faultfs", version, about = "Fault-injecting FUSE filesystem for tests")]
+#[command(
+    name = "faultfs",
+    version,
+    about = "Fault-injecting FUSE filesystem for tests"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,

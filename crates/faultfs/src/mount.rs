@@ -267,7 +267,12 @@ impl Mount {
         };
         // Nothing more is served: operations still in flight fail fast.
         self.shared.frozen.store(true, Ordering::SeqCst);
-        if let Some(c) = self.control.get_mut().unwrap_or_else(|e| e.into_inner()).take() {
+        if let Some(c) = self
+            .control
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
             c.stop();
         }
         unmount(&self.mountpoint, self.conn);
@@ -282,7 +287,10 @@ impl Mount {
         };
         tracing::debug!("faultfs unmounted");
         if !wait_until(Duration::from_secs(2), || guard.is_finished()) {
-            tracing::debug!(conn = self.conn, "faultfs event loops still running: aborting the connection");
+            tracing::debug!(
+                conn = self.conn,
+                "faultfs event loops still running: aborting the connection"
+            );
             abort_connection(self.conn);
         }
         if let Some(pid) = self.watchdog.take() {
@@ -341,7 +349,11 @@ impl Handle {
 
     /// See [`Mount::set_profile`].
     pub fn set_profile(&self, profile: Profile) {
-        self.shared.latency.lock().unwrap_or_else(|e| e.into_inner()).0 = profile;
+        self.shared
+            .latency
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .0 = profile;
     }
 
     /// See [`Mount::profile`].
@@ -411,12 +423,15 @@ fn unescape(s: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() {
-            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8) {
-                out.push(v);
-                i += 4;
-                continue;
-            }
+        let octal = |c: u8| (b'0'..=b'7').contains(&c).then(|| u32::from(c - b'0'));
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && let (Some(x), Some(y), Some(z)) = (octal(b[i + 1]), octal(b[i + 2]), octal(b[i + 3]))
+            && let Ok(v) = u8::try_from(x * 64 + y * 8 + z)
+        {
+            out.push(v);
+            i += 4;
+            continue;
         }
         out.push(b[i]);
         i += 1;
@@ -483,7 +498,10 @@ fn find_watchdog(mountpoint: &Path) -> Option<i32> {
         let Some((head, rest)) = stat.rsplit_once(')') else {
             continue;
         };
-        let ppid = rest.split_whitespace().nth(1).and_then(|p| p.parse::<u32>().ok());
+        let ppid = rest
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse::<u32>().ok());
         if ppid != Some(me) || !head.ends_with("(fusermount3") {
             continue;
         }

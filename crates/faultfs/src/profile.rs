@@ -165,7 +165,7 @@ fn fmt_duration(d: Duration) -> String {
     let us = d.as_micros();
     if us == 0 {
         "0".into()
-    } else if us % 1000 == 0 {
+    } else if us.is_multiple_of(1000) {
         format!("{}ms", us / 1000)
     } else {
         format!("{us}us")
@@ -322,7 +322,10 @@ mod tests {
         assert_eq!(l.min, Duration::from_millis(5));
         let mut p = Profile::named("network").unwrap();
         p.apply_override("fsync=1ms").unwrap();
-        assert_eq!(p.get(OpKind::Fsync), Latency::fixed(Duration::from_millis(1)));
+        assert_eq!(
+            p.get(OpKind::Fsync),
+            Latency::fixed(Duration::from_millis(1))
+        );
         p.apply_override("rename=0").unwrap();
         assert!(p.get(OpKind::Rename).is_zero());
         assert!(p.apply_override("bogus=1ms").is_err());

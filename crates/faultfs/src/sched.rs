@@ -139,9 +139,15 @@ mod tests {
         let s = Scheduler::new(2).unwrap();
         let (tx, rx) = mpsc::channel();
         let t1 = tx.clone();
-        s.after(Duration::from_millis(200), Box::new(move || t1.send(2).unwrap()));
+        s.after(
+            Duration::from_millis(200),
+            Box::new(move || t1.send(2).unwrap()),
+        );
         let t2 = tx.clone();
-        s.after(Duration::from_millis(10), Box::new(move || t2.send(1).unwrap()));
+        s.after(
+            Duration::from_millis(10),
+            Box::new(move || t2.send(1).unwrap()),
+        );
         let got: Vec<i32> = (0..2)
             .map(|_| rx.recv_timeout(Duration::from_secs(10)).unwrap())
             .collect();

@@ -370,11 +370,7 @@ impl State {
     }
 
     fn live(&self) -> R<()> {
-        if self.frozen {
-            Err(Errno::EIO)
-        } else {
-            Ok(())
-        }
+        if self.frozen { Err(Errno::EIO) } else { Ok(()) }
     }
 
     fn writable(&self) -> R<()> {
@@ -416,7 +412,13 @@ impl State {
     }
 
     /// Notes an operation the log issued (for the cut report).
-    pub(crate) fn record(&mut self, op: &str, ino: Ino, name: Option<&OsStr>, to: Option<(Ino, &OsStr)>) {
+    pub(crate) fn record(
+        &mut self,
+        op: &str,
+        ino: Ino,
+        name: Option<&OsStr>,
+        to: Option<(Ino, &OsStr)>,
+    ) {
         if self.frozen {
             return;
         }
@@ -623,7 +625,9 @@ impl State {
             if kind != Kind::File {
                 return Err(Errno::EISDIR);
             }
-            let file = fh.and_then(|h| self.handles.get(&h)).map(|h| h.file.clone());
+            let file = fh
+                .and_then(|h| self.handles.get(&h))
+                .map(|h| h.file.clone());
             self.truncate(ino, file.as_deref(), size)?;
         }
         if let Some(mode) = mode
@@ -974,13 +978,21 @@ impl State {
         let (mut discarded_data, mut torn) = (0, 0);
         for &(_, ino, i) in &all_ops {
             let keep = if subset && rng.chance(1, 2) {
-                let op = self.nodes.get(&ino).and_then(|n| n.data.as_ref()).map(|p| &p.ops[i]);
+                let op = self
+                    .nodes
+                    .get(&ino)
+                    .and_then(|n| n.data.as_ref())
+                    .map(|p| &p.ops[i]);
                 match op {
                     Some(DataOp::Write { off, data, .. }) => {
                         // Sector boundaries strictly inside the write.
                         let first = (off / SECTOR + 1) * SECTOR;
                         let end = off + data.len() as u64;
-                        let inside = if first < end { (end - 1 - first) / SECTOR + 1 } else { 0 };
+                        let inside = if first < end {
+                            (end - 1 - first) / SECTOR + 1
+                        } else {
+                            0
+                        };
                         if inside > 0 && rng.chance(1, 3) {
                             torn += 1;
                             let b = first + rng.below(inside) * SECTOR;
@@ -1019,7 +1031,9 @@ impl State {
                 .map(|d| d.as_nanos())
                 .unwrap_or(0)
         ));
-        let root_fd = self.fd(1).map_err(|e| io::Error::from_raw_os_error(e.code()))?;
+        let root_fd = self
+            .fd(1)
+            .map_err(|e| io::Error::from_raw_os_error(e.code()))?;
         sys::mkdir_at(root_fd, &staging, 0o700)?;
         let mut b = Builder {
             st: self,
@@ -1161,9 +1175,7 @@ impl Builder<'_> {
                             .mode(st.st_mode & 0o7777)
                             .open(&dest)?;
                         f.write_all(img)?;
-                    } else if st.st_nlink == 0
-                        || sys::link_fd_to_path(efd, &dest).is_err()
-                    {
+                    } else if st.st_nlink == 0 || sys::link_fd_to_path(efd, &dest).is_err() {
                         // Unlinked in the live view (the unlink did not survive), or not
                         // linkable: copy its data.
                         let data = sys::read_all(efd)?;

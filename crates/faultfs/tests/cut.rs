@@ -12,7 +12,11 @@ use faultfs::{CutMode, CutReport};
 
 /// Runs `f` on a fresh mount of `d`, then cuts with `mode`, unmounts, and returns the
 /// report.
-fn run_and_cut(d: &Dirs, mode: CutMode, f: impl FnOnce(&std::path::Path) + Send + 'static) -> CutReport {
+fn run_and_cut(
+    d: &Dirs,
+    mode: CutMode,
+    f: impl FnOnce(&std::path::Path) + Send + 'static,
+) -> CutReport {
     let m = mount(d);
     let mnt = d.mnt.clone();
     bounded(60, move || f(&mnt));
@@ -290,7 +294,10 @@ fn subset_cuts_are_reproducible_and_discard_something() {
     let (r1, t1) = &results[0];
     let (r2, t2) = &results[1];
     assert!(r1.discarded() > 0, "{r1}");
-    assert!(r1.pending() > r1.discarded(), "a subset cut keeps something: {r1}");
+    assert!(
+        r1.pending() > r1.discarded(),
+        "a subset cut keeps something: {r1}"
+    );
     assert_eq!(r1.discarded(), r2.discarded());
     assert_eq!(r1.torn_writes, r2.torn_writes);
     assert_eq!(t1, t2, "same seed, same history: same survivors");

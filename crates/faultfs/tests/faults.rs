@@ -73,7 +73,9 @@ fn enospc_after_n_bytes_also_in_the_middle_of_a_write() {
     // Clearing the fault frees the space.
     m.set_faults(Faults::default());
     let mnt = d.mnt.clone();
-    bounded(60, move || std::fs::write(mnt.join("g"), b"fits again").unwrap());
+    bounded(60, move || {
+        std::fs::write(mnt.join("g"), b"fits again").unwrap()
+    });
 }
 
 #[test]

@@ -72,7 +72,10 @@ fn fsyncs_of_different_files_overlap() {
         // Serially, 4 x 1.5 s = 6 s; overlapped about 1.5 s. The bound leaves ~4 s of
         // slack for a loaded machine.
         assert!(took >= delay, "{took:?}");
-        assert!(took < delay * 4 - Duration::from_millis(500), "not overlapped: {took:?}");
+        assert!(
+            took < delay * 4 - Duration::from_millis(500),
+            "not overlapped: {took:?}"
+        );
     });
     drop(m);
 }
@@ -80,7 +83,10 @@ fn fsyncs_of_different_files_overlap() {
 #[test]
 fn profiles_apply_and_change_at_run_time() {
     let d = dirs();
-    let m = mount_with(&d, Options::with_profile(Profile::named("network").unwrap()));
+    let m = mount_with(
+        &d,
+        Options::with_profile(Profile::named("network").unwrap()),
+    );
     assert!(m.profile().get(OpKind::Fsync).min >= Duration::from_millis(5));
     let mnt = d.mnt.clone();
     let took = bounded(60, move || {
@@ -91,7 +97,10 @@ fn profiles_apply_and_change_at_run_time() {
         }
         start.elapsed()
     });
-    assert!(took >= Duration::from_millis(25), "5 network fsyncs took {took:?}");
+    assert!(
+        took >= Duration::from_millis(25),
+        "5 network fsyncs took {took:?}"
+    );
     let mut p = Profile::none();
     p.apply_override("rename=300ms").unwrap();
     m.set_profile(p);

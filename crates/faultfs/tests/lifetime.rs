@@ -199,7 +199,10 @@ fn the_command_line_mounts_cuts_and_unmounts() {
     });
     let report = run(&[&os("cut"), &os("--umount"), d.mnt.as_os_str()]);
     // The rewrite of `f` (a truncation and a write) is lost; `g` was synced.
-    assert!(report.contains("power cut (all): discarded 2 of 2"), "{report}");
+    assert!(
+        report.contains("power cut (all): discarded 2 of 2"),
+        "{report}"
+    );
     assert!(report.contains("cut during create h"), "{report}");
     assert!(!is_mounted(&d.mnt));
     assert_eq!(std::fs::read(d.backing.join("f")).unwrap(), b"old");

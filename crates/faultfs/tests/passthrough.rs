@@ -71,7 +71,10 @@ fn operations_pass_through() {
         assert_eq!(names, ["e", "link", "sym"]);
         // Rename a directory, then use paths under it.
         std::fs::rename(mnt.join("d/e"), mnt.join("d/f")).unwrap();
-        assert_eq!(std::fs::read(mnt.join("d/f/b.txt")).unwrap(), b"hello\0\0\0");
+        assert_eq!(
+            std::fs::read(mnt.join("d/f/b.txt")).unwrap(),
+            b"hello\0\0\0"
+        );
         std::fs::remove_file(mnt.join("d/f/b.txt")).unwrap();
         std::fs::remove_dir(mnt.join("d/f")).unwrap();
         assert_eq!(std::fs::read(mnt.join("d/link")).unwrap(), b"hello\0\0\0");
