@@ -39,9 +39,13 @@ enum Cmd {
         /// on stdout; its log in the runtime directory beside its control socket).
         #[arg(long)]
         background: bool,
-        /// (internal) Report readiness on stdout, for --background.
-        #[arg(long, hide = true)]
+        /// Print `ready PID` on stdout once mounted (for a parent waiting on it).
+        #[arg(long)]
         ready_stdout: bool,
+        /// Unmount and exit when the parent process ends, even if it is killed (for a
+        /// test harness that starts the server: it never outlives the test).
+        #[arg(long)]
+        exit_with_parent: bool,
         /// The backing directory.
         dir: PathBuf,
         /// The mount point.
@@ -109,6 +113,7 @@ fn main() -> Result<()> {
             seed,
             background,
             ready_stdout,
+            exit_with_parent,
             dir,
             mnt,
         } => {
@@ -119,7 +124,7 @@ fn main() -> Result<()> {
             if background {
                 return spawn_background(&latency, seed, &profile, &dir, &mnt);
             }
-            serve(p, seed, &dir, &mnt, ready_stdout)
+            serve(p, seed, &dir, &mnt, ready_stdout, exit_with_parent)
         }
         Cmd::Cut {
             subset,
@@ -204,7 +209,14 @@ fn expect_ok(r: Response) -> Result<()> {
 }
 
 /// Serves the mount in the foreground until a signal or `faultfs umount`.
-fn serve(profile: Profile, seed: u64, dir: &Path, mnt: &Path, ready_stdout: bool) -> Result<()> {
+fn serve(
+    profile: Profile,
+    seed: u64,
+    dir: &Path,
+    mnt: &Path,
+    ready_stdout: bool,
+    exit_with_parent: bool,
+) -> Result<()> {
     // Block the signals before any thread starts, so every thread inherits the mask and
     // only the wait below sees them.
     // SAFETY: plain signal-set manipulation on a local set.
@@ -217,6 +229,15 @@ fn serve(profile: Profile, seed: u64, dir: &Path, mnt: &Path, ready_stdout: bool
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
         set
     };
+    if exit_with_parent {
+        // SIGTERM (waited for below) when the parent dies.
+        // SAFETY: prctl with an integer argument.
+        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) };
+        // SAFETY: getppid has no failure mode.
+        if unsafe { libc::getppid() } == 1 {
+            bail!("the parent process is already gone");
+        }
+    }
     let options = Options {
         profile,
         seed,
