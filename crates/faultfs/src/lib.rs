@@ -35,7 +35,8 @@
 //!   in a cut, as it would be on such a filesystem.
 //!
 //! A **cut** ([`Mount::cut`], `faultfs cut MNT`) freezes the mount (every later operation
-//! fails with EIO at once; nothing blocks), then rewrites the backing directory to what
+//! fails with EIO at once; nothing blocks; only what the kernel answers from its own
+//! caches, such as cached pages of a file still open, may still be read), then rewrites the backing directory to what
 //! survives: [`CutMode::All`] keeps nothing that was pending; [`CutMode::Subset`] keeps,
 //! like a real disk, a prefix in order of the pending namespace operations (a journal)
 //! and an arbitrary subset of the pending data writes, a third of those spanning a
@@ -100,6 +101,8 @@
 //! which makes staged tiles durable with one `syncfs`, therefore needs per-file fsyncs
 //! (a `storage.sync = fsync` mode) on FUSE, and on any network filesystem whose
 //! `syncfs` is not a commit to stable storage.
+
+#![warn(missing_docs)]
 
 pub mod control;
 mod fs;

@@ -62,6 +62,7 @@ enum Cmd {
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+        /// The mount point.
         mnt: PathBuf,
     },
     /// Change latencies or inject errors on a mounted MNT.
@@ -87,12 +88,19 @@ enum Cmd {
         /// Disarm every injected error first.
         #[arg(long)]
         clear_faults: bool,
+        /// The mount point.
         mnt: PathBuf,
     },
     /// Show MNT's profile, armed faults and state.
-    Status { mnt: PathBuf },
+    Status {
+        /// The mount point.
+        mnt: PathBuf,
+    },
     /// Unmount MNT (lazily if its server is gone).
-    Umount { mnt: PathBuf },
+    Umount {
+        /// The mount point.
+        mnt: PathBuf,
+    },
 }
 
 const TIMEOUT: Duration = Duration::from_secs(120);

@@ -15,7 +15,7 @@ type Job = Box<dyn FnOnce() + Send + 'static>;
 
 #[derive(Default)]
 struct Queue {
-    /// Deadlines, earliest first (`Reverse` would do too; negated ordering keeps it short).
+    /// Deadlines with their job ids, earliest first.
     heap: BinaryHeap<std::cmp::Reverse<(Instant, u64)>>,
     jobs: HashMap<u64, Job>,
     next: u64,

@@ -1044,6 +1044,22 @@ impl State {
             dirs: HashSet::new(),
         };
         b.dir(root_fd, Some(1), PathBuf::new())?;
+        // Writes kept to a file that no surviving name leads to are lost all the same.
+        let staged = b.files;
+        for (&ino, n) in &self.nodes {
+            let Some(p) = &n.data else { continue };
+            if staged.contains_key(&n.key) {
+                continue;
+            }
+            for i in 0..p.ops.len() {
+                if let Some(Some(k)) = choice.get(&(ino, i)) {
+                    discarded_data += 1;
+                    if *k != usize::MAX {
+                        torn -= 1;
+                    }
+                }
+            }
+        }
         for e in std::fs::read_dir(&self.backing)? {
             let e = e?;
             if e.file_name() == staging {
