@@ -23,7 +23,7 @@ use fuser::{
 
 use crate::profile::{OpKind, Profile};
 use crate::rng::SplitMix64;
-use crate::sched::Scheduler;
+use crate::sched::{Expediter, Scheduler};
 use crate::state::{State, TTL};
 
 /// What the mount's threads, the control socket and the [`crate::Mount`] handle share.
@@ -32,6 +32,8 @@ pub(crate) struct Shared {
     /// Set by a cut (or teardown): every operation fails with EIO from then on.
     pub(crate) frozen: AtomicBool,
     pub(crate) latency: Mutex<(Profile, SplitMix64)>,
+    /// The delay queue's handle, set once the filesystem is built.
+    pub(crate) expediter: Mutex<Option<Expediter>>,
 }
 
 impl Shared {
@@ -49,6 +51,14 @@ impl Shared {
 
     pub(crate) fn frozen(&self) -> bool {
         self.frozen.load(Ordering::SeqCst)
+    }
+
+    /// Freezes: operations fail with EIO from now on, queued ones at once.
+    pub(crate) fn freeze(&self) {
+        self.frozen.store(true, Ordering::SeqCst);
+        if let Some(e) = &*self.expediter.lock().unwrap_or_else(|e| e.into_inner()) {
+            e.expedite();
+        }
     }
 }
 
@@ -86,9 +96,11 @@ pub(crate) struct FaultFs {
 
 impl FaultFs {
     pub(crate) fn new(shared: Arc<Shared>, delay_workers: usize) -> std::io::Result<Self> {
+        let sched = Scheduler::new(delay_workers)?;
+        *shared.expediter.lock().unwrap_or_else(|e| e.into_inner()) = Some(sched.expediter());
         Ok(FaultFs {
             shared,
-            sched: Some(Scheduler::new(delay_workers)?),
+            sched: Some(sched),
         })
     }
 
@@ -105,6 +117,11 @@ impl FaultFs {
         let delay = op.map(|o| self.shared.delay(o)).unwrap_or_default();
         let shared = self.shared.clone();
         let job = move || {
+            // Checked again: a freeze during the delay fails the operation (the
+            // expedited queue runs it at once for that).
+            if shared.frozen() {
+                return reply.fail(Errno::EIO);
+            }
             let _ = std::panic::catch_unwind(AssertUnwindSafe(|| f(&shared, reply)));
         };
         match &self.sched {

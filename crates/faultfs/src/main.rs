@@ -46,6 +46,9 @@ enum Cmd {
         /// test harness that starts the server: it never outlives the test).
         #[arg(long)]
         exit_with_parent: bool,
+        /// (internal) The log file --background set up, removed at a clean exit.
+        #[arg(long, hide = true)]
+        remove_log: Option<PathBuf>,
         /// The backing directory.
         dir: PathBuf,
         /// The mount point.
@@ -122,6 +125,7 @@ fn main() -> Result<()> {
             background,
             ready_stdout,
             exit_with_parent,
+            remove_log,
             dir,
             mnt,
         } => {
@@ -132,7 +136,11 @@ fn main() -> Result<()> {
             if background {
                 return spawn_background(&latency, seed, &profile, &dir, &mnt);
             }
-            serve(p, seed, &dir, &mnt, ready_stdout, exit_with_parent)
+            serve(p, seed, &dir, &mnt, ready_stdout, exit_with_parent)?;
+            if let Some(log) = remove_log {
+                let _ = std::fs::remove_file(log);
+            }
+            Ok(())
         }
         Cmd::Cut {
             subset,
@@ -308,6 +316,7 @@ fn spawn_background(
     }
     let log = std::fs::File::create(&log_path)
         .with_context(|| format!("creating {}", log_path.display()))?;
+    cmd.arg("--remove-log").arg(&log_path);
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::from(log));

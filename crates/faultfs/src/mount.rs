@@ -151,6 +151,7 @@ impl Mount {
             state: Mutex::new(state),
             frozen: Default::default(),
             latency: Mutex::new((options.profile.clone(), SplitMix64::new(options.seed))),
+            expediter: Mutex::new(None),
         });
         let fs = FaultFs::new(shared.clone(), options.delay_workers).map_err(Error::Thread)?;
         let mut config = Config::default();
@@ -266,7 +267,7 @@ impl Mount {
             return;
         };
         // Nothing more is served: operations still in flight fail fast.
-        self.shared.frozen.store(true, Ordering::SeqCst);
+        self.shared.freeze();
         if let Some(c) = self
             .control
             .get_mut()
@@ -327,8 +328,8 @@ impl Handle {
     /// See [`Mount::cut`].
     pub fn cut(&self, mode: CutMode) -> Result<CutReport, Error> {
         // Set before taking the lock: operations arriving from now on fail at once
-        // instead of queueing behind the cut.
-        self.shared.frozen.store(true, Ordering::SeqCst);
+        // instead of queueing behind the cut, and delayed ones stop waiting.
+        self.shared.freeze();
         let mut st = self.shared.lock();
         if st.cut_done {
             return Err(Error::Frozen);
@@ -338,7 +339,7 @@ impl Handle {
 
     /// See [`Mount::freeze`].
     pub fn freeze(&self) {
-        self.shared.frozen.store(true, Ordering::SeqCst);
+        self.shared.freeze();
         self.shared.lock().frozen = true;
     }
 

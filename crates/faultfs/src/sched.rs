@@ -34,6 +34,25 @@ impl Shared {
     }
 }
 
+/// Lets the owner of a mount hurry the queued jobs along (see [`Expediter::expedite`]).
+#[derive(Clone)]
+pub(crate) struct Expediter(Arc<Shared>);
+
+impl Expediter {
+    /// Makes every queued job due now: after a freeze they only fail, and nothing
+    /// should wait out a latency to do that.
+    pub(crate) fn expedite(&self) {
+        let mut q = self.0.lock();
+        let now = Instant::now();
+        let ids: Vec<u64> = q.heap.drain().map(|r| r.0.1).collect();
+        for id in ids {
+            q.heap.push(std::cmp::Reverse((now, id)));
+        }
+        drop(q);
+        self.0.cond.notify_all();
+    }
+}
+
 /// A pool of workers running jobs at their deadlines.
 pub(crate) struct Scheduler {
     shared: Arc<Shared>,
@@ -60,6 +79,11 @@ impl Scheduler {
             shared,
             workers: handles,
         })
+    }
+
+    /// A handle to [`Expediter::expedite`] the queue from elsewhere.
+    pub(crate) fn expediter(&self) -> Expediter {
+        Expediter(self.shared.clone())
     }
 
     /// Runs `job` on a worker once `delay` has passed.

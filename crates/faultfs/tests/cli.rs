@@ -94,6 +94,10 @@ impl Drop for Server {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+        // A killed server leaves its control socket behind.
+        if let Ok(sock) = faultfs::control::socket_path(&self.mnt) {
+            let _ = std::fs::remove_file(sock);
+        }
         // Killed: fusermount3's auto_unmount removes the mount; make sure of it.
         if !wait_unmounted(&self.mnt, Duration::from_secs(10)) {
             let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();

@@ -141,3 +141,41 @@ fn the_control_socket_cuts_and_sets_faults() {
     // The socket went with the mount.
     assert!(control::request(&d.mnt, &Request::Status, t).is_err());
 }
+
+#[test]
+fn a_cut_during_a_slow_fsync_loses_its_data_and_fails_it() {
+    let d = dirs();
+    std::fs::write(d.backing.join("f"), b"old").unwrap();
+    let mut p = Profile::none();
+    p.apply_override("fsync=5s").unwrap();
+    let m = mount_with(&d, Options::with_profile(p));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mnt = d.mnt.clone();
+    let syncer = std::thread::spawn(move || {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(mnt.join("f"))
+            .unwrap();
+        f.write_all(b"new").unwrap();
+        tx.send(()).unwrap();
+        f.sync_all()
+    });
+    rx.recv_timeout(Duration::from_secs(60)).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    // The cut does not wait for the sleeping fsync.
+    let r = bounded(30, {
+        let h = m.handle();
+        move || h.cut(CutMode::All).unwrap()
+    });
+    assert!(r.discarded() >= 1, "{r}");
+    assert!(
+        r.last_ops.iter().any(|o| o.op == "write" && o.path == "f"),
+        "{:?}",
+        r.last_ops
+    );
+    // The fsync, answered after the freeze, fails.
+    let res = bounded(30, move || syncer.join().unwrap());
+    assert_eq!(errno(&res.unwrap_err()), libc::EIO);
+    drop(m);
+    assert_eq!(std::fs::read(d.backing.join("f")).unwrap(), b"old");
+}
