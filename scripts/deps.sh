@@ -4,12 +4,13 @@
 set -euo pipefail
 # `deps.sh test` adds what the test suite needs: mariadb-server and postgresql, from
 # which the SQL backends' tests start private servers of their own (never the system
-# ones), openssl, which makes the certificates of the TLS tests, and MinIO and
+# ones), openssl, which makes the certificates of the TLS tests, fuse3 (fusermount3)
+# for crates/faultfs's fault-injecting FUSE filesystem, and MinIO and
 # Toxiproxy for the object-store tests, TesseraCT's CT hammer and ctclient for the CT
 # tests (built from source with `go install` at pinned
 # versions into ~/.cache/tlogd-tools/bin, outside the clone, once per machine).
 pkgs=(libclang-dev clang)
-[ "${1:-}" = test ] && pkgs+=(mariadb-server postgresql openssl e2fsprogs mount)
+[ "${1:-}" = test ] && pkgs+=(mariadb-server postgresql openssl e2fsprogs mount fuse3)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
