@@ -14,10 +14,8 @@ use tlogd_core::engine::{DedupError, DedupIndex, EntryHash, Indexed, Log, LogCon
 use tlogd_core::note::{NoteSigner, NoteVerifier};
 use tlogd_core::tile::TileId;
 
-const SKEY: &str =
-    "PRIVATE+KEY+example.com/log/testdata+33d7b496+AeymY/SZAX0jZcJ8enZ5FY1Dz+wTML2yWSkK+9DSF3eg";
+use tlogd_core::conformance::{ORIGIN, SKEY};
 const VKEY: &str = "example.com/log/testdata+33d7b496+AeHTu4Q3hEIMHNqc6fASMsq3rKNx280NI+oO5xCFkkSx";
-const ORIGIN: &str = "example.com/log/testdata";
 
 #[derive(Default)]
 struct MapIndex(std::sync::Mutex<(std::collections::HashMap<EntryHash, Indexed>, u64)>);

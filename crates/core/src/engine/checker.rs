@@ -826,8 +826,7 @@ mod tests {
     use crate::engine::{Log, LogConfig};
     use crate::note::NoteSigner;
 
-    const SKEY: &str = "PRIVATE+KEY+example.com/log/testdata+33d7b496+AeymY/SZAX0jZcJ8enZ5FY1Dz+wTML2yWSkK+9DSF3eg";
-    const ORIGIN: &str = "example.com/log/testdata";
+    use crate::conformance::{ORIGIN, SKEY};
 
     /// A log of 300 entries and the checkpoint it published at size 100.
     async fn grown_log() -> (Arc<MemoryStorage>, NoteVerifier, Checkpoint) {

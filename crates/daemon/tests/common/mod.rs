@@ -20,9 +20,8 @@ use tlogd_core::note::{NoteSigner, NoteVerifier};
 use tlogd_core::proof;
 use tlogd_core::tile::{TileId, parse_hash_tile};
 
-pub const SKEY: &str =
-    "PRIVATE+KEY+example.com/log/testdata+33d7b496+AeymY/SZAX0jZcJ8enZ5FY1Dz+wTML2yWSkK+9DSF3eg";
-pub const ORIGIN: &str = "example.com/log/testdata";
+/// The Go vectors' test key and origin, as every test of the workspace uses them.
+pub use tlogd_core::conformance::{ORIGIN, SKEY};
 
 pub fn verifier() -> NoteVerifier {
     NoteSigner::from_skey(SKEY).unwrap().verifier()

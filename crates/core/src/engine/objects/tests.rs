@@ -14,9 +14,7 @@ use crate::engine::checker::check_log;
 use crate::engine::{AddError, Log, LogConfig};
 use crate::note::NoteSigner;
 
-const SKEY: &str =
-    "PRIVATE+KEY+example.com/log/testdata+33d7b496+AeymY/SZAX0jZcJ8enZ5FY1Dz+wTML2yWSkK+9DSF3eg";
-const ORIGIN: &str = "example.com/log/testdata";
+use crate::conformance::{ORIGIN, SKEY};
 
 fn config() -> LogConfig {
     let signer = Arc::new(NoteSigner::from_skey(SKEY).expect("test key"));
