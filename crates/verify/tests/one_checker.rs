@@ -35,7 +35,6 @@ async fn both_checks(storage: &PosixStorage, dir: &Path) -> [Result<(), String>;
         &mut summary,
     )
     .await
-    .map(|_| ())
     .map_err(|e| e.to_string());
     [stored, served]
 }
