@@ -71,12 +71,20 @@
 //!    which cost three times the slot's sync and most of the commit.)
 //! 4. Hand the completed tiles to the flusher thread; until step 5 reads are served
 //!    from memory.
-//! 5. Flush, in the background (also from the publisher, and from step 2): one
-//!    `syncfs` makes the staged files durable, then each is renamed to its public path
-//!    and is no longer carried by the slots that follow. A public path thus only ever
-//!    holds committed bytes (engine invariant 1), durable before they appear, and a
-//!    static web server or CDN never caches a tile that a crash would later replace.
-//!    The rename need not be durable: a crash that loses it leaves a synced staged file.
+//! 5. Flush, in the background (also from the publisher, and from step 2): the staged
+//!    files are made durable, then each is renamed to its public path and is no longer
+//!    carried by the slots that follow. A public path thus only ever holds committed
+//!    bytes (engine invariant 1), durable before they appear, and a static web server
+//!    or CDN never caches a tile that a crash would later replace. How, by the log's
+//!    [`SyncMethod`] (`storage.sync`; see the `sync` module for which filesystem gets
+//!    which):
+//!    * `syncfs`: one `syncfs` makes the staged files and their names durable; the
+//!      renames need not be, since a crash that loses one leaves a synced staged file.
+//!    * `fsync`: an `fsync` of each staged file, several at once; the renames; then an
+//!      `fsync` of each directory renamed into (and of the parent of each new one),
+//!      before the slots stop carrying the tiles, since the staged names were never
+//!      synced. A crash that keeps a rename in the new directory only (faultfs can)
+//!      leaves the staged name too, with synced bytes: recovery renames it again.
 //! 6. Garbage-collect the partials of tiles a flush has made public (tlog-tiles
 //!    "Partial Tiles": readers fall back to the full tile, which is served by then).
 //!    Best effort, and not while the publisher is writing partials (it may be writing
@@ -91,14 +99,17 @@
 //! staged files (never synced, so possibly torn) are deleted; any other staged tile
 //! inside the committed tree was synced by a flush whose rename the crash lost, and is
 //! renamed; staged tiles beyond the tree belong to a batch that never committed and are
-//! deleted; then one `syncfs`. A slot of the previous format (v3) carries nothing, and
+//! deleted; then one `syncfs` (or an `fsync` of each file written and directory
+//! renamed into, creating directories durably). A slot of the previous format (v3)
+//! carries nothing, and
 //! its staged tiles were synced before its state was written, so they are renamed.
 //!
 //! # Sync failures stop commits
 //!
 //! Linux reports a writeback error once per open file description, to the first
-//! `fsync`/`syncfs` that asks (for `syncfs`, from Linux 5.8). Every `syncfs` and
-//! directory `fsync`, of flushes and of the publisher alike, runs under one lock, and
+//! `fsync`/`syncfs` that asks (for `syncfs`, from Linux 5.8). Every `syncfs`, every
+//! `fsync` of a flush's or the publisher's files, and every directory `fsync` runs
+//! under one lock, and
 //! any failure poisons the store: no commit and no checkpoint until a restart re-reads
 //! the disk. Otherwise the publisher's `syncfs` could consume an error that belonged to
 //! a flush's tiles and let that flush publish them. `syncfs` goes through a descriptor
@@ -111,12 +122,17 @@
 //!
 //! Before the checkpoint for size S is written (temp, fsync, rename, directory fsync),
 //! the partial tiles of S are written from the in-memory edge (a narrower partial is a
-//! prefix of a wider one), the committed full tiles are flushed (step 5), and one
-//! `syncfs` makes the partials and those renames durable, so a checkpoint never names
-//! a tile that is not there. Positions completed since S are skipped: their full
-//! tile is already served.
+//! prefix of a wider one) to temp files made durable before any is renamed into
+//! place, the committed full tiles are flushed (step 5), and one `syncfs` (or an
+//! `fsync` of each directory renamed into) makes those renames durable, so a
+//! checkpoint never names a tile that is not there. Positions completed since S are
+//! skipped: their full tile is already served.
 
-use std::collections::HashSet;
+mod sync;
+
+pub use sync::{Filesystem, SyncMethod, SyncMode};
+
+use std::collections::{BTreeSet, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::fd::AsRawFd;
@@ -169,6 +185,7 @@ type Carried = Option<Vec<(TileId, Vec<u8>)>>;
 fn recover(
     root: &Path,
     root_dir: &File,
+    sync: SyncMethod,
     private: &Path,
     size: u64,
     carried: &[(TileId, Vec<u8>)],
@@ -176,6 +193,8 @@ fn recover(
     let staged = private.join(STAGED_DIR);
     let carried_ids: HashSet<TileId> = carried.iter().map(|(id, _)| *id).collect();
     let mut changed = 0u64;
+    // Directories a tile was renamed into: synced at the end (`fsync` mode).
+    let mut renamed_into = BTreeSet::new();
     let mut stack = vec![staged.clone()];
     while let Some(dir) = stack.pop() {
         let entries = match fs::read_dir(&dir) {
@@ -200,7 +219,8 @@ fn recover(
             if synced_and_committed {
                 let public = root.join(rel);
                 if let Some(parent) = public.parent() {
-                    fs::create_dir_all(parent).map_err(io_err(parent))?;
+                    create_dirs_durably(parent)?;
+                    renamed_into.insert(parent.to_path_buf());
                 }
                 fs::rename(&path, &public).map_err(io_err(&public))?;
                 changed += 1;
@@ -223,21 +243,24 @@ fn recover(
             Err(_) => {}
         }
         if let Some(parent) = public.parent() {
-            fs::create_dir_all(parent).map_err(io_err(parent))?;
+            create_dirs_durably(parent)?;
+            renamed_into.insert(parent.to_path_buf());
         }
         let tmp = private.join("tmp").join(format!("recovered-{i}"));
         fs::write(&tmp, bytes).map_err(io_err(&tmp))?;
         renames.push((tmp, public));
     }
+    let temps: Vec<PathBuf> = renames.iter().map(|(t, _)| t.clone()).collect();
     if !renames.is_empty() {
-        syncfs(root_dir).map_err(io_err(root))?;
+        sync_paths(sync, root_dir, &temps).map_err(io_err(root))?;
     }
     for (tmp, public) in &renames {
         fs::rename(tmp, public).map_err(io_err(public))?;
     }
     changed += renames.len() as u64;
     if changed > 0 || !carried.is_empty() {
-        syncfs(root_dir).map_err(io_err(root))?;
+        let dirs: Vec<PathBuf> = renamed_into.into_iter().collect();
+        sync_paths(sync, root_dir, &dirs).map_err(io_err(root))?;
     }
     if changed > 0 {
         tracing::warn!(
@@ -292,6 +315,15 @@ fn release_at_least(release: &str, want: (u32, u32)) -> Option<bool> {
     Some((major, minor) >= want)
 }
 
+/// Make `paths` (files written, or directories changed) durable by `sync`: one
+/// `syncfs` of the filesystem of `root_dir`, or an `fsync` of each.
+fn sync_paths(sync: SyncMethod, root_dir: &File, paths: &[PathBuf]) -> io::Result<()> {
+    match sync {
+        SyncMethod::Syncfs => syncfs(root_dir),
+        SyncMethod::Fsync => sync::fsync_each(paths),
+    }
+}
+
 /// `syncfs(2)` of the filesystem holding `dir`.
 fn syncfs(dir: &File) -> io::Result<()> {
     // SAFETY: valid fd.
@@ -304,6 +336,21 @@ fn syncfs(dir: &File) -> io::Result<()> {
 /// The tree size at which a full tile is complete.
 fn tile_end(id: &TileId) -> u64 {
     id.full().min_tree_size()
+}
+
+/// How a [`PosixStorage`] is opened.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct PosixOptions {
+    /// How files are made durable (config `storage.sync`; see [`SyncMode`]).
+    pub sync: SyncMode,
+}
+
+impl PosixOptions {
+    /// Options with `sync` as the sync mode.
+    pub fn with_sync(sync: SyncMode) -> Self {
+        PosixOptions { sync }
+    }
 }
 
 /// Why the log directory could not be opened.
@@ -417,10 +464,22 @@ struct Inner {
     flushes_stopped: AtomicBool,
     /// Set by [`PosixStorage::fail_next_slot_sync`] (tests).
     fail_slot_sync: AtomicBool,
+    /// How flushes, the publisher and recovery make files durable.
+    sync: SyncMethod,
+    /// Set by [`PosixStorage::skip_directory_syncs`] (tests).
+    skip_dir_syncs: AtomicBool,
 }
 
 /// See [`Inner::pending`].
 type Pending = Vec<(TileId, Arc<[u8]>)>;
+
+/// Directories to `fsync` before renames into them are relied on (`fsync` mode), and
+/// the new ones among them that are known durable once that is done.
+#[derive(Default)]
+struct DirSync {
+    dirs: BTreeSet<PathBuf>,
+    known_after: Vec<PathBuf>,
+}
 
 /// Above this many bytes of carried tiles (the flusher fell behind), a commit flushes
 /// before it writes its slot, so a slot record stays small.
@@ -480,8 +539,33 @@ impl PosixStorage {
         self.inner.fail_slot_sync.store(true, Ordering::Release);
     }
 
-    /// Open (or create) the log `origin` at `root`, taking its lock.
+    /// Make every later flush and publish skip its directory `fsync`s (`fsync` mode),
+    /// as a build with that one sync left out would: the tiles' renames are then not
+    /// durable when the slots stop carrying them. For the test that the power-cut
+    /// tests catch a missing sync (issue #36, "its own teeth").
+    #[doc(hidden)]
+    pub fn skip_directory_syncs(&self) {
+        self.inner.skip_dir_syncs.store(true, Ordering::Release);
+    }
+
+    /// Open (or create) the log `origin` at `root`, taking its lock, with the default
+    /// options ([`SyncMode::Auto`]).
     pub fn open(root: impl Into<PathBuf>, origin: &str) -> Result<Self, OpenError> {
+        Self::open_with(root, origin, &PosixOptions::default())
+    }
+
+    /// The sync method this log uses (its [`PosixOptions::sync`] resolved for its
+    /// filesystem).
+    pub fn sync_method(&self) -> SyncMethod {
+        self.inner.sync
+    }
+
+    /// Open (or create) the log `origin` at `root`, taking its lock.
+    pub fn open_with(
+        root: impl Into<PathBuf>,
+        origin: &str,
+        options: &PosixOptions,
+    ) -> Result<Self, OpenError> {
         let root: PathBuf = root.into();
         let private = root.join(PRIVATE_DIR);
         create_dirs_durably(&private.join("tmp"))?;
@@ -529,9 +613,24 @@ impl PosixStorage {
         }
         let size = committed.tree.map_or(0, |t| t.size);
         let root_dir = File::open(&root).map_err(io_err(&root))?;
+        let (sync, fs) = options.sync.resolve(&root_dir).map_err(io_err(&root))?;
+        let (dir, filesystem) = (root.display(), &fs.name);
+        match (options.sync, sync) {
+            (SyncMode::Auto, SyncMethod::Fsync) => tracing::info!(
+                %dir, filesystem, "storage.sync = auto: fsync (syncfs is not known to commit \
+                 this filesystem, so every file and directory written is fsynced)"
+            ),
+            (SyncMode::Syncfs, _) if !fs.syncfs_commits => tracing::warn!(
+                %dir, filesystem, "storage.sync = syncfs on a filesystem where syncfs is not \
+                 known to commit (FUSE never sees it): a power cut may lose acknowledged \
+                 entries; use \"auto\" or \"fsync\""
+            ),
+            (mode, method) => tracing::info!(%dir, filesystem, ?mode, %method, "storage.sync"),
+        }
         recover(
             &root,
             &root_dir,
+            sync,
             &private,
             size,
             carried.as_deref().unwrap_or_default(),
@@ -576,6 +675,8 @@ impl PosixStorage {
             flusher: Flusher::default(),
             renamed_unsynced: AtomicBool::new(false),
             flushes_stopped: AtomicBool::new(false),
+            sync,
+            skip_dir_syncs: AtomicBool::new(false),
         });
         let flusher = std::thread::Builder::new()
             .name("tlogd-posix-flush".into())
@@ -1148,6 +1249,66 @@ impl Inner {
         Ok(())
     }
 
+    /// [`Inner::ensure_dir`] for a public directory a tile is about to be renamed into,
+    /// and the directories to fsync so that the rename survives a crash (`fsync` mode):
+    /// `dir` itself, and the parent of every directory between the root and `dir` not
+    /// known durable yet, which this call may have created. They are known durable
+    /// only once [`Inner::sync_dirs`] has synced them: another flush or the publisher
+    /// renaming into the same new directory meanwhile syncs the parents too.
+    fn ensure_public_dir(&self, dir: &Path, sync: &mut DirSync) -> io::Result<()> {
+        if self.sync == SyncMethod::Syncfs {
+            // The flush's or the publisher's `syncfs` covers directory entries too.
+            return self.ensure_dir(dir);
+        }
+        sync.dirs.insert(dir.to_path_buf());
+        if self
+            .dirs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(dir)
+        {
+            return Ok(());
+        }
+        fs::create_dir_all(dir)?;
+        let known = self.dirs.lock().unwrap_or_else(|e| e.into_inner());
+        let mut d = dir;
+        while d != self.root && !known.contains(d) {
+            let Some(parent) = d.parent() else { break };
+            sync.dirs.insert(parent.to_path_buf());
+            sync.known_after.push(d.to_path_buf());
+            d = parent;
+        }
+        Ok(())
+    }
+
+    /// `fsync` the directories [`Inner::ensure_public_dir`] collected (`fsync` mode;
+    /// nothing in `syncfs` mode, whose caller syncs the filesystem), several at once,
+    /// under the sync lock; a failure poisons the store.
+    fn sync_dirs(&self, sync: DirSync) -> Result<(), StorageError> {
+        if self.sync == SyncMethod::Syncfs || sync.dirs.is_empty() {
+            return Ok(());
+        }
+        if self.skip_dir_syncs.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let dirs: Vec<PathBuf> = sync.dirs.into_iter().collect();
+        self.synced(|| sync::fsync_each(&dirs), &self.root)?;
+        self.dirs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(sync.known_after);
+        Ok(())
+    }
+
+    /// Make the data of `files` durable: one `syncfs` of the filesystem, or an `fsync`
+    /// of each, several at once; under the sync lock, and a failure poisons the store.
+    fn sync_files(&self, files: &[PathBuf]) -> Result<(), StorageError> {
+        match self.sync {
+            SyncMethod::Syncfs => self.sync_all_files(),
+            SyncMethod::Fsync => self.synced(|| sync::fsync_each(files), &self.root),
+        }
+    }
+
     /// Temp file, fsync, rename, fsync the directory. A failed sync poisons the store.
     fn put_durable(&self, path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
         let tmp = self.temp_path();
@@ -1464,14 +1625,16 @@ impl Inner {
         if tiles.is_empty() {
             return Ok(0);
         }
-        self.sync_all_files()?;
+        let staged: Vec<PathBuf> = tiles.iter().map(|id| self.staged_path(id)).collect();
+        self.sync_files(&staged)?;
+        let mut dirs = DirSync::default();
         let mut partials = Vec::with_capacity(tiles.len());
         let mut failed = None;
         for id in &tiles {
             let public = self.tile_path(id);
             let moved = public
                 .parent()
-                .map_or(Ok(()), |d| self.ensure_dir(d))
+                .map_or(Ok(()), |d| self.ensure_public_dir(d, &mut dirs))
                 .and_then(|()| fs::rename(self.staged_path(id), &public))
                 .or_else(|e| {
                     // Renamed by an earlier attempt whose error was a lie (NFS).
@@ -1496,8 +1659,16 @@ impl Inner {
             partials.push(PathBuf::from(p));
         }
         let published = partials.len();
-        if published > 0 {
-            self.renamed_unsynced.store(true, Ordering::Release);
+        match self.sync {
+            // The publisher's `syncfs` makes the renames durable before a checkpoint
+            // names them; a crash before that leaves synced staged files (recovery).
+            SyncMethod::Syncfs if published > 0 => {
+                self.renamed_unsynced.store(true, Ordering::Release)
+            }
+            // The staged names were never synced: the renames must be durable before
+            // the slots stop carrying these tiles.
+            SyncMethod::Fsync => self.sync_dirs(dirs)?,
+            SyncMethod::Syncfs => {}
         }
         self.pending
             .lock()
@@ -1582,16 +1753,21 @@ impl Inner {
             }
         }
         if !partials.is_empty() {
-            self.sync_all_files()?;
+            let temps: Vec<PathBuf> = partials.iter().map(|(t, _)| t.clone()).collect();
+            self.sync_files(&temps)?;
+            let mut dirs = DirSync::default();
             for (tmp, path) in &partials {
                 path.parent()
-                    .map_or(Ok(()), |d| self.ensure_dir(d))
+                    .map_or(Ok(()), |d| self.ensure_public_dir(d, &mut dirs))
                     .and_then(|()| fs::rename(tmp, path))
                     .map_err(|e| {
                         StorageError::from_io(format!("writing {}: {e}", path.display()), &e)
                     })?;
             }
-            self.renamed_unsynced.store(true, Ordering::Release);
+            match self.sync {
+                SyncMethod::Syncfs => self.renamed_unsynced.store(true, Ordering::Release),
+                SyncMethod::Fsync => self.sync_dirs(dirs)?,
+            }
         }
         // The full tiles of the checkpoint's tree go public too, and every rename
         // becomes durable before the checkpoint names it.
