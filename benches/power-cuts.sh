@@ -11,6 +11,8 @@
 # Usage: benches/power-cuts.sh CUTS [MODE [PROFILE [WRITERS]]]
 #   MODE: all (default) | subset (seed = the cut's number)
 #   PROFILE: faultfs latency profile, none (default) | cloud-block | network
+#   env SYNC: tlogd's storage.sync, auto (default: fsync on faultfs) | syncfs | fsync
+#   env SERVER: tlogd (default) | tessera (Go Tessera v1.0.4's POSIX server, for the record)
 # Needs: root, /dev/fuse, fusermount3 (scripts/deps.sh test), release builds of tlogd
 # and faultfs (the test command's build), python3. One JSON line per cut on stdout, and
 # a summary; logs under $TMPDIR/tlogd-power-cuts.*.
@@ -20,6 +22,16 @@ cuts="${1:?usage: benches/power-cuts.sh CUTS [MODE [PROFILE [WRITERS]]]}"
 mode="${2:-all}"
 profile="${3:-none}"
 writers="${4:-16}"
+sync="${SYNC:-auto}"
+server="${SERVER:-tlogd}"
+if [ "$server" = tessera ]; then
+  # For the record: the same cuts under Go Tessera v1.0.4's POSIX conformance server
+  # (its in-memory antispam, as it ships: a resubmission after a restart is logged
+  # again, which the check reports apart from lost entries).
+  tessera="${TESSERA_BIN:-$HOME/.cache/tlogd-tools/tessera}/posix"
+  [ -x "$tessera" ] || GOBIN=$(dirname "$tessera") go install github.com/transparency-dev/tessera/cmd/conformance/posix@v1.0.4
+  sync=n/a
+fi
 bin="${CARGO_TARGET_DIR:-target}/release"
 for b in tlogd faultfs; do
   [ -x "$bin/$b" ] || { echo "build first: cargo test --release --workspace --no-run" >&2; exit 1; }
@@ -40,9 +52,14 @@ trap cleanup EXIT
 
 mount_fs() { "$bin/faultfs" mount --background --profile "$profile" "$backing" "$mnt" > "$work/faultfs.pid"; }
 start_tlogd() {
-  "$bin/tlogd" serve --storage-dir "$mnt/log" --origin "$origin" \
-    --private-key-file "$work/log.key" --listen "127.0.0.1:$port" \
-    >> "$work/tlogd.log" 2>&1 &
+  if [ "$server" = tessera ]; then
+    "$tessera" -storage_dir "$mnt/log" -private_key "$work/log.key" -listen "127.0.0.1:$port" \
+      >> "$work/tlogd.log" 2>&1 &
+  else
+    "$bin/tlogd" serve --storage-dir "$mnt/log" --origin "$origin" --storage-sync "$sync" \
+      --private-key-file "$work/log.key" --listen "127.0.0.1:$port" \
+      >> "$work/tlogd.log" 2>&1 &
+  fi
   tlogd_pid=$!
   for _ in $(seq 1 600); do
     curl -sf "$url/checkpoint" > /dev/null 2>&1 && return 0
@@ -62,6 +79,7 @@ for i in $(seq 1 "$cuts"); do
   writer=$!
   sleep "$(python3 -c 'import random; print(round(random.uniform(0.5, 4.0), 2))')"
   before=$(size_now || echo 0)
+  cp "$work/acked.tsv.checkpoint" "$work/checkpoint-before-$i" 2>/dev/null || true
   if [ "$mode" = subset ]; then
     "$bin/faultfs" cut --subset "$i" --json "$mnt" > "$work/cut-$i.json" || true
   else
@@ -82,12 +100,14 @@ for i in $(seq 1 "$cuts"); do
   fi
   check=$(python3 benches/power_cut_check.py check "$url" "$work/acked.tsv" "${before:-0}") || true
   verify=ok
-  "$bin/tlogd" verify "$url" --log-public-key "$(cat "$work/log.vkey")" > "$work/verify-$i.log" 2>&1 || verify=FAIL
+  earlier=()
+  [ -s "$work/checkpoint-before-$i" ] && earlier=(--earlier-checkpoint "$work/checkpoint-before-$i")
+  "$bin/tlogd" verify "$url" --log-public-key "$(cat "$work/log.vkey")" "${earlier[@]}" > "$work/verify-$i.log" 2>&1 || verify=FAIL
   discarded=$(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(r['discarded_data_ops'] + r['discarded_namespace_ops'] + r['torn_writes'])" "$work/cut-$i.json" 2>/dev/null || echo '?')
   during=$(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(' / '.join(o['op'] + ' ' + o['path'] for o in r['last_ops'][-2:]))" "$work/cut-$i.json" 2>/dev/null || echo '?')
   echo "{\"cut\": $i, \"discarded\": \"$discarded\", \"during\": \"$during\", \"verify\": \"$verify\", \"check\": $check}"
   [ "$discarded" = 0 ] && nothing=$((nothing + 1))
   if [ "$verify" = ok ] && echo "$check" | grep -q '"ok": true'; then ok=$((ok + 1)); else failed=$((failed + 1)); fi
 done
-echo "cuts: $cuts, survived: $ok, failed: $failed, cuts that discarded nothing: $nothing (mode $mode, profile $profile, $writers writers; logs in $work)"
+echo "cuts: $cuts, survived: $ok, failed: $failed, cuts that discarded nothing: $nothing (server $server, mode $mode, profile $profile, sync $sync, $writers writers; logs in $work)"
 [ "$failed" = 0 ]

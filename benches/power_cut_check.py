@@ -4,7 +4,12 @@
   power_cut_check.py write URL ACKED_FILE STOP_FILE WRITERS TAG
       POST distinct entries to URL/add from WRITERS threads until STOP_FILE exists;
       append "index<TAB>entry" to ACKED_FILE for every 200 answer (an acknowledged
-      entry: tlogd returned its index, so it must survive any crash).
+      entry: tlogd returned its index, so it must survive any crash). One add in
+      eight resends an entry this writer had acknowledged (a duplicate under load:
+      it must get the same index; a wrong one is appended to ACKED_FILE.wrong), and
+      two readers fetch the checkpoint and the bundles it names all along, keeping
+      the newest checkpoint in ACKED_FILE.checkpoint (for `tlogd verify
+      --earlier-checkpoint`: the tree after the cut must extend it).
   power_cut_check.py check URL ACKED_FILE MIN_SIZE
       After the restart: the checkpoint's size is at least MIN_SIZE (it never went
       back) and covers every acknowledged index; every acknowledged entry is at its
@@ -31,12 +36,19 @@ def write(url, acked_file, stop_file, writers, tag):
     lock = threading.Lock()
     out = open(acked_file, "a", buffering=1)
 
+    wrong = open(acked_file + ".wrong", "a", buffering=1)
+
     def worker(w):
         c = conn(url)
         n = 0
+        mine = []
         while not os.path.exists(stop_file):
-            entry = f"{tag} writer {w} entry {n} {random.getrandbits(64):016x}"
-            n += 1
+            resend = mine and random.random() < 0.125
+            if resend:
+                want, entry = random.choice(mine)
+            else:
+                entry = f"{tag} writer {w} entry {n} {random.getrandbits(64):016x}"
+                n += 1
             try:
                 c.request("POST", "/add", body=entry.encode())
                 r = c.getresponse()
@@ -46,13 +58,41 @@ def write(url, acked_file, stop_file, writers, tag):
                 c = conn(url)
                 time.sleep(0.01)
                 continue
-            if r.status == 200:
+            if r.status == 200 and resend:
+                if body != want:
+                    with lock:
+                        wrong.write(f"{want}\t{body}\t{entry}\n")
+            elif r.status == 200:
+                mine.append((body, entry))
                 with lock:
                     out.write(f"{body}\t{entry}\n")
             else:
                 time.sleep(0.005)
 
+    def reader():
+        c = conn(url)
+        while not os.path.exists(stop_file):
+            try:
+                status, body = get(c, "/checkpoint")
+                if status == 200:
+                    size = int(body.decode().split("\n")[1])
+                    tmp = acked_file + f".checkpoint.{threading.get_ident()}"
+                    with open(tmp, "wb") as f:
+                        f.write(body)
+                    with lock:
+                        os.replace(tmp, acked_file + ".checkpoint")
+                    if size:
+                        n = random.randrange(0, (size + 255) // 256)
+                        width = min(256, size - n * 256)
+                        path = f"/tile/entries/{tile_path(n)}"
+                        get(c, path + ("" if width == 256 else f".p/{width}"))
+            except Exception:
+                c.close()
+                c = conn(url)
+            time.sleep(0.02)
+
     threads = [threading.Thread(target=worker, args=(w,)) for w in range(writers)]
+    threads += [threading.Thread(target=reader) for _ in range(2)]
     for t in threads:
         t.start()
     for t in threads:
@@ -133,6 +173,13 @@ def check(url, acked_file, min_size):
             resent_wrong += 1
     if resent_wrong:
         problems.append(f"{resent_wrong} of 32 resubmitted entries did not get their index")
+    try:
+        with open(acked_file + ".wrong") as f:
+            dupes_wrong = sum(1 for _ in f)
+    except FileNotFoundError:
+        dupes_wrong = 0
+    if dupes_wrong:
+        problems.append(f"{dupes_wrong} duplicates sent under load got another index")
     result.update(ok=not problems, lost=lost, problems=problems)
     print(json.dumps(result))
     return 0 if not problems else 1

@@ -155,6 +155,12 @@ impl LogSection {
                     bail!("`storage.dir` is required for the posix backend (or --storage-dir)");
                 }
             }
+            _ if self.storage.sync != tlogd_storage_posix::SyncMode::Auto => {
+                bail!(
+                    "`storage.sync` is for the posix backend (the {} backend makes its own writes durable)",
+                    self.storage.backend
+                )
+            }
             backend @ ("mysql" | "postgres") => {
                 let (schemes, example): (&[&str], _) = if backend == "mysql" {
                     (
@@ -303,6 +309,11 @@ pub struct StorageConfig {
     pub backend: String,
     /// POSIX: the log root directory.
     pub dir: Option<PathBuf>,
+    /// POSIX: how written files are made durable: `auto` (the default: `syncfs` on
+    /// filesystems known to commit on it, such as ext4, XFS, btrfs and the kernel's NFS
+    /// client; `fsync` of every file and directory elsewhere, FUSE included, which
+    /// never sees a `syncfs`), `syncfs` or `fsync`. See docs/backends/posix.md.
+    pub sync: tlogd_storage_posix::SyncMode,
     /// SQL backends: `mysql://user:password@host:port/database` or
     /// `postgres://user:password@host:port/database`.
     pub url: Option<String>,
@@ -347,6 +358,7 @@ impl Default for StorageConfig {
         StorageConfig {
             backend: "posix".into(),
             dir: None,
+            sync: tlogd_storage_posix::SyncMode::Auto,
             url: None,
             pool_size: 16,
             reader_pool_size: 4,
@@ -1269,6 +1281,33 @@ mod tests {
 
     /// What several logs must not share, and keys that belong inside `[[logs]]`: each
     /// refused with one line naming it. A single-log file is one log named "" at `/`.
+    #[test]
+    fn storage_sync_is_a_posix_setting_with_three_values() {
+        let posix = |sync: &str| {
+            Config::parse(&format!(
+                "origin = \"example.com/x\"\nstorage.dir = \"x\"\nstorage.sync = \"{sync}\"\n"
+            ))
+        };
+        for (value, mode) in [
+            ("auto", tlogd_storage_posix::SyncMode::Auto),
+            ("syncfs", tlogd_storage_posix::SyncMode::Syncfs),
+            ("fsync", tlogd_storage_posix::SyncMode::Fsync),
+        ] {
+            let c = posix(value).unwrap();
+            c.validate().unwrap();
+            assert_eq!(c.storage.sync, mode);
+        }
+        let e = format!("{:#}", posix("fdatasync").unwrap_err());
+        assert!(e.contains("fdatasync") && e.contains("fsync"), "{e}");
+        let mysql = Config::parse(
+            "origin = \"example.com/x\"\nstorage.backend = \"mysql\"\n\
+             storage.url = \"mysql://u:p@db:3306/t\"\ndedup.path = \"d\"\nstorage.sync = \"fsync\"\n",
+        )
+        .unwrap();
+        let e = mysql.validate().unwrap_err().to_string();
+        assert!(e.contains("`storage.sync` is for the posix backend"), "{e}");
+    }
+
     #[test]
     fn several_logs_are_checked_for_what_they_must_not_share() {
         let single = Config::parse("origin = \"example.com/x\"\nstorage.dir = \"x\"\n").unwrap();

@@ -14,7 +14,7 @@ use tlogd_dedup_rocksdb::{DedupOptions, RocksDedup};
 use tlogd_storage_gcs::GcsOptions;
 use tlogd_storage_mysql::{MysqlOptions, MysqlStorage};
 use tlogd_storage_object::{CachedTiles, ObjectStoreBackend};
-use tlogd_storage_posix::PosixStorage;
+use tlogd_storage_posix::{PosixOptions, PosixStorage};
 use tlogd_storage_postgres::PostgresStorage;
 use tlogd_storage_s3::S3Options;
 
@@ -69,7 +69,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the log server.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Generate an Ed25519 checkpoint signing key; prints the verifier key.
     Keygen {
         /// The log's origin (the key name), e.g. example.com/mylog.
@@ -116,6 +116,10 @@ struct ServeArgs {
     /// Log root directory (POSIX backend).
     #[arg(long)]
     storage_dir: Option<PathBuf>,
+    /// How the POSIX backend makes files durable: auto (default; fsync on FUSE and
+    /// filesystems not known to commit on syncfs), syncfs or fsync.
+    #[arg(long, value_parser = ["auto", "syncfs", "fsync"])]
+    storage_sync: Option<String>,
     /// Database URL (mysql, postgres backends), e.g. mysql://user:pass@127.0.0.1:3306/tlog
     /// or postgres://user:pass@127.0.0.1:5432/tlog. Prefer env TLOGD_DATABASE_URL (or
     /// `storage.url` in the config file): a command line, password included, is visible
@@ -179,7 +183,7 @@ fn main() -> anyhow::Result<()> {
             runtime.block_on(freeze(c, log))
         }
         Command::Serve(args) => {
-            let config = load_config(args)?;
+            let config = load_config(*args)?;
             observe::init_logging(&config.log)?;
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -245,6 +249,7 @@ fn load_config(args: ServeArgs) -> anyhow::Result<Config> {
     };
     let per_log_flag = args.backend.is_some()
         || args.storage_dir.is_some()
+        || args.storage_sync.is_some()
         || args.database_url.is_some()
         || args.bucket.is_some()
         || args.prefix.is_some()
@@ -265,6 +270,11 @@ fn load_config(args: ServeArgs) -> anyhow::Result<Config> {
     }
     if let Some(d) = args.storage_dir {
         c.storage.dir = Some(d);
+    }
+    if let Some(m) = args.storage_sync {
+        c.storage.sync = m
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--storage-sync: {e}"))?;
     }
     if let Some(u) = args.database_url {
         c.storage.url = Some(u);
@@ -463,7 +473,7 @@ async fn open_log(c: &Config, l: &LogSection, clients: &Clients) -> anyhow::Resu
     }
     let dir = l.storage.dir.clone().unwrap_or_default();
     let storage = Arc::new(
-        PosixStorage::open(&dir, &origin)
+        PosixStorage::open_with(&dir, &origin, &PosixOptions::with_sync(l.storage.sync))
             .with_context(|| format!("opening log directory {}", dir.display()))?,
     );
     if let Some(state) = storage.adopted_tessera() {

@@ -259,7 +259,18 @@ fn recover(
     }
     changed += renames.len() as u64;
     if changed > 0 || !carried.is_empty() {
-        let dirs: Vec<PathBuf> = renamed_into.into_iter().collect();
+        // With their ancestors: a directory a killed process created may exist without
+        // being durable (`fsync` mode syncs each new directory's parent only once it
+        // has renamed into it).
+        let mut dirs = BTreeSet::new();
+        for d in renamed_into {
+            dirs.extend(
+                d.ancestors()
+                    .take_while(|a| a.starts_with(root))
+                    .map(Path::to_path_buf),
+            );
+        }
+        let dirs: Vec<PathBuf> = dirs.into_iter().collect();
         sync_paths(sync, root_dir, &dirs).map_err(io_err(root))?;
     }
     if changed > 0 {
@@ -468,6 +479,8 @@ struct Inner {
     sync: SyncMethod,
     /// Set by [`PosixStorage::skip_directory_syncs`] (tests).
     skip_dir_syncs: AtomicBool,
+    /// `state.0` and `state.1`, open for writing for as long as the log is.
+    slot_files: [File; 2],
 }
 
 /// See [`Inner::pending`].
@@ -615,17 +628,22 @@ impl PosixStorage {
         let root_dir = File::open(&root).map_err(io_err(&root))?;
         let (sync, fs) = options.sync.resolve(&root_dir).map_err(io_err(&root))?;
         let (dir, filesystem) = (root.display(), &fs.name);
-        match (options.sync, sync) {
-            (SyncMode::Auto, SyncMethod::Fsync) => tracing::info!(
-                %dir, filesystem, "storage.sync = auto: fsync (syncfs is not known to commit \
-                 this filesystem, so every file and directory written is fsynced)"
-            ),
-            (SyncMode::Syncfs, _) if !fs.syncfs_commits => tracing::warn!(
-                %dir, filesystem, "storage.sync = syncfs on a filesystem where syncfs is not \
-                 known to commit (FUSE never sees it): a power cut may lose acknowledged \
-                 entries; use \"auto\" or \"fsync\""
-            ),
-            (mode, method) => tracing::info!(%dir, filesystem, ?mode, %method, "storage.sync"),
+        let mode = options.sync;
+        if mode == SyncMode::Syncfs && !fs.syncfs_commits {
+            tracing::warn!(
+                %dir, filesystem, ?mode, method = %sync,
+                "storage.sync = syncfs on a filesystem where syncfs is not known to commit \
+                 (FUSE never sees it): a power cut may lose acknowledged entries; use \
+                 \"auto\" or \"fsync\""
+            );
+        } else if mode == SyncMode::Auto && sync == SyncMethod::Fsync {
+            tracing::info!(
+                %dir, filesystem, ?mode, method = %sync,
+                "storage.sync: syncfs is not known to commit this filesystem, so every file \
+                 and directory written is fsynced"
+            );
+        } else {
+            tracing::info!(%dir, filesystem, ?mode, method = %sync, "storage.sync");
         }
         recover(
             &root,
@@ -653,6 +671,15 @@ impl PosixStorage {
         if carried.is_none() && committed.seq > 0 {
             upgrade_slots(&private, origin, &mut committed)?;
         }
+        let slot_files = SLOTS.map(|name| {
+            let path = private.join(name);
+            OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .map_err(|e| OpenError::Io(path, e))
+        });
+        let [slot0, slot1] = slot_files;
+        let slot_files = [slot0?, slot1?];
         let inner = Arc::new(Inner {
             root,
             private,
@@ -677,6 +704,7 @@ impl PosixStorage {
             flushes_stopped: AtomicBool::new(false),
             sync,
             skip_dir_syncs: AtomicBool::new(false),
+            slot_files,
         });
         let flusher = std::thread::Builder::new()
             .name("tlogd-posix-flush".into())
@@ -1531,7 +1559,8 @@ impl Inner {
         // next commit rewrites it. A failed sync poisons. Not under the sync lock: what
         // this commit needs durable is all in this one file, whose own error cursor
         // reports any failure of its pages, and a flush's `syncfs` must not delay it.
-        let f = write_in_place(&slot, &record)
+        let f = &self.slot_files[(seq % 2) as usize];
+        write_slot(f, &record)
             .map_err(|e| StorageError::from_io(format!("writing {}: {e}", slot.display()), &e))?;
         // A failed sync leaves the outcome open: the record is written, and a restart
         // may find it on disk (the page cache may write it back yet), so the batch is
@@ -1784,8 +1813,15 @@ impl Inner {
 /// bytes after it, for the caller to `fdatasync`: no new inode, no directory update.
 /// The file's size changes only when the record outgrows it, by [`SLOT_GROWTH`].
 fn write_in_place(path: &Path, record: &[u8]) -> io::Result<File> {
-    use std::os::unix::fs::FileExt;
     let f = OpenOptions::new().write(true).open(path)?;
+    write_slot(&f, record)?;
+    Ok(f)
+}
+
+/// [`write_in_place`] through a slot file held open (a commit opens nothing: on a
+/// network filesystem an open is a round trip).
+fn write_slot(f: &File, record: &[u8]) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
     let len = f.metadata()?.len();
     if record.len() as u64 > len {
         // Grow first, with zeros after the old bytes, and only then write the record:
@@ -1799,8 +1835,7 @@ fn write_in_place(path: &Path, record: &[u8]) -> io::Result<File> {
         let zeros = vec![0u8; (grown - len) as usize];
         f.write_all_at(&zeros, len)?;
     }
-    f.write_all_at(record, 0)?;
-    Ok(f)
+    f.write_all_at(record, 0)
 }
 
 /// A blob found at `path` holds `bytes`, or else the other bytes stand.
