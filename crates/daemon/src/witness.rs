@@ -232,8 +232,9 @@ impl Witnesses {
                             w.verifier.to_vkey()
                         )));
                     }
+                    // tlog-witness "add-checkpoint": the timestamp MUST NOT be zero.
                     for s in &mine {
-                        w.verifier.verify(text, s).map_err(|e| {
+                        w.verifier.verify_witnessed(text, s).map_err(|e| {
                             Failure::Invalid(format!("its cosignature does not verify: {e}"))
                         })?;
                     }

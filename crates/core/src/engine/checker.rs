@@ -463,7 +463,11 @@ pub async fn fsck<F: Fetch + ?Sized>(
 }
 
 /// The cosignatures on the signed checkpoint `bytes` from the policy's witnesses must
-/// verify and meet its quorum (tlog-policy; unknown signature lines are ignored).
+/// verify and meet its quorum (tlog-policy; unknown signature lines are ignored). A
+/// cosignature with timestamp 0 (which an ML-DSA-44 one may carry: "no statement"
+/// about time, tlog-cosignature) verifies but does not count toward the quorum: a
+/// witness's cosignature of a checkpoint MUST carry the time it saw the tree
+/// (tlog-witness "add-checkpoint").
 fn check_cosignatures(
     bytes: &[u8],
     policy: &WitnessPolicy,
@@ -471,12 +475,17 @@ fn check_cosignatures(
 ) -> Result<(), VerifyError> {
     let note = Note::parse(bytes).map_err(|e| VerifyError::Checkpoint(e.to_string()))?;
     let mut cosigned = Vec::with_capacity(policy.witnesses().len());
+    let mut untimed = Vec::new();
     for w in policy.witnesses() {
         let mut ok = false;
         for sig in note.signatures.iter().filter(|s| w.verifier.matches(s)) {
             let ts = w.verifier.verify(&note.text, sig).map_err(|e| {
                 VerifyError::Checkpoint(format!("cosignature of witness {}: {e}", w.name))
             })?;
+            if ts == 0 {
+                untimed.push(w.name.as_str());
+                continue;
+            }
             summary.cosigned.push((w.name.clone(), ts));
             ok = true;
         }
@@ -484,7 +493,7 @@ fn check_cosignatures(
     }
     if !policy.satisfied(&cosigned) {
         let names: Vec<&str> = summary.cosigned.iter().map(|(n, _)| n.as_str()).collect();
-        return Err(VerifyError::Checkpoint(format!(
+        let mut why = format!(
             "its cosignatures do not meet the witness policy (quorum {}): cosigned by {}",
             policy.describe(),
             if names.is_empty() {
@@ -492,7 +501,14 @@ fn check_cosignatures(
             } else {
                 names.join(", ")
             }
-        )));
+        );
+        if !untimed.is_empty() {
+            why.push_str(&format!(
+                "; not counted, with timestamp 0 (a witness's cosignature carries the time): {}",
+                untimed.join(", ")
+            ));
+        }
+        return Err(VerifyError::Checkpoint(why));
     }
     Ok(())
 }
@@ -827,6 +843,41 @@ mod tests {
     use crate::note::NoteSigner;
 
     use crate::conformance::{ORIGIN, SKEY};
+
+    /// A policy witness's cosignature with timestamp 0 (an ML-DSA-44 one may carry it)
+    /// verifies but does not count toward the quorum; with a time, it does.
+    #[test]
+    fn a_witness_cosignature_with_timestamp_zero_does_not_count() {
+        use crate::mldsa::MlDsa44Signer;
+        use crate::witness::WitnessPolicy;
+        let w = MlDsa44Signer::from_seed("w.witness.example", &[4; 32]).unwrap();
+        let policy = WitnessPolicy::parse(&format!("witness w {}\nquorum w\n", w.vkey())).unwrap();
+        let log = NoteSigner::from_skey(SKEY).unwrap();
+        let cp = Checkpoint {
+            origin: ORIGIN.into(),
+            size: 1,
+            root: [6; 32],
+            extensions: vec![],
+        };
+        let text = cp.to_text();
+        for (ts, counts) in [(0, false), (1_800_000_000, true)] {
+            let mut note = Note::parse(&cp.sign(&log).unwrap()).unwrap();
+            note.signatures.push(w.cosign(&text, ts).unwrap());
+            let mut summary = FsckSummary::default();
+            let r = check_cosignatures(&note.to_bytes(), &policy, &mut summary);
+            match counts {
+                true => {
+                    r.unwrap();
+                    assert_eq!(summary.cosigned, [("w".to_string(), ts)]);
+                }
+                false => {
+                    let e = r.unwrap_err().to_string();
+                    assert!(e.contains("not counted, with timestamp 0"), "{e}");
+                    assert!(summary.cosigned.is_empty());
+                }
+            }
+        }
+    }
 
     /// A log of 300 entries and the checkpoint it published at size 100.
     async fn grown_log() -> (Arc<MemoryStorage>, NoteVerifier, Checkpoint) {
