@@ -42,7 +42,7 @@ use super::storage::{LogStorage, StorageError, TreeState};
 use crate::checkpoint::Checkpoint;
 use crate::hash::{Hash, leaf_hash};
 use crate::merkle::TileTree;
-use crate::note::{Note, NoteVerifier};
+use crate::note::{Note, NoteVerifier, SignatureAlgorithm};
 use crate::personality::{Personality, StoredEntry, TlogTiles};
 use crate::tile::{TILE_WIDTH, TileId, TileKind, edge_bundle, tile_prefix};
 use crate::witness::WitnessPolicy;
@@ -102,9 +102,30 @@ pub fn open_checkpoint(
     origin: &str,
     verifier: &NoteVerifier,
 ) -> Result<Checkpoint, VerifyError> {
-    Checkpoint::open(bytes, origin, verifier)
-        .map(|(cp, _)| cp)
-        .map_err(|e| VerifyError::Checkpoint(e.to_string()))
+    open_checkpoint_with(bytes, origin, &[verifier]).map(|(cp, _)| cp)
+}
+
+/// Verify a signed checkpoint of the log `origin` known by several keys (a key
+/// rotation): it must carry a signature by one of them at least, and every signature
+/// by any of them must verify (signed-note "Signatures"). Returns the checkpoint and
+/// the keys whose signature it carries, in the order given.
+pub fn open_checkpoint_with<'a>(
+    bytes: &[u8],
+    origin: &str,
+    verifiers: &[&'a NoteVerifier],
+) -> Result<(Checkpoint, Vec<&'a NoteVerifier>), VerifyError> {
+    let (cp, note) = Checkpoint::open_with(bytes, origin, verifiers)
+        .map_err(|e| VerifyError::Checkpoint(e.to_string()))?;
+    let signed_by = verifiers
+        .iter()
+        .filter(|v| {
+            note.signatures
+                .iter()
+                .any(|s| s.name == v.name() && s.key_id == v.key_id())
+        })
+        .copied()
+        .collect();
+    Ok((cp, signed_by))
 }
 
 /// The width of bundle (or level-0 tile) `n` in a tree of `size`.
@@ -140,6 +161,10 @@ pub struct FsckOptions {
     /// The checkpoint's cosignatures must meet this policy's quorum (tlog-policy,
     /// tlog-cosignature).
     pub witness_policy: Option<WitnessPolicy>,
+    /// More keys of the log beside the one [`fsck`] is given (a key rotation): the
+    /// checkpoint verifies when it carries a signature by any of them, and every
+    /// signature it carries by any of them verifies.
+    pub more_keys: Vec<NoteVerifier>,
     /// What the log's entries are: its bundles' kind and codec, its leaf hash
     /// ([`TlogTiles`] by default).
     pub personality: Arc<dyn Personality>,
@@ -154,6 +179,7 @@ impl Default for FsckOptions {
             earlier: Vec::new(),
             tree: None,
             witness_policy: None,
+            more_keys: Vec::new(),
             personality: Arc::new(TlogTiles),
             entry_check: None,
         }
@@ -188,6 +214,9 @@ impl FsckProgress for () {}
 pub struct FsckSummary {
     /// The checkpoint checked (signature verified).
     pub checkpoint: Option<Checkpoint>,
+    /// The log's keys (of those given) whose signature the checkpoint carries, all
+    /// verified, in the order given: `(name, key ID, signature type)`.
+    pub signed_by: Vec<(String, u32, SignatureAlgorithm)>,
     /// Entries read, hashed and found in place.
     pub entries: u64,
     /// Entry bundles read.
@@ -251,7 +280,14 @@ pub async fn fsck<F: Fetch + ?Sized>(
     let cp = match fetch.get("checkpoint").await? {
         Some(bytes) => {
             summary.bytes += bytes.len() as u64;
-            let cp = open_checkpoint(&bytes, origin, verifier)?;
+            let keys: Vec<&NoteVerifier> = std::iter::once(verifier)
+                .chain(&options.more_keys)
+                .collect();
+            let (cp, signed_by) = open_checkpoint_with(&bytes, origin, &keys)?;
+            summary.signed_by = signed_by
+                .iter()
+                .map(|v| (v.name().to_string(), v.key_id(), v.algorithm()))
+                .collect();
             if let Some(policy) = &options.witness_policy {
                 check_cosignatures(&bytes, policy, summary)?;
             }
