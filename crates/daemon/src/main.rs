@@ -557,7 +557,7 @@ async fn open_log(c: &Config, l: &LogSection, clients: &Clients) -> anyhow::Resu
             .with_context(|| format!("opening log directory {}", dir.display()))?,
     );
     if let Some(state) = storage.adopted_tessera() {
-        tlogd::verify::check_adopted_tessera(&dir, &origin, &lc.verifier(), state).await?;
+        tlogd::verify::check_adopted_tessera(&dir, &origin, &lc.verifiers(), state).await?;
     }
     let dedup = open_dedup(l, Some(storage.private_dir().join("dedup"))).await?;
     assemble(storage, dedup, lc, l, c, ct).await

@@ -387,19 +387,24 @@ fn algorithm_name(alg: SignatureAlgorithm) -> &'static str {
 /// Before serving a Tessera log adopted at `state` (see `tlogd_storage_posix`), check
 /// the whole of it as `tlogd verify` would, up to that tree state: every bundle, every
 /// hash tile, the root; and its published checkpoint, if any: its signature with this
-/// log's key, and its consistency with the tree state.
+/// log's keys (`keys`, every configured signer's: one of them at least signed it), and
+/// its consistency with the tree state.
 pub async fn check_adopted_tessera(
     dir: &std::path::Path,
     origin: &str,
-    verifier: &NoteVerifier,
+    keys: &[NoteVerifier],
     state: TreeState,
 ) -> anyhow::Result<()> {
+    let Some((verifier, more_keys)) = keys.split_first() else {
+        anyhow::bail!("no key to check the adopted Tessera log's checkpoint with");
+    };
     tracing::info!(size = state.size, dir = %dir.display(), "adopting a Tessera log: checking it first");
     let fetch = DirFetcher::new(dir)?;
     let mut summary = FsckSummary::default();
     let started = Instant::now();
     let options = FsckOptions {
         tree: Some((state.size, state.root)),
+        more_keys: more_keys.to_vec(),
         ..FsckOptions::default()
     };
     fsck(&fetch, origin, verifier, &options, &mut (), &mut summary)
