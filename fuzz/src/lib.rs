@@ -36,7 +36,10 @@ use tlogd_core::checkpoint::{Checkpoint, signed_size, validate_origin};
 use tlogd_core::cosignature::{CosignatureSigner, CosignatureVerifier};
 use tlogd_core::hash::{Hash, leaf_hash};
 use tlogd_core::merkle::TileTree;
-use tlogd_core::note::{Note, NoteSigner, NoteVerifier, key_id, open_note, sign_note};
+use tlogd_core::note::{
+    Note, NoteSigner, NoteVerifier, SignatureAlgorithm, key_id, log_signer_from_skey, open_note,
+    sign_note,
+};
 use tlogd_core::tile::{TILE_WIDTH, TileId, TileKind, parse_hash_tile, tile_prefix};
 use tlogd_core::witness::{
     WitnessPolicy, add_checkpoint_body, parse_add_checkpoint, parse_cosignatures, parse_size_body,
@@ -59,6 +62,16 @@ fn log_signer() -> &'static NoteSigner {
     static S: OnceLock<NoteSigner> = OnceLock::new();
     S.get_or_init(|| {
         NoteSigner::from_skey(LOG_SKEY).unwrap_or_else(|e| panic!("the fixed log key: {e}"))
+    })
+}
+
+/// torchwood's ML-DSA-44 test log key (testdata/mldsa44), whose signed checkpoint is a
+/// seed of the `note` corpus.
+fn mldsa44_log() -> &'static NoteVerifier {
+    static V: OnceLock<NoteVerifier> = OnceLock::new();
+    V.get_or_init(|| {
+        let vkey = include_str!("../../testdata/mldsa44/torchwood-log.vkey").trim();
+        NoteVerifier::from_vkey(vkey).unwrap_or_else(|e| panic!("the fixed ML-DSA-44 key: {e}"))
     })
 }
 
@@ -180,6 +193,13 @@ pub fn note(data: &[u8]) {
     if let Ok(n) = open_note(data, &[&verifier]) {
         assert!(n.signatures.iter().any(|s| s.name == signer.name()));
     }
+    if let Ok(n) = open_note(data, &[mldsa44_log()]) {
+        // What an ML-DSA-44 signature verified is a checkpoint without extensions.
+        match Checkpoint::parse(&n.text) {
+            Ok(cp) => assert!(cp.extensions.is_empty()),
+            Err(e) => panic!("an ML-DSA-44 signature verified a non-checkpoint: {e}"),
+        }
+    }
     let _ = signed_size(data);
     let cp_text = "example.com/log/testdata\n1\nBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=\n";
     if let Ok(sigs) = parse_cosignatures(cp_text, data) {
@@ -233,8 +253,8 @@ pub fn note(data: &[u8]) {
     }
 }
 
-/// Verifier and private key strings: log keys (Ed25519, type 0x01) and cosigner keys
-/// (type 0x04).
+/// Verifier and private key strings: log keys (Ed25519, type 0x01), cosigner keys
+/// (type 0x04), and ML-DSA-44 keys (type 0x06), which are both.
 pub fn keys(data: &[u8]) {
     let Ok(s) = std::str::from_utf8(data) else {
         return;
@@ -250,6 +270,20 @@ pub fn keys(data: &[u8]) {
             Err(e) => panic!("a parsed key does not sign: {e}"),
         }
     }
+    if let Ok(k) = log_signer_from_skey(s) {
+        // Every log key signs a checkpoint (the ML-DSA-44 message needs one).
+        let text = "o\n1\nBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=\n";
+        let v = k.verifier();
+        assert_eq!(NoteVerifier::from_vkey(&v.to_vkey()).as_ref(), Ok(&v));
+        let cp = match Checkpoint::parse(text) {
+            Ok(cp) => cp,
+            Err(e) => panic!("the fixed checkpoint text: {e}"),
+        };
+        match cp.sign_with(&[&*k], 5_000) {
+            Ok(signed) => assert!(open_note(&signed, &[&v]).is_ok()),
+            Err(e) => panic!("a parsed log key does not sign: {e}"),
+        }
+    }
     if let Ok(v) = CosignatureVerifier::from_vkey(s) {
         assert_eq!(v.to_vkey(), s, "a cosigner key encodes back to its string");
     }
@@ -261,8 +295,15 @@ pub fn keys(data: &[u8]) {
             Ok(5)
         );
     }
-    // A log key and a cosigner key are never each other.
-    assert!(!(NoteVerifier::from_vkey(s).is_ok() && CosignatureVerifier::from_vkey(s).is_ok()));
+    // A log key and a cosigner key are never each other, but for ML-DSA-44 (type 0x06,
+    // a log's ML-DSA-44 signature being a cosignature by its own key).
+    if let (Ok(l), Ok(c)) = (
+        NoteVerifier::from_vkey(s),
+        CosignatureVerifier::from_vkey(s),
+    ) {
+        assert_eq!(l.algorithm(), SignatureAlgorithm::CosignatureMlDsa44);
+        assert_eq!(c.algorithm(), SignatureAlgorithm::CosignatureMlDsa44);
+    }
 }
 
 /// tlog-witness add-checkpoint request and 409 bodies, cosignature responses, and

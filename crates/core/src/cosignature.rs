@@ -1,9 +1,11 @@
-//! Checkpoint cosignatures (C2SP tlog-cosignature), Ed25519 type: signed-note
-//! signature type `0x04`, message `cosignature/v1`.
+//! Checkpoint cosignatures (C2SP tlog-cosignature): the Ed25519 type (signed-note
+//! signature type `0x04`, message `cosignature/v1`) here, the ML-DSA-44 type (`0x06`,
+//! message `subtree/v1`) in [`crate::mldsa`]. [`CosignatureVerifier`] verifies either:
+//! a witness policy may name witnesses of both types.
 //!
 //! A cosignature is a note signature line on a checkpoint whose signature bytes are a
 //! `timestamped_signature` (tlog-cosignature "Format"): an 8-byte big-endian POSIX
-//! timestamp, then the Ed25519 signature over the "Ed25519 signed message":
+//! timestamp, then the signature. For Ed25519 it signs the "Ed25519 signed message":
 //!
 //! ```text
 //! cosignature/v1
@@ -11,15 +13,18 @@
 //! <the checkpoint's note text, final newline included>
 //! ```
 //!
-//! The key ID is `SHA-256(<name> || "\n" || 0x04 || public key)[:4]`. (The ML-DSA-44
-//! type, `0x06`, is not implemented.)
+//! The key ID is `SHA-256(<name> || "\n" || 0x04 || public key)[:4]`.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
 
+use std::sync::Arc;
+
+use crate::mldsa::{ALG_MLDSA44, MlDsa44Verifier};
 use crate::note::{
-    NoteError, NoteSignature, parse_typed_vkey, typed_key_id, typed_vkey, valid_name,
+    NoteError, NoteSignature, SignatureAlgorithm, parse_typed_vkey, split_key, typed_key_id,
+    typed_vkey, valid_name,
 };
 
 /// signed-note "Signature types": timestamped Ed25519 checkpoint cosignatures.
@@ -42,32 +47,73 @@ pub fn signed_message(text: &str, timestamp: u64) -> Vec<u8> {
     m
 }
 
-/// A witness's (cosigner's) public key, `name+hex key id+base64(0x04 || key)`.
+/// A witness's (cosigner's) public key: `name+hex key id+base64(0x04 || Ed25519 key)`
+/// or `name+hex key id+base64(0x06 || ML-DSA-44 key)`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CosignatureVerifier {
     name: String,
     id: u32,
-    key: VerifyingKey,
+    key: CosignerKey,
+}
+
+/// The public key of a [`CosignatureVerifier`], by signature type.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum CosignerKey {
+    /// `0x04`: timestamped Ed25519 checkpoint cosignatures.
+    Ed25519(VerifyingKey),
+    /// `0x06`: timestamped ML-DSA-44 (sub)tree cosignatures.
+    MlDsa44(Arc<MlDsa44Verifier>),
 }
 
 impl CosignatureVerifier {
-    /// Parse a cosigner vkey (signature type `0x04`).
+    /// Parse a cosigner vkey of signature type `0x04` (Ed25519) or `0x06` (ML-DSA-44);
+    /// the key ID must match the key.
     pub fn from_vkey(s: &str) -> Result<Self, NoteError> {
-        let (name, id, key) = parse_typed_vkey(
-            s,
-            ALG_COSIGNATURE_V1,
-            "not an Ed25519 cosignature (type 0x04) verifier key",
-        )?;
-        Ok(CosignatureVerifier {
-            name: name.to_string(),
-            id,
-            key,
-        })
+        let (_, _, raw) = split_key(s)?;
+        match raw.first().copied() {
+            Some(ALG_COSIGNATURE_V1) => {
+                let (name, id, key) = parse_typed_vkey(
+                    s,
+                    ALG_COSIGNATURE_V1,
+                    "not an Ed25519 cosignature (type 0x04) verifier key",
+                )?;
+                Ok(CosignatureVerifier {
+                    name: name.to_string(),
+                    id,
+                    key: CosignerKey::Ed25519(key),
+                })
+            }
+            Some(ALG_MLDSA44) => Ok(Self::from_mldsa44(Arc::new(MlDsa44Verifier::from_vkey(s)?))),
+            _ => Err(NoteError::BadKey(
+                "not a cosigner verifier key (type 0x04, Ed25519, or 0x06, ML-DSA-44)",
+            )),
+        }
+    }
+
+    /// The verifier of an ML-DSA-44 cosigner (signature type `0x06`).
+    pub fn from_mldsa44(key: Arc<MlDsa44Verifier>) -> Self {
+        CosignatureVerifier {
+            name: key.name().to_string(),
+            id: key.key_id(),
+            key: CosignerKey::MlDsa44(key),
+        }
     }
 
     /// The vkey string.
     pub fn to_vkey(&self) -> String {
-        typed_vkey(&self.name, self.id, ALG_COSIGNATURE_V1, &self.key)
+        match &self.key {
+            CosignerKey::Ed25519(key) => typed_vkey(&self.name, self.id, ALG_COSIGNATURE_V1, key),
+            CosignerKey::MlDsa44(key) => key.to_vkey(),
+        }
+    }
+
+    /// The signature type: [`SignatureAlgorithm::CosignatureEd25519`] or
+    /// [`SignatureAlgorithm::CosignatureMlDsa44`].
+    pub fn algorithm(&self) -> SignatureAlgorithm {
+        match &self.key {
+            CosignerKey::Ed25519(_) => SignatureAlgorithm::CosignatureEd25519,
+            CosignerKey::MlDsa44(_) => SignatureAlgorithm::CosignatureMlDsa44,
+        }
     }
 
     /// The cosigner's name.
@@ -80,10 +126,14 @@ impl CosignatureVerifier {
         self.id
     }
 
-    /// The same public key as this verifier (two vkeys wrapping one key are duplicates
-    /// in a tlog-policy).
-    pub fn public_key(&self) -> [u8; 32] {
-        self.key.to_bytes()
+    /// The public key (32 bytes for Ed25519, 1312 for ML-DSA-44): two vkeys wrapping
+    /// the same key are duplicates in a tlog-policy ("even if they differ by key name
+    /// and key id").
+    pub fn public_key(&self) -> &[u8] {
+        match &self.key {
+            CosignerKey::Ed25519(key) => key.as_bytes(),
+            CosignerKey::MlDsa44(key) => key.public_key(),
+        }
     }
 
     /// Whether `sig` is a line from this cosigner (name and key ID match).
@@ -92,10 +142,19 @@ impl CosignatureVerifier {
     }
 
     /// Verify a cosignature line of this cosigner over the checkpoint note `text`;
-    /// returns its timestamp.
+    /// returns its timestamp (POSIX seconds). An ML-DSA-44 cosignature may carry 0 ("no
+    /// statement" about time, tlog-cosignature), which a witness's answer to
+    /// add-checkpoint must not: see [`CosignatureVerifier::verify_witnessed`].
     pub fn verify(&self, text: &str, sig: &NoteSignature) -> Result<u64, NoteError> {
         let bad = || NoteError::BadSignature(self.name.clone());
-        if !self.matches(sig) || sig.signature.len() != 8 + 64 {
+        if !self.matches(sig) {
+            return Err(bad());
+        }
+        let key = match &self.key {
+            CosignerKey::Ed25519(key) => key,
+            CosignerKey::MlDsa44(key) => return key.verify_checkpoint(text, &sig.signature),
+        };
+        if sig.signature.len() != 8 + 64 {
             return Err(bad());
         }
         let mut ts = [0u8; 8];
@@ -106,10 +165,23 @@ impl CosignatureVerifier {
         }
         let signature =
             ed25519_dalek::Signature::from_slice(&sig.signature[8..]).map_err(|_| bad())?;
-        self.key
-            .verify_strict(&signed_message(text, timestamp), &signature)
+        key.verify_strict(&signed_message(text, timestamp), &signature)
             .map_err(|_| bad())?;
         Ok(timestamp)
+    }
+
+    /// [`verify`](CosignatureVerifier::verify) a witness's cosignature of a checkpoint,
+    /// and refuse timestamp 0: tlog-witness "add-checkpoint" says "The cosignature MUST
+    /// NOT omit the timestamp, i.e. the timestamp MUST NOT be zero", so such a line
+    /// states nothing about when the witness saw the tree and does not count.
+    pub fn verify_witnessed(&self, text: &str, sig: &NoteSignature) -> Result<u64, NoteError> {
+        match self.verify(text, sig)? {
+            0 => Err(NoteError::BadSignature(format!(
+                "{} (timestamp 0: a witness's cosignature must carry the time)",
+                self.name
+            ))),
+            t => Ok(t),
+        }
     }
 }
 
@@ -144,7 +216,7 @@ impl CosignatureSigner {
         CosignatureVerifier {
             name: self.name.clone(),
             id: self.id,
-            key: self.key.verifying_key(),
+            key: CosignerKey::Ed25519(self.key.verifying_key()),
         }
     }
 
@@ -223,5 +295,38 @@ mod tests {
         assert!(other.verify(&parsed.text, cosig).is_err());
         // A log key (type 0x01) is not a cosigner key.
         assert!(CosignatureVerifier::from_vkey(&log.verifier().to_vkey()).is_err());
+    }
+
+    #[test]
+    fn mldsa44_cosigners_verify_and_witnesses_must_timestamp() {
+        use crate::mldsa::{MlDsa44Signer, generate_mldsa44_key};
+        let (sk, vk) = generate_mldsa44_key("witness.example/pq").unwrap();
+        let w = MlDsa44Signer::from_skey(&sk).unwrap();
+        let v = CosignatureVerifier::from_vkey(&vk).unwrap();
+        assert_eq!(v.algorithm(), SignatureAlgorithm::CosignatureMlDsa44);
+        assert_eq!(v.to_vkey(), vk);
+        assert_eq!(v.public_key().len(), crate::mldsa::PUBLIC_KEY_LEN);
+        assert_eq!(v, CosignatureVerifier::from_mldsa44(w.mldsa44_verifier()));
+        let text = "example.com/log/testdata\n3\nBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=\n";
+        let cosig = w.cosign(text, 1_700_000_000).unwrap();
+        assert!(v.matches(&cosig));
+        assert_eq!(v.verify(text, &cosig), Ok(1_700_000_000));
+        assert_eq!(v.verify_witnessed(text, &cosig), Ok(1_700_000_000));
+        assert!(v.verify("other\n", &cosig).is_err());
+        // Timestamp 0 is a valid cosignature ("no statement") but not a witness's.
+        let zero = w.cosign(text, 0).unwrap();
+        assert_eq!(v.verify(text, &zero), Ok(0));
+        assert!(v.verify_witnessed(text, &zero).is_err());
+        // Nor for Ed25519 witnesses.
+        let (esk, evk) = generate_cosigner_key("witness.example/ed").unwrap();
+        let ed = CosignatureSigner::from_skey(&esk).unwrap();
+        let ev = CosignatureVerifier::from_vkey(&evk).unwrap();
+        assert_eq!(ev.algorithm(), SignatureAlgorithm::CosignatureEd25519);
+        assert_eq!(ev.public_key().len(), 32);
+        assert_eq!(ev.verify(text, &ed.cosign(text, 0)), Ok(0));
+        assert!(ev.verify_witnessed(text, &ed.cosign(text, 0)).is_err());
+        // Lines of one type never verify as the other.
+        assert!(ev.verify(text, &cosig).is_err());
+        assert!(v.verify(text, &ed.cosign(text, 5)).is_err());
     }
 }

@@ -1,7 +1,8 @@
 //! tlogd-core: the C2SP tlog-tiles log in Rust.
 //!
 //! The format and math modules ([`hash`], [`tile`], [`bundle`], [`merkle`], [`proof`],
-//! [`note`], [`personality`], [`checkpoint`], [`cosignature`], [`witness`]) are pure: no I/O, no async runtime. The [`engine`] module
+//! [`note`], [`mldsa`], [`personality`], [`checkpoint`], [`cosignature`],
+//! [`witness`]) are pure: no I/O, no async runtime. The [`engine`] module
 //! (feature `engine`, on by default) is the generic sequencing queue, integrator and
 //! checkpoint publisher over the [`engine::LogStorage`] trait.
 
@@ -10,6 +11,7 @@ pub mod checkpoint;
 pub mod cosignature;
 pub mod hash;
 pub mod merkle;
+pub mod mldsa;
 pub mod note;
 pub mod personality;
 pub mod proof;

@@ -4,15 +4,21 @@
 //! A log signs with one or more [`LogSigner`]s, each in the order configured; every
 //! verifier (the engine opening its own checkpoint, `tlogd verify`, the loadgen) goes
 //! through [`NoteVerifier`], whose [`from_vkey`](NoteVerifier::from_vkey) is the one
-//! table from a verifier key's signature type to the code that checks it. Ed25519
-//! (`0x01`) is implemented; the other types of signed-note "Signature types" are named
-//! in [`SignatureAlgorithm`] so that adding one is a variant here, not a new path
+//! table from a verifier key's signature type to the code that checks it, and
+//! [`log_signer_from_skey`] the one from a private key's type to its signer. Ed25519
+//! (`0x01`, [`NoteSigner`]) and ML-DSA-44 (`0x06`, [`crate::mldsa`]) are implemented
+//! here, RFC 6962 tree head signatures (`0x05`) in `tlogd-ct` through
+//! [`SignatureCheck`]; the types of signed-note "Signature types" are named in
+//! [`SignatureAlgorithm`] so that adding one is a variant here, not a new path
 //! (docs/seams.md, "Signers").
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
 use sha2::{Digest, Sha256};
+use std::sync::Arc;
+
+use crate::mldsa::{ALG_MLDSA44, MlDsa44Signer, MlDsa44Verifier};
 
 /// signed-note "Signature types": Ed25519.
 const ALG_ED25519: u8 = 0x01;
@@ -37,6 +43,13 @@ pub enum NoteError {
     /// Key generation failed.
     #[error("random number generator: {0}")]
     Random(String),
+    /// Signing failed (an ML-DSA-44 signer could not get randomness).
+    #[error("signing failed: {0}")]
+    Sign(String),
+    /// The ML-DSA-44 signed message cannot be encoded (a name or origin too long, a
+    /// timestamp out of range, not a subtree).
+    #[error("cannot sign: {0}")]
+    Message(#[from] crate::mldsa::MessageError),
 }
 
 /// A signature type of signed-note "Signature types": the byte after the key name in a
@@ -80,7 +93,8 @@ impl SignatureAlgorithm {
 
 /// One key that signs a log's checkpoints. A log may hold several (a checkpoint then
 /// carries one signature line from each, in the order configured), of any algorithm:
-/// Ed25519 today ([`NoteSigner`]); ECDSA P-256 for CT and ML-DSA-44 next.
+/// Ed25519 ([`NoteSigner`]), ML-DSA-44 ([`MlDsa44Signer`]), ECDSA P-256 for CT
+/// (`tlogd-ct`).
 pub trait LogSigner: Send + Sync + std::fmt::Debug {
     /// The key name (signed-note: the log's origin for a log key).
     fn name(&self) -> &str;
@@ -183,6 +197,15 @@ pub(crate) fn split_key(s: &str) -> Result<(&str, u32, Vec<u8>), NoteError> {
     Ok((name, id, key))
 }
 
+/// Parse `PRIVATE+KEY+<name>+<hex key id>+<base64(key)>`: the name, the key ID (not
+/// checked against the key here) and the decoded key bytes (type byte first).
+pub(crate) fn parse_skey(s: &str) -> Result<(&str, u32, Vec<u8>), NoteError> {
+    let rest = s
+        .strip_prefix("PRIVATE+KEY+")
+        .ok_or(NoteError::BadKey("missing PRIVATE+KEY+ prefix"))?;
+    split_key(rest)
+}
+
 /// Parse `PRIVATE+KEY+<name>+<hex key id>+<base64(alg || 32-byte Ed25519 seed)>`, a
 /// note signer's (`alg` 0x01) or a cosigner's (0x04) private key: its name, key ID
 /// (checked against the key with `key_id`) and key. `wrong_type` is the message for
@@ -193,10 +216,7 @@ pub(crate) fn parse_ed25519_skey(
     wrong_type: &'static str,
     key_id: fn(&str, &ed25519_dalek::VerifyingKey) -> u32,
 ) -> Result<(String, u32, SigningKey), NoteError> {
-    let rest = s
-        .strip_prefix("PRIVATE+KEY+")
-        .ok_or(NoteError::BadKey("missing PRIVATE+KEY+ prefix"))?;
-    let (name, id, key) = split_key(rest)?;
+    let (name, id, key) = parse_skey(s)?;
     if key.len() != 33 || key[0] != alg {
         return Err(NoteError::BadKey(wrong_type));
     }
@@ -291,14 +311,16 @@ pub struct NoteVerifier {
 #[derive(Clone, Debug)]
 enum VerifierKey {
     Ed25519(VerifyingKey),
+    MlDsa44(Arc<MlDsa44Verifier>),
     /// A signature type implemented outside this crate ([`SignatureCheck`]).
-    Other(std::sync::Arc<dyn SignatureCheck>),
+    Other(Arc<dyn SignatureCheck>),
 }
 
 impl PartialEq for VerifierKey {
     fn eq(&self, other: &Self) -> bool {
         match (self, other) {
             (VerifierKey::Ed25519(a), VerifierKey::Ed25519(b)) => a == b,
+            (VerifierKey::MlDsa44(a), VerifierKey::MlDsa44(b)) => a == b,
             (VerifierKey::Other(a), VerifierKey::Other(b)) => {
                 a.algorithm() == b.algorithm() && a.public_key() == b.public_key()
             }
@@ -327,7 +349,9 @@ pub trait SignatureCheck: Send + Sync + std::fmt::Debug {
 
 impl NoteVerifier {
     /// Parse a verifier key `<name>+<hex key id>+<base64(signature type || public key)>`,
-    /// of any supported signature type (only Ed25519, `0x01`, today).
+    /// of a signature type a log signs with: Ed25519 (`0x01`) or ML-DSA-44 (`0x06`,
+    /// tlog-checkpoint "Signatures": a log's ML-DSA-44 signature is a type-0x06
+    /// cosignature by its own key). The key ID must match the key.
     pub fn from_vkey(s: &str) -> Result<Self, NoteError> {
         let (_, _, raw) = split_key(s)?;
         match raw.first().copied().and_then(SignatureAlgorithm::from_byte) {
@@ -340,19 +364,27 @@ impl NoteVerifier {
                     key: VerifierKey::Ed25519(key),
                 })
             }
+            Some(SignatureAlgorithm::CosignatureMlDsa44) => Ok(NoteVerifier::from_mldsa44(
+                Arc::new(MlDsa44Verifier::from_vkey(s)?),
+            )),
             Some(_) => Err(NoteError::BadKey(
-                "signature type not supported for log keys (only Ed25519, 0x01)",
+                "signature type not supported for log keys (Ed25519, 0x01, or ML-DSA-44, 0x06)",
             )),
             None => Err(NoteError::BadKey("unknown signature type")),
         }
     }
 
+    /// The verifier of an ML-DSA-44 key (signature type `0x06`).
+    pub fn from_mldsa44(key: Arc<MlDsa44Verifier>) -> Self {
+        NoteVerifier {
+            name: key.name().to_string(),
+            id: key.key_id(),
+            key: VerifierKey::MlDsa44(key),
+        }
+    }
+
     /// A verifier of `name`'s key `id` whose signatures `check` checks.
-    pub fn with_check(
-        name: impl Into<String>,
-        id: u32,
-        check: std::sync::Arc<dyn SignatureCheck>,
-    ) -> Self {
+    pub fn with_check(name: impl Into<String>, id: u32, check: Arc<dyn SignatureCheck>) -> Self {
         NoteVerifier {
             name: name.into(),
             id,
@@ -364,6 +396,7 @@ impl NoteVerifier {
     pub fn to_vkey(&self) -> String {
         match &self.key {
             VerifierKey::Ed25519(key) => typed_vkey(&self.name, self.id, ALG_ED25519, key),
+            VerifierKey::MlDsa44(key) => key.to_vkey(),
             VerifierKey::Other(check) => {
                 let mut raw = vec![check.algorithm().byte()];
                 raw.extend_from_slice(&check.public_key());
@@ -376,6 +409,7 @@ impl NoteVerifier {
     pub fn algorithm(&self) -> SignatureAlgorithm {
         match &self.key {
             VerifierKey::Ed25519(_) => SignatureAlgorithm::Ed25519,
+            VerifierKey::MlDsa44(_) => SignatureAlgorithm::CosignatureMlDsa44,
             VerifierKey::Other(check) => check.algorithm(),
         }
     }
@@ -398,8 +432,25 @@ impl NoteVerifier {
                 };
                 key.verify_strict(text, &sig).is_ok()
             }
+            VerifierKey::MlDsa44(key) => {
+                std::str::from_utf8(text).is_ok_and(|text| key.verify_checkpoint(text, sig).is_ok())
+            }
             VerifierKey::Other(check) => check.verify(text, sig),
         }
+    }
+}
+
+/// A log's checkpoint signer from its private key string, of the type the key names:
+/// Ed25519 (`0x01`, [`NoteSigner`]) or ML-DSA-44 (`0x06`, [`MlDsa44Signer`]). The key
+/// ID must match the key.
+pub fn log_signer_from_skey(s: &str) -> Result<Arc<dyn LogSigner>, NoteError> {
+    let (_, _, raw) = parse_skey(s)?;
+    match raw.first().copied() {
+        Some(ALG_ED25519) => Ok(Arc::new(NoteSigner::from_skey(s)?)),
+        Some(ALG_MLDSA44) => Ok(Arc::new(MlDsa44Signer::from_skey(s)?)),
+        _ => Err(NoteError::BadKey(
+            "not a log private key (Ed25519, 0x01, or ML-DSA-44, 0x06)",
+        )),
     }
 }
 

@@ -470,7 +470,7 @@ mod tests {
                 2,
                 "listed twice",
             ),
-            ("witness a example.com/log/testdata+33d7b496+AeHTu4Q3hEIMHNqc6fASMsq3rKNx280NI+oO5xCFkkSx\n".into(), 1, "type 0x04"),
+            ("witness a example.com/log/testdata+33d7b496+AeHTu4Q3hEIMHNqc6fASMsq3rKNx280NI+oO5xCFkkSx\n".into(), 1, "type 0x04, Ed25519, or 0x06"),
             ("quorum none\nquorum none\n".into(), 2, "second quorum"),
             ("frobnicate\n".into(), 1, "unknown keyword"),
         ] {
@@ -503,5 +503,39 @@ mod tests {
         for bad in [&b"42"[..], b"042\n", b"x\n", b"\n"] {
             assert_eq!(parse_size_body(bad), None);
         }
+    }
+
+    #[test]
+    fn policies_name_mldsa44_logs_and_witnesses() {
+        use crate::mldsa::{MlDsa44Signer, MlDsa44Verifier, generate_mldsa44_key};
+        use crate::note::SignatureAlgorithm;
+        let (wsk, wvk) = generate_mldsa44_key("pq.example/w1").unwrap();
+        let (_, log_vk) = generate_mldsa44_key("example.com/log").unwrap();
+        let ed = keys(1);
+        let text = format!(
+            "log {log_vk}\nwitness PQ {wvk}\nwitness ED {}\ngroup both all PQ ED\nquorum both\n",
+            ed[0]
+        );
+        let p = WitnessPolicy::parse(&text).unwrap();
+        assert_eq!(
+            p.logs()[0].algorithm(),
+            SignatureAlgorithm::CosignatureMlDsa44
+        );
+        assert_eq!(p.logs()[0].to_vkey(), log_vk);
+        let pq = &p.witnesses()[0].verifier;
+        assert_eq!(pq.algorithm(), SignatureAlgorithm::CosignatureMlDsa44);
+        let cp = "example.com/log\n5\nAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=\n";
+        let w = MlDsa44Signer::from_skey(&wsk).unwrap();
+        let sig = w.cosign(cp, 1_800_000_000).unwrap();
+        assert!(pq.matches(&sig));
+        assert_eq!(pq.verify_witnessed(cp, &sig), Ok(1_800_000_000));
+        assert!(!p.satisfied(&[true, false]));
+        assert!(p.satisfied(&[true, true]));
+        // The same ML-DSA-44 key under another name (so another key ID) is a duplicate.
+        let again = MlDsa44Verifier::new("pq.example/w2", w.mldsa44_verifier().public_key())
+            .unwrap()
+            .to_vkey();
+        let e = WitnessPolicy::parse(&format!("witness a {wvk}\nwitness b {again}\n")).unwrap_err();
+        assert!(e.message.contains("duplicate witness key"), "{e}");
     }
 }

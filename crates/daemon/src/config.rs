@@ -17,8 +17,15 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Checkpoint origin (the log's name), e.g. `example.com/log`.
     pub origin: Option<String>,
-    /// File holding the `PRIVATE+KEY+...` signing key. If unset, env `TLOGD_PRIVATE_KEY`.
+    /// File holding the `PRIVATE+KEY+...` signing key: `private_key_files` with one
+    /// file. If neither is set, env `TLOGD_PRIVATE_KEY` (one key per line).
     pub private_key_file: Option<PathBuf>,
+    /// Files holding the log's `PRIVATE+KEY+...` signing keys (Ed25519 or ML-DSA-44,
+    /// the type is the key's), one key each. Every checkpoint carries one signature
+    /// line per key, in this order; the first is the key the log is known by. Several
+    /// keys are how a key is rotated (docs/operating.md, "Rotating the log's key").
+    #[serde(default)]
+    pub private_key_files: Vec<PathBuf>,
     /// Storage backend.
     #[serde(default)]
     pub storage: StorageConfig,
@@ -60,7 +67,7 @@ pub struct Config {
     #[serde(default)]
     pub read_only: bool,
     /// Several logs in one daemon, each under its own path prefix (`/<name>/...`):
-    /// then the per-log keys (`origin`, `private_key_file`, `read_only`, `[storage]`,
+    /// then the per-log keys (`origin`, `private_key_file(s)`, `read_only`, `[storage]`,
     /// `[batching]`, `[checkpoint]`, `[queue]`, `[dedup]`, `[auth]`, `[witnessing]`)
     /// go inside each `[[logs]]` entry, and the top level keeps what the daemon shares
     /// (`listen`, `[http]`, `[metrics]`, `[log]`).
@@ -72,6 +79,7 @@ pub struct Config {
 const PER_LOG_KEYS: &[&str] = &[
     "origin",
     "private_key_file",
+    "private_key_files",
     "read_only",
     "storage",
     "batching",
@@ -101,9 +109,14 @@ pub struct LogSection {
     pub host: Option<String>,
     /// Checkpoint origin (the log's name), e.g. `example.com/log`.
     pub origin: Option<String>,
-    /// File holding the `PRIVATE+KEY+...` signing key. If unset, env `TLOGD_PRIVATE_KEY`
-    /// (only for a single log: each log of several needs its own key).
+    /// File holding the `PRIVATE+KEY+...` signing key: `private_key_files` with one
+    /// file. If neither is set, env `TLOGD_PRIVATE_KEY` (only for a single log: each log
+    /// of several needs its own key).
     pub private_key_file: Option<PathBuf>,
+    /// Files holding the log's signing keys, in signing order (see
+    /// [`Config::private_key_files`]).
+    #[serde(default)]
+    pub private_key_files: Vec<PathBuf>,
     /// Freeze the log (see [`Config::read_only`]).
     #[serde(default)]
     pub read_only: bool,
@@ -148,6 +161,22 @@ impl LogSection {
                 OriginError::TooLong(_) => anyhow::anyhow!("`origin` {e}"),
                 _ => anyhow::anyhow!("`origin` = {o:?} {e}"),
             })?,
+        }
+        if self.private_key_file.is_some() && !self.private_key_files.is_empty() {
+            bail!(
+                "set `private_key_file` (one key) or `private_key_files` (several, in signing order), not both"
+            );
+        }
+        let files = self.key_files();
+        if let Some(dup) = files
+            .iter()
+            .enumerate()
+            .find_map(|(i, f)| files[..i].contains(f).then_some(f))
+        {
+            bail!("`private_key_files` names {} twice", dup.display());
+        }
+        if self.ct.is_some() && files.len() > 1 {
+            bail!("a CT log signs with one ECDSA P-256 key: set `private_key_file`");
         }
         match self.storage.backend.as_str() {
             "posix" => {
@@ -281,6 +310,16 @@ impl LogSection {
             );
         }
         Ok(())
+    }
+
+    /// The files of the log's signing keys, in signing order: `private_key_file`, or
+    /// `private_key_files` (empty: none configured, env `TLOGD_PRIVATE_KEY` then).
+    pub fn key_files(&self) -> Vec<PathBuf> {
+        self.private_key_file
+            .iter()
+            .chain(&self.private_key_files)
+            .cloned()
+            .collect()
     }
 
     /// The `log` label of the log's metrics.
@@ -999,9 +1038,9 @@ fn check_distinct(logs: &[LogSection]) -> anyhow::Result<()> {
             }
             claim(format!("host {}", h.to_ascii_lowercase()), &l.name)?;
         }
-        if l.private_key_file.is_none() {
+        if l.key_files().is_empty() {
             bail!(
-                "[[logs]] {:?}: `private_key_file` is required (env TLOGD_PRIVATE_KEY serves a single log only)",
+                "[[logs]] {:?}: `private_key_file` (or `private_key_files`) is required (env TLOGD_PRIVATE_KEY serves a single log only)",
                 l.name
             );
         }
@@ -1109,6 +1148,7 @@ impl Config {
             host: None,
             origin: self.origin.clone(),
             private_key_file: self.private_key_file.clone(),
+            private_key_files: self.private_key_files.clone(),
             read_only: self.read_only,
             storage: self.storage.clone(),
             batching: self.batching.clone(),
@@ -1272,6 +1312,55 @@ mod tests {
         assert!(logs[2].read_only);
     }
 
+    /// The log's keys: one file, or a list in signing order (inside `[[logs]]` too);
+    /// both at once, a file twice, or several keys for a CT log are refused.
+    #[test]
+    fn signing_keys_are_one_file_or_a_list_in_signing_order() {
+        let base = "origin = \"example.com/x\"\nstorage.dir = \"x\"\n";
+        let files = |toml: &str| {
+            let c = Config::parse(&format!("{base}{toml}")).unwrap();
+            c.validate().map_err(|e| e.to_string())?;
+            Ok::<_, String>(c.served_logs()[0].key_files())
+        };
+        let p = |s: &str| PathBuf::from(s);
+        assert_eq!(
+            files("private_key_files = [\"new.key\", \"old.key\"]\n"),
+            Ok(vec![p("new.key"), p("old.key")])
+        );
+        assert_eq!(
+            files("private_key_file = \"a.key\"\n"),
+            Ok(vec![p("a.key")])
+        );
+        assert_eq!(files(""), Ok(vec![]));
+        let e =
+            files("private_key_file = \"a.key\"\nprivate_key_files = [\"b.key\"]\n").unwrap_err();
+        assert!(e.contains("not both"), "{e}");
+        let e = files("private_key_files = [\"a.key\", \"a.key\"]\n").unwrap_err();
+        assert!(e.contains("names a.key twice"), "{e}");
+        let ct = "[ct]\nroots_file = \"r.pem\"\n";
+        let e = Config::parse(&format!(
+            "origin = \"ct.example.com/2026h1\"\nstorage.dir = \"d\"\nprivate_key_files = [\"a.pem\", \"b.pem\"]\n{ct}"
+        ))
+        .unwrap()
+        .validate()
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("one ECDSA P-256 key"), "{e}");
+        let logs = two_logs("storage.dir = \"a\"\n", "storage.dir = \"b\"\n").replace(
+            "private_key_file = \"b.key\"",
+            "private_key_files = [\"b1.key\", \"b2.key\"]",
+        );
+        let c = Config::parse(&logs).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.served_logs()[1].key_files(), [p("b1.key"), p("b2.key")]);
+        let e = Config::parse(&format!("private_key_files = [\"k\"]\n{logs}")).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("`private_key_files` is a setting of one log"),
+            "{e}"
+        );
+    }
+
     fn two_logs(a: &str, b: &str) -> String {
         format!(
             "[[logs]]\nname = \"a\"\norigin = \"example.com/a\"\nprivate_key_file = \"a.key\"\n{a}\
@@ -1358,7 +1447,7 @@ mod tests {
             (
                 two_logs("storage.dir = \"a\"\n", "storage.dir = \"b\"\n")
                     .replace("private_key_file = \"b.key\"\n", ""),
-                "`private_key_file` is required",
+                "`private_key_file` (or `private_key_files`) is required",
             ),
             (
                 two_logs("storage.dir = \"a\"\n", "storage.dir = \"b\"\n")

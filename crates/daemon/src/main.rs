@@ -9,7 +9,8 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use tlogd_core::engine::objects::{ObjectLog, ObjectLogOptions};
 use tlogd_core::engine::{DedupIndex, Log, LogConfig, LogStorage, LogTasks, ServedLog};
-use tlogd_core::note::{NoteSigner, generate_key};
+use tlogd_core::mldsa::{MAX_NAME_LEN, generate_mldsa44_key};
+use tlogd_core::note::{LogSigner, SignatureAlgorithm, generate_key, log_signer_from_skey};
 use tlogd_dedup_rocksdb::{DedupOptions, RocksDedup};
 use tlogd_storage_gcs::GcsOptions;
 use tlogd_storage_mysql::{MysqlOptions, MysqlStorage};
@@ -70,11 +71,16 @@ struct Cli {
 enum Command {
     /// Run the log server.
     Serve(Box<ServeArgs>),
-    /// Generate an Ed25519 checkpoint signing key; prints the verifier key.
+    /// Generate a checkpoint signing key (Ed25519 unless --algorithm says otherwise);
+    /// prints the verifier key.
     Keygen {
         /// The log's origin (the key name), e.g. example.com/mylog.
         #[arg(long)]
         origin: String,
+        /// The key's algorithm: ed25519 (signed-note type 0x01) or ml-dsa-44 (type
+        /// 0x06, timestamped ML-DSA-44 cosignatures, for origins of at most 255 bytes).
+        #[arg(long, value_enum, default_value_t = KeyAlgorithm::Ed25519, conflicts_with = "ct")]
+        algorithm: KeyAlgorithm,
         /// An ECDSA P-256 key for a Certificate Transparency log (PKCS#8 PEM); prints
         /// the public key (PEM) and the log ID.
         #[arg(long)]
@@ -102,6 +108,16 @@ enum Command {
         #[arg(long)]
         log: Option<String>,
     },
+}
+
+/// The algorithm of a key `tlogd keygen` makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum KeyAlgorithm {
+    /// Ed25519 note signatures (signed-note type 0x01).
+    Ed25519,
+    /// Timestamped ML-DSA-44 cosignatures (signed-note type 0x06, tlog-cosignature).
+    #[value(name = "ml-dsa-44")]
+    MlDsa44,
 }
 
 /// Flags override the config file; without a file, they are all that is needed.
@@ -152,9 +168,10 @@ struct ServeArgs {
     /// Checkpoint origin (the log's name).
     #[arg(long)]
     origin: Option<String>,
-    /// File with the PRIVATE+KEY+... signing key (or set TLOGD_PRIVATE_KEY).
+    /// File with a PRIVATE+KEY+... signing key (or set TLOGD_PRIVATE_KEY). Repeat for
+    /// several keys (a key rotation): checkpoints carry their signatures in this order.
     #[arg(long)]
-    private_key_file: Option<PathBuf>,
+    private_key_file: Vec<PathBuf>,
     /// Metrics/health listen address [default: 127.0.0.1:9464]; "" disables.
     #[arg(long)]
     metrics_listen: Option<String>,
@@ -167,9 +184,14 @@ fn main() -> anyhow::Result<()> {
     keep_freed_memory();
     let cli = Cli::parse();
     match cli.command {
-        Command::Keygen { origin, out, ct } => match ct {
+        Command::Keygen {
+            origin,
+            out,
+            ct,
+            algorithm,
+        } => match ct {
             true => keygen_ct(&origin, &out),
-            false => keygen(&origin, &out),
+            false => keygen(&origin, algorithm, &out),
         },
         Command::Verify(args) => std::process::exit(tlogd::verify::run(args).into()),
         Command::Freeze { config, log } => {
@@ -235,8 +257,20 @@ fn keygen_ct(origin: &str, out: &PathBuf) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn keygen(origin: &str, out: &PathBuf) -> anyhow::Result<()> {
-    let (skey, vkey) = generate_key(origin).context("generating key")?;
+fn keygen(origin: &str, algorithm: KeyAlgorithm, out: &PathBuf) -> anyhow::Result<()> {
+    let (skey, vkey) = match algorithm {
+        KeyAlgorithm::Ed25519 => generate_key(origin),
+        KeyAlgorithm::MlDsa44 => {
+            if origin.len() > MAX_NAME_LEN {
+                bail!(
+                    "an ML-DSA-44 key's name (the origin) is at most {MAX_NAME_LEN} bytes (tlog-cosignature); this one is {}",
+                    origin.len()
+                );
+            }
+            generate_mldsa44_key(origin)
+        }
+    }
+    .context("generating key")?;
     write_key_file(out, &format!("{skey}\n"))?;
     println!("{vkey}");
     Ok(())
@@ -258,7 +292,7 @@ fn load_config(args: ServeArgs) -> anyhow::Result<Config> {
         || args.allow_http
         || args.dedup_path.is_some()
         || args.origin.is_some()
-        || args.private_key_file.is_some()
+        || !args.private_key_file.is_empty()
         || args.no_dedup;
     if per_log_flag && !c.logs.is_empty() {
         bail!(
@@ -303,8 +337,9 @@ fn load_config(args: ServeArgs) -> anyhow::Result<Config> {
     if let Some(o) = args.origin {
         c.origin = Some(o);
     }
-    if let Some(k) = args.private_key_file {
-        c.private_key_file = Some(k);
+    if !args.private_key_file.is_empty() {
+        c.private_key_file = None;
+        c.private_key_files = args.private_key_file;
     }
     if let Some(m) = args.metrics_listen {
         c.metrics.listen = m;
@@ -332,44 +367,91 @@ fn warn_if_readable_by_others(path: &std::path::Path, what: &str) {
     }
 }
 
-/// The text of a log's signing key: `private_key_file`, else env `TLOGD_PRIVATE_KEY`;
-/// `missing` says how to make one.
-fn read_key_text(c: &LogSection, missing: &str) -> anyhow::Result<String> {
-    match &c.private_key_file {
-        Some(p) => {
-            warn_if_readable_by_others(p, "the signing key file");
-            std::fs::read_to_string(p)
-                .with_context(|| format!("reading private key file {}", p.display()))
-        }
-        None => std::env::var("TLOGD_PRIVATE_KEY").map_err(|_| anyhow::anyhow!("{missing}")),
+/// The texts of a log's signing keys, each with where it came from: one per file of
+/// `private_key_file(s)`, in order, else one per non-empty line of env
+/// `TLOGD_PRIVATE_KEY`; `missing` says how to make one.
+fn read_key_texts(c: &LogSection, missing: &str) -> anyhow::Result<Vec<(String, String)>> {
+    let files = c.key_files();
+    if files.is_empty() {
+        let env = std::env::var("TLOGD_PRIVATE_KEY").map_err(|_| anyhow::anyhow!("{missing}"))?;
+        return Ok(env
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .enumerate()
+            .map(|(i, l)| (format!("TLOGD_PRIVATE_KEY line {}", i + 1), l.to_string()))
+            .collect());
     }
+    files
+        .iter()
+        .map(|p| {
+            warn_if_readable_by_others(p, "the signing key file");
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("reading private key file {}", p.display()))?;
+            Ok((format!("private key file {}", p.display()), text))
+        })
+        .collect()
 }
 
-fn load_signer(c: &LogSection, origin: &str) -> anyhow::Result<NoteSigner> {
-    let text = read_key_text(
+/// A log's checkpoint signers, in signing order, of the types their keys name
+/// (Ed25519 or ML-DSA-44). Refused here, before the log opens: no key, a key twice,
+/// and an ML-DSA-44 key for an origin longer than its signed message carries.
+fn load_signers(c: &LogSection, origin: &str) -> anyhow::Result<Vec<Arc<dyn LogSigner>>> {
+    let texts = read_key_texts(
         c,
         &format!(
-            "no signing key: set `private_key_file` (or --private-key-file) or env TLOGD_PRIVATE_KEY; \
+            "no signing key: set `private_key_file` or `private_key_files` (or --private-key-file) or env TLOGD_PRIVATE_KEY; \
              `tlogd keygen --origin {origin}` makes one"
         ),
     )?;
-    let signer = NoteSigner::from_skey(text.trim()).context("parsing the private key")?;
-    if signer.name() != origin {
-        tracing::warn!(
-            key_name = signer.name(),
-            origin,
-            "the signing key's name differs from the origin"
-        );
+    if texts.is_empty() {
+        bail!("no signing key: TLOGD_PRIVATE_KEY is empty");
     }
-    Ok(signer)
+    let mut signers: Vec<Arc<dyn LogSigner>> = Vec::with_capacity(texts.len());
+    for (source, text) in texts {
+        let signer =
+            log_signer_from_skey(text.trim()).with_context(|| format!("parsing the {source}"))?;
+        if signer.algorithm() == SignatureAlgorithm::CosignatureMlDsa44
+            && origin.len() > MAX_NAME_LEN
+        {
+            bail!(
+                "{source}: an ML-DSA-44 key signs origins of at most {MAX_NAME_LEN} bytes (tlog-cosignature \"ML-DSA-44 signed message\"); `origin` is {} bytes",
+                origin.len()
+            );
+        }
+        if signers
+            .iter()
+            .any(|s| s.name() == signer.name() && s.key_id() == signer.key_id())
+        {
+            bail!(
+                "{source}: the key {}+{:08x} is configured twice",
+                signer.name(),
+                signer.key_id()
+            );
+        }
+        if signer.name() != origin {
+            tracing::warn!(
+                key_name = signer.name(),
+                origin,
+                "the signing key's name differs from the origin"
+            );
+        }
+        signers.push(signer);
+    }
+    Ok(signers)
 }
 
 /// A CT log's ECDSA P-256 key: `private_key_file`, else env `TLOGD_PRIVATE_KEY`, PEM.
 fn load_ct_key(l: &LogSection) -> anyhow::Result<tlogd_static_ct::signer::LogKey> {
-    let text = read_key_text(
-        l,
-        "no signing key: set `private_key_file` to a PEM ECDSA P-256 key; `tlogd keygen --ct` makes one",
-    )?;
+    let missing = "no signing key: set `private_key_file` to a PEM ECDSA P-256 key; `tlogd keygen --ct` makes one";
+    let text = match l.key_files().first() {
+        Some(p) => {
+            warn_if_readable_by_others(p, "the signing key file");
+            std::fs::read_to_string(p)
+                .with_context(|| format!("reading private key file {}", p.display()))?
+        }
+        None => std::env::var("TLOGD_PRIVATE_KEY").map_err(|_| anyhow::anyhow!("{missing}"))?,
+    };
     tlogd_static_ct::signer::LogKey::from_pem(&text).context("parsing the CT log's private key")
 }
 
@@ -400,7 +482,15 @@ async fn open_log(c: &Config, l: &LogSection, clients: &Clients) -> anyhow::Resu
         }
     };
     let mut lc = match &ct {
-        None => LogConfig::new(origin.clone(), Arc::new(load_signer(l, &origin)?)),
+        None => {
+            let mut signers = load_signers(l, &origin)?.into_iter();
+            let first = signers
+                .next()
+                .ok_or_else(|| anyhow::anyhow!("no signing key"))?;
+            let mut lc = LogConfig::with_signer(origin.clone(), first);
+            lc.signers.extend(signers);
+            lc
+        }
         Some(ct) => {
             // A CT log: RFC 6962 note signatures over its checkpoints, static-ct-api
             // data tiles for its entries.
@@ -416,7 +506,7 @@ async fn open_log(c: &Config, l: &LogSection, clients: &Clients) -> anyhow::Resu
     lc.checkpoint_interval = Duration::from_millis(l.checkpoint.interval_ms);
     lc.republish_interval = Duration::from_millis(l.checkpoint.republish_interval_ms);
     lc.checkpoint_max_age = Duration::from_millis(l.checkpoint.max_age_ms);
-    if let Some(w) = tlogd::witness::from_config(&l.witnessing, &lc.verifier())? {
+    if let Some(w) = tlogd::witness::from_config(&l.witnessing, &lc.verifiers())? {
         tracing::info!(log = l.label(), quorum = %w.describe(), "checkpoints are cosigned by witnesses");
         lc.cosigner = Some(Arc::new(w));
     }
@@ -477,7 +567,7 @@ async fn open_log(c: &Config, l: &LogSection, clients: &Clients) -> anyhow::Resu
             .with_context(|| format!("opening log directory {}", dir.display()))?,
     );
     if let Some(state) = storage.adopted_tessera() {
-        tlogd::verify::check_adopted_tessera(&dir, &origin, &lc.verifier(), state).await?;
+        tlogd::verify::check_adopted_tessera(&dir, &origin, &lc.verifiers(), state).await?;
     }
     let dedup = open_dedup(l, Some(storage.private_dir().join("dedup"))).await?;
     assemble(storage, dedup, lc, l, c, ct).await
@@ -530,12 +620,22 @@ async fn assemble<S: LogStorage>(
         ct: ct.clone(),
     };
     let router = tlogd::http::router_with(log.clone(), &http);
+    for (i, v) in log.config().verifiers().iter().enumerate() {
+        tracing::info!(
+            log = l.label(),
+            order = i + 1,
+            algorithm = ?v.algorithm(),
+            vkey = %v.to_vkey(),
+            "checkpoint signing key"
+        );
+    }
     tracing::info!(
         log = l.label(),
         path = %format!("/{}", l.name),
         host = l.host.as_deref().unwrap_or("(any)"),
         origin = %log.config().origin,
         vkey = %log.config().verifier().to_vkey(),
+        keys = log.config().signers.len(),
         backend = log.storage().backend_name(),
         size = log.committed_size(),
         frozen = log.is_frozen(),

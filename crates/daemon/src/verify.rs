@@ -12,9 +12,9 @@ use sha2::{Digest, Sha256};
 use tlog_verify::VerifyError;
 use tlog_verify::fetch::{DirFetcher, Fetch, HttpFetcher};
 use tlog_verify::fsck::{EntryCheck, FsckOptions, FsckProgress, FsckSummary, fsck};
-use tlog_verify::reader::open_checkpoint;
+use tlog_verify::reader::open_checkpoint_with;
 use tlogd_core::engine::TreeState;
-use tlogd_core::note::NoteVerifier;
+use tlogd_core::note::{NoteVerifier, SignatureAlgorithm};
 use tlogd_core::personality::StoredEntry;
 use tlogd_core::witness::WitnessPolicy;
 
@@ -29,11 +29,14 @@ pub struct VerifyArgs {
     /// The log: a base URL (http://host:port/prefix) or a local directory holding
     /// `checkpoint` and `tile/`.
     pub location: String,
-    /// The log's verifier key (`name+hash+base64`); its name is the origin unless
-    /// --origin is given. With --ct: the log's ECDSA P-256 public key, base64 DER
-    /// (a log list's `key`), and --origin is needed.
-    #[arg(long, visible_alias = "key")]
-    pub log_public_key: String,
+    /// The log's verifier key (`name+hash+base64`, Ed25519 or ML-DSA-44); the first
+    /// key's name is the origin unless --origin is given. Repeat for a log known by
+    /// several keys (a key rotation): the checkpoint must carry a signature by one of
+    /// them at least, and every signature by any of them must verify. With --ct: the
+    /// log's ECDSA P-256 public key, base64 DER (a log list's `key`), once, and
+    /// --origin is needed.
+    #[arg(long, visible_alias = "key", required = true)]
+    pub log_public_key: Vec<String>,
     /// A Certificate Transparency log (C2SP static-ct-api): data tiles, RFC 6962
     /// leaf hashes and checkpoint signature; every entry's `leaf_index` must be its
     /// position, and every issuer it names must be served with matching bytes.
@@ -89,10 +92,17 @@ pub fn run(args: VerifyArgs) -> u8 {
 }
 
 async fn run_async(args: VerifyArgs) -> u8 {
-    let verifier = match ct_or_note_verifier(&args) {
+    let keys = match ct_or_note_verifiers(&args) {
         Ok(v) => v,
         Err(e) => {
             eprintln!("tlogd verify: --log-public-key: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    let (verifier, more_keys) = match keys.split_first() {
+        Some((first, rest)) => (first.clone(), rest.to_vec()),
+        None => {
+            eprintln!("tlogd verify: --log-public-key is required");
             return EXIT_USAGE;
         }
     };
@@ -100,13 +110,14 @@ async fn run_async(args: VerifyArgs) -> u8 {
         .origin
         .clone()
         .unwrap_or_else(|| verifier.name().to_string());
+    let all: Vec<&NoteVerifier> = keys.iter().collect();
     let mut earlier = Vec::new();
     for path in &args.earlier {
         let opened = std::fs::read(path)
             .map_err(|e| e.to_string())
-            .and_then(|b| open_checkpoint(&b, &origin, &verifier).map_err(|e| e.to_string()));
+            .and_then(|b| open_checkpoint_with(&b, &origin, &all).map_err(|e| e.to_string()));
         match opened {
-            Ok(cp) => earlier.push(cp),
+            Ok((cp, _)) => earlier.push(cp),
             Err(e) => {
                 eprintln!("tlogd verify: --earlier-checkpoint {}: {e}", path.display());
                 return EXIT_USAGE;
@@ -132,6 +143,7 @@ async fn run_async(args: VerifyArgs) -> u8 {
         concurrency: args.jobs.max(1),
         earlier,
         witness_policy,
+        more_keys,
         ..FsckOptions::default()
     };
     if args.ct {
@@ -158,21 +170,41 @@ async fn run_async(args: VerifyArgs) -> u8 {
     }
 }
 
-/// The log's verifier: a signed-note verifier key, or with `--ct` a CT log's public
-/// key (base64 DER) under `--origin`.
-fn ct_or_note_verifier(args: &VerifyArgs) -> Result<NoteVerifier, String> {
+/// The log's verifiers: signed-note verifier keys (of distinct keys), or with `--ct`
+/// a CT log's public key (base64 DER) under `--origin`.
+fn ct_or_note_verifiers(args: &VerifyArgs) -> Result<Vec<NoteVerifier>, String> {
     if !args.ct {
-        return NoteVerifier::from_vkey(args.log_public_key.trim()).map_err(|e| e.to_string());
+        let mut keys: Vec<NoteVerifier> = Vec::with_capacity(args.log_public_key.len());
+        for k in &args.log_public_key {
+            let v = NoteVerifier::from_vkey(k.trim()).map_err(|e| e.to_string())?;
+            if keys
+                .iter()
+                .any(|o| o.name() == v.name() && o.key_id() == v.key_id())
+            {
+                return Err(format!(
+                    "the key {}+{:08x} is given twice",
+                    v.name(),
+                    v.key_id()
+                ));
+            }
+            keys.push(v);
+        }
+        return Ok(keys);
     }
     use base64::Engine as _;
+    let [key] = &args.log_public_key[..] else {
+        return Err("a CT log has one key: give --log-public-key once with --ct".into());
+    };
     let origin = args
         .origin
         .as_deref()
         .ok_or("a CT log's --origin is needed with --ct")?;
     let spki = base64::engine::general_purpose::STANDARD
-        .decode(args.log_public_key.trim())
+        .decode(key.trim())
         .map_err(|e| format!("not base64: {e}"))?;
-    tlogd_ct::Rfc6962Check::verifier(origin, &spki).map_err(|e| e.to_string())
+    Ok(vec![
+        tlogd_ct::Rfc6962Check::verifier(origin, &spki).map_err(|e| e.to_string())?,
+    ])
 }
 
 /// What a CT log's leaf hashes cannot show: each entry's `leaf_index` extension is its
@@ -244,10 +276,7 @@ async fn check<F: Fetch>(
     let elapsed = started.elapsed();
     match result {
         Ok(()) => {
-            println!(
-                "{}",
-                describe_ok(&fetch.location(), verifier, &summary, elapsed)
-            );
+            println!("{}", describe_ok(&fetch.location(), &summary, elapsed));
             0
         }
         Err(e) => {
@@ -271,12 +300,7 @@ fn failure(e: &VerifyError) -> String {
 }
 
 /// The summary of a successful check.
-fn describe_ok(
-    location: &str,
-    verifier: &NoteVerifier,
-    s: &FsckSummary,
-    elapsed: Duration,
-) -> String {
+fn describe_ok(location: &str, s: &FsckSummary, elapsed: Duration) -> String {
     let size = s.checkpoint.as_ref().map_or(0, |c| c.size);
     let origin = s
         .checkpoint
@@ -288,9 +312,14 @@ fn describe_ok(
         .enumerate()
         .map(|(l, n)| format!("level {l}: {n}"))
         .collect();
+    let keys: Vec<String> = s
+        .signed_by
+        .iter()
+        .map(|(name, id, alg)| format!("{name}+{id:08x} ({})", algorithm_name(*alg)))
+        .collect();
     let mut out = format!(
         "OK   {origin}: checkpoint of size {size} verified with {}\n     {} entries in {} bundles; hash tiles recomputed and identical: {}\n     {} partial tiles and bundles named by the checkpoint present",
-        verifier.to_vkey(),
+        keys.join(" and "),
         s.entries,
         s.bundles,
         if levels.is_empty() {
@@ -344,22 +373,38 @@ fn describe_ok(
     out
 }
 
+/// A signature type in words, for the summary.
+fn algorithm_name(alg: SignatureAlgorithm) -> &'static str {
+    match alg {
+        SignatureAlgorithm::Ed25519 => "Ed25519",
+        SignatureAlgorithm::CosignatureMlDsa44 => "ML-DSA-44",
+        SignatureAlgorithm::Rfc6962TreeHead => "RFC 6962 ECDSA P-256",
+        SignatureAlgorithm::CosignatureEd25519 => "Ed25519 cosignature",
+        _ => "other",
+    }
+}
+
 /// Before serving a Tessera log adopted at `state` (see `tlogd_storage_posix`), check
 /// the whole of it as `tlogd verify` would, up to that tree state: every bundle, every
 /// hash tile, the root; and its published checkpoint, if any: its signature with this
-/// log's key, and its consistency with the tree state.
+/// log's keys (`keys`, every configured signer's: one of them at least signed it), and
+/// its consistency with the tree state.
 pub async fn check_adopted_tessera(
     dir: &std::path::Path,
     origin: &str,
-    verifier: &NoteVerifier,
+    keys: &[NoteVerifier],
     state: TreeState,
 ) -> anyhow::Result<()> {
+    let Some((verifier, more_keys)) = keys.split_first() else {
+        anyhow::bail!("no key to check the adopted Tessera log's checkpoint with");
+    };
     tracing::info!(size = state.size, dir = %dir.display(), "adopting a Tessera log: checking it first");
     let fetch = DirFetcher::new(dir)?;
     let mut summary = FsckSummary::default();
     let started = Instant::now();
     let options = FsckOptions {
         tree: Some((state.size, state.root)),
+        more_keys: more_keys.to_vec(),
         ..FsckOptions::default()
     };
     fsck(&fetch, origin, verifier, &options, &mut (), &mut summary)

@@ -103,15 +103,19 @@ impl std::fmt::Debug for Witnesses {
     }
 }
 
-/// The witnesses of `[witnessing]`, or `None` when no policy is configured.
-pub fn from_config(c: &WitnessingConfig, log: &NoteVerifier) -> anyhow::Result<Option<Witnesses>> {
+/// The witnesses of `[witnessing]`, or `None` when no policy is configured. `log_keys`
+/// are the log's keys (every signer's verifier).
+pub fn from_config(
+    c: &WitnessingConfig,
+    log_keys: &[NoteVerifier],
+) -> anyhow::Result<Option<Witnesses>> {
     let Some(path) = &c.policy_file else {
         return Ok(None);
     };
     let policy = load_policy(path)?;
     Witnesses::new(
         policy,
-        log,
+        log_keys,
         Duration::from_millis(c.timeout_ms),
         c.fail_open,
     )
@@ -126,19 +130,24 @@ fn load_policy(path: &Path) -> anyhow::Result<WitnessPolicy> {
 }
 
 impl Witnesses {
-    /// Witnesses of `policy` for the log signed by `log`. Every witness needs a URL
-    /// (its submission prefix, `http://` or `https://`); a policy that lists logs must
-    /// list this one.
+    /// Witnesses of `policy` for the log signed by `log_keys` (all its signers'
+    /// keys). Every witness needs a URL (its submission prefix, `http://` or
+    /// `https://`); a policy that lists logs must list this one, by any of its keys (a
+    /// log rotating its key is listed by the old key or the new one).
     pub fn new(
         policy: WitnessPolicy,
-        log: &NoteVerifier,
+        log_keys: &[NoteVerifier],
         timeout: Duration,
         fail_open: bool,
     ) -> anyhow::Result<Self> {
-        if !policy.logs().is_empty() && !policy.logs().iter().any(|l| l == log) {
+        if !policy.logs().is_empty() && !policy.logs().iter().any(|l| log_keys.contains(l)) {
+            let keys: Vec<String> = log_keys
+                .iter()
+                .map(|k| format!("{}+{:08x}", k.name(), k.key_id()))
+                .collect();
             bail!(
-                "the policy lists logs, but not this one ({})",
-                log.to_vkey()
+                "the policy lists logs, but not this one (by any of its keys: {})",
+                keys.join(", ")
             );
         }
         if timeout.is_zero() {
@@ -232,8 +241,9 @@ impl Witnesses {
                             w.verifier.to_vkey()
                         )));
                     }
+                    // tlog-witness "add-checkpoint": the timestamp MUST NOT be zero.
                     for s in &mine {
-                        w.verifier.verify(text, s).map_err(|e| {
+                        w.verifier.verify_witnessed(text, s).map_err(|e| {
                             Failure::Invalid(format!("its cosignature does not verify: {e}"))
                         })?;
                     }

@@ -21,7 +21,9 @@ const TILE_CACHE: usize = 4096;
 /// the entries a checkpoint adds.
 const PARTIAL_CACHE: usize = 256;
 
-pub use tlogd_core::engine::checker::{check_width, open_checkpoint, width_at};
+pub use tlogd_core::engine::checker::{
+    check_width, open_checkpoint, open_checkpoint_with, width_at,
+};
 
 /// Parse bundle `got` and check it holds exactly `got.width` entries (tlog-tiles "Log
 /// entries"); returns the first `want` of them.

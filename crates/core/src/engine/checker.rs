@@ -42,7 +42,7 @@ use super::storage::{LogStorage, StorageError, TreeState};
 use crate::checkpoint::Checkpoint;
 use crate::hash::{Hash, leaf_hash};
 use crate::merkle::TileTree;
-use crate::note::{Note, NoteVerifier};
+use crate::note::{Note, NoteVerifier, SignatureAlgorithm};
 use crate::personality::{Personality, StoredEntry, TlogTiles};
 use crate::tile::{TILE_WIDTH, TileId, TileKind, edge_bundle, tile_prefix};
 use crate::witness::WitnessPolicy;
@@ -102,9 +102,30 @@ pub fn open_checkpoint(
     origin: &str,
     verifier: &NoteVerifier,
 ) -> Result<Checkpoint, VerifyError> {
-    Checkpoint::open(bytes, origin, verifier)
-        .map(|(cp, _)| cp)
-        .map_err(|e| VerifyError::Checkpoint(e.to_string()))
+    open_checkpoint_with(bytes, origin, &[verifier]).map(|(cp, _)| cp)
+}
+
+/// Verify a signed checkpoint of the log `origin` known by several keys (a key
+/// rotation): it must carry a signature by one of them at least, and every signature
+/// by any of them must verify (signed-note "Signatures"). Returns the checkpoint and
+/// the keys whose signature it carries, in the order given.
+pub fn open_checkpoint_with<'a>(
+    bytes: &[u8],
+    origin: &str,
+    verifiers: &[&'a NoteVerifier],
+) -> Result<(Checkpoint, Vec<&'a NoteVerifier>), VerifyError> {
+    let (cp, note) = Checkpoint::open_with(bytes, origin, verifiers)
+        .map_err(|e| VerifyError::Checkpoint(e.to_string()))?;
+    let signed_by = verifiers
+        .iter()
+        .filter(|v| {
+            note.signatures
+                .iter()
+                .any(|s| s.name == v.name() && s.key_id == v.key_id())
+        })
+        .copied()
+        .collect();
+    Ok((cp, signed_by))
 }
 
 /// The width of bundle (or level-0 tile) `n` in a tree of `size`.
@@ -140,6 +161,10 @@ pub struct FsckOptions {
     /// The checkpoint's cosignatures must meet this policy's quorum (tlog-policy,
     /// tlog-cosignature).
     pub witness_policy: Option<WitnessPolicy>,
+    /// More keys of the log beside the one [`fsck`] is given (a key rotation): the
+    /// checkpoint verifies when it carries a signature by any of them, and every
+    /// signature it carries by any of them verifies.
+    pub more_keys: Vec<NoteVerifier>,
     /// What the log's entries are: its bundles' kind and codec, its leaf hash
     /// ([`TlogTiles`] by default).
     pub personality: Arc<dyn Personality>,
@@ -154,6 +179,7 @@ impl Default for FsckOptions {
             earlier: Vec::new(),
             tree: None,
             witness_policy: None,
+            more_keys: Vec::new(),
             personality: Arc::new(TlogTiles),
             entry_check: None,
         }
@@ -188,6 +214,9 @@ impl FsckProgress for () {}
 pub struct FsckSummary {
     /// The checkpoint checked (signature verified).
     pub checkpoint: Option<Checkpoint>,
+    /// The log's keys (of those given) whose signature the checkpoint carries, all
+    /// verified, in the order given: `(name, key ID, signature type)`.
+    pub signed_by: Vec<(String, u32, SignatureAlgorithm)>,
     /// Entries read, hashed and found in place.
     pub entries: u64,
     /// Entry bundles read.
@@ -251,7 +280,14 @@ pub async fn fsck<F: Fetch + ?Sized>(
     let cp = match fetch.get("checkpoint").await? {
         Some(bytes) => {
             summary.bytes += bytes.len() as u64;
-            let cp = open_checkpoint(&bytes, origin, verifier)?;
+            let keys: Vec<&NoteVerifier> = std::iter::once(verifier)
+                .chain(&options.more_keys)
+                .collect();
+            let (cp, signed_by) = open_checkpoint_with(&bytes, origin, &keys)?;
+            summary.signed_by = signed_by
+                .iter()
+                .map(|v| (v.name().to_string(), v.key_id(), v.algorithm()))
+                .collect();
             if let Some(policy) = &options.witness_policy {
                 check_cosignatures(&bytes, policy, summary)?;
             }
@@ -463,7 +499,11 @@ pub async fn fsck<F: Fetch + ?Sized>(
 }
 
 /// The cosignatures on the signed checkpoint `bytes` from the policy's witnesses must
-/// verify and meet its quorum (tlog-policy; unknown signature lines are ignored).
+/// verify and meet its quorum (tlog-policy; unknown signature lines are ignored). A
+/// cosignature with timestamp 0 (which an ML-DSA-44 one may carry: "no statement"
+/// about time, tlog-cosignature) verifies but does not count toward the quorum: a
+/// witness's cosignature of a checkpoint MUST carry the time it saw the tree
+/// (tlog-witness "add-checkpoint").
 fn check_cosignatures(
     bytes: &[u8],
     policy: &WitnessPolicy,
@@ -471,12 +511,17 @@ fn check_cosignatures(
 ) -> Result<(), VerifyError> {
     let note = Note::parse(bytes).map_err(|e| VerifyError::Checkpoint(e.to_string()))?;
     let mut cosigned = Vec::with_capacity(policy.witnesses().len());
+    let mut untimed = Vec::new();
     for w in policy.witnesses() {
         let mut ok = false;
         for sig in note.signatures.iter().filter(|s| w.verifier.matches(s)) {
             let ts = w.verifier.verify(&note.text, sig).map_err(|e| {
                 VerifyError::Checkpoint(format!("cosignature of witness {}: {e}", w.name))
             })?;
+            if ts == 0 {
+                untimed.push(w.name.as_str());
+                continue;
+            }
             summary.cosigned.push((w.name.clone(), ts));
             ok = true;
         }
@@ -484,7 +529,7 @@ fn check_cosignatures(
     }
     if !policy.satisfied(&cosigned) {
         let names: Vec<&str> = summary.cosigned.iter().map(|(n, _)| n.as_str()).collect();
-        return Err(VerifyError::Checkpoint(format!(
+        let mut why = format!(
             "its cosignatures do not meet the witness policy (quorum {}): cosigned by {}",
             policy.describe(),
             if names.is_empty() {
@@ -492,7 +537,14 @@ fn check_cosignatures(
             } else {
                 names.join(", ")
             }
-        )));
+        );
+        if !untimed.is_empty() {
+            why.push_str(&format!(
+                "; not counted, with timestamp 0 (a witness's cosignature carries the time): {}",
+                untimed.join(", ")
+            ));
+        }
+        return Err(VerifyError::Checkpoint(why));
     }
     Ok(())
 }
@@ -827,6 +879,41 @@ mod tests {
     use crate::note::NoteSigner;
 
     use crate::conformance::{ORIGIN, SKEY};
+
+    /// A policy witness's cosignature with timestamp 0 (an ML-DSA-44 one may carry it)
+    /// verifies but does not count toward the quorum; with a time, it does.
+    #[test]
+    fn a_witness_cosignature_with_timestamp_zero_does_not_count() {
+        use crate::mldsa::MlDsa44Signer;
+        use crate::witness::WitnessPolicy;
+        let w = MlDsa44Signer::from_seed("w.witness.example", &[4; 32]).unwrap();
+        let policy = WitnessPolicy::parse(&format!("witness w {}\nquorum w\n", w.vkey())).unwrap();
+        let log = NoteSigner::from_skey(SKEY).unwrap();
+        let cp = Checkpoint {
+            origin: ORIGIN.into(),
+            size: 1,
+            root: [6; 32],
+            extensions: vec![],
+        };
+        let text = cp.to_text();
+        for (ts, counts) in [(0, false), (1_800_000_000, true)] {
+            let mut note = Note::parse(&cp.sign(&log).unwrap()).unwrap();
+            note.signatures.push(w.cosign(&text, ts).unwrap());
+            let mut summary = FsckSummary::default();
+            let r = check_cosignatures(&note.to_bytes(), &policy, &mut summary);
+            match counts {
+                true => {
+                    r.unwrap();
+                    assert_eq!(summary.cosigned, [("w".to_string(), ts)]);
+                }
+                false => {
+                    let e = r.unwrap_err().to_string();
+                    assert!(e.contains("not counted, with timestamp 0"), "{e}");
+                    assert!(summary.cosigned.is_empty());
+                }
+            }
+        }
+    }
 
     /// A log of 300 entries and the checkpoint it published at size 100.
     async fn grown_log() -> (Arc<MemoryStorage>, NoteVerifier, Checkpoint) {

@@ -1078,6 +1078,94 @@ async fn every_signer_signs_and_any_configured_key_opens_the_log() {
     ));
 }
 
+/// A log signed by [Ed25519, ML-DSA-44] writes both lines, in that order, the ML-DSA-44
+/// one stamped with the signing time in seconds; it reopens with the ML-DSA-44 key
+/// first, then alone (the rotation of docs/operating.md), and each checkpoint it then
+/// publishes carries the lines of the keys configured; a foreign ML-DSA-44 key opens
+/// nothing.
+#[tokio::test]
+async fn a_log_signed_by_ed25519_and_mldsa44_rotates_to_mldsa44() {
+    use crate::mldsa::{MlDsa44Verifier, generate_mldsa44_key};
+    use crate::note::{Note, log_signer_from_skey};
+    let storage = Arc::new(MemoryStorage::new());
+    let (pq_skey, pq_vkey) = generate_mldsa44_key(ORIGIN).unwrap();
+    let ed: Arc<dyn LogSigner> = Arc::new(NoteSigner::from_skey(SKEY).unwrap());
+    let pq = log_signer_from_skey(&pq_skey).unwrap();
+    let pq_v = MlDsa44Verifier::from_vkey(&pq_vkey).unwrap();
+    let lines = |signed: &[u8]| -> Vec<(u32, usize)> {
+        Note::parse(signed)
+            .unwrap()
+            .signatures
+            .iter()
+            .map(|s| (s.key_id, s.signature.len()))
+            .collect()
+    };
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    };
+    let mut cfg = config();
+    cfg.signers = vec![ed.clone(), pq.clone()];
+    let before = now();
+    let (log, tasks) = Log::open(storage.clone(), None, cfg.clone()).await.unwrap();
+    log.add(entry(0)).await.unwrap();
+    log.shutdown();
+    tasks.join().await;
+    let signed = storage.read_checkpoint().await.unwrap().expect("published");
+    assert_eq!(
+        lines(&signed),
+        [
+            (ed.key_id(), 64),
+            (pq.key_id(), 8 + crate::mldsa::SIGNATURE_LEN)
+        ]
+    );
+    let note = Note::parse(&signed).unwrap();
+    let ts = pq_v
+        .verify_checkpoint(&note.text, &note.signatures[1].signature)
+        .unwrap();
+    assert!(
+        (before..=now()).contains(&ts),
+        "{ts} not in [{before}, now]"
+    );
+    for v in [ed.verifier(), NoteVerifier::from_vkey(&pq_vkey).unwrap()] {
+        Checkpoint::open(&signed, ORIGIN, &v).expect("each line verifies");
+    }
+    // The ML-DSA-44 key first, then alone: the log opens and signs with what is set.
+    for (i, signers) in [vec![pq.clone(), ed.clone()], vec![pq.clone()]]
+        .into_iter()
+        .enumerate()
+    {
+        let ids: Vec<u32> = signers.iter().map(|s| s.key_id()).collect();
+        cfg.signers = signers;
+        let (log, tasks) = Log::open(storage.clone(), None, cfg.clone()).await.unwrap();
+        log.add(entry(i as u64 + 1)).await.unwrap();
+        log.shutdown();
+        tasks.join().await;
+        let signed = storage.read_checkpoint().await.unwrap().expect("published");
+        let got: Vec<u32> = lines(&signed).iter().map(|(id, _)| *id).collect();
+        assert_eq!(got, ids);
+        Checkpoint::open(&signed, ORIGIN, &NoteVerifier::from_vkey(&pq_vkey).unwrap())
+            .expect("the ML-DSA-44 line verifies");
+    }
+    // The Ed25519 key alone no longer opens the log: its line is gone.
+    cfg.signers = vec![ed.clone()];
+    assert!(matches!(
+        Log::open(storage.clone(), None, cfg.clone()).await,
+        Err(EngineError::Checkpoint(_))
+    ));
+    let (other, _) = generate_mldsa44_key(ORIGIN).unwrap();
+    cfg.signers = vec![log_signer_from_skey(&other).unwrap()];
+    assert!(matches!(
+        Log::open(storage.clone(), None, cfg.clone()).await,
+        Err(EngineError::Checkpoint(_))
+    ));
+    check_log(storage.as_ref(), ORIGIN, &pq.verifier(), None)
+        .await
+        .unwrap();
+}
+
 /// A freeze whose storage answer is lost after it persisted ("fail but persist"), or
 /// that fails without persisting, ends frozen exactly once; duplicates of logged
 /// entries are still answered with their index (dedup on), new entries refused, and

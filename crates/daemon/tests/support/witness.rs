@@ -14,7 +14,8 @@ use axum::response::{IntoResponse, Response};
 use tlogd_core::checkpoint::Checkpoint;
 use tlogd_core::cosignature::{CosignatureSigner, generate_cosigner_key};
 use tlogd_core::hash::{Hash, empty_root};
-use tlogd_core::note::{Note, NoteVerifier, open_note};
+use tlogd_core::mldsa::{MlDsa44Signer, generate_mldsa44_key};
+use tlogd_core::note::{Note, NoteSignature, NoteVerifier, open_note};
 use tlogd_core::proof::verify_consistency;
 use tlogd_core::witness::{SIZE_CONTENT_TYPE, parse_add_checkpoint};
 
@@ -25,11 +26,28 @@ pub struct Knobs {
     pub delay: Duration,
     /// Answer every request `409` with this size (a witness stuck on a stale size).
     pub stale_size: Option<u64>,
+    /// Cosign with timestamp 0, which tlog-witness forbids ("MUST NOT be zero").
+    pub zero_timestamp: bool,
+}
+
+/// A witness's key: Ed25519 (type 0x04) or ML-DSA-44 (type 0x06) cosignatures.
+enum Cosigner {
+    Ed25519(Box<CosignatureSigner>),
+    MlDsa44(MlDsa44Signer),
+}
+
+impl Cosigner {
+    fn cosign(&self, text: &str, timestamp: u64) -> NoteSignature {
+        match self {
+            Cosigner::Ed25519(k) => k.cosign(text, timestamp),
+            Cosigner::MlDsa44(k) => k.cosign(text, timestamp).unwrap(),
+        }
+    }
 }
 
 struct Shared {
     name: String,
-    signer: CosignatureSigner,
+    signer: Cosigner,
     log: NoteVerifier,
     /// The latest cosigned checkpoint: (size, root).
     latest: Mutex<Option<(u64, Hash)>>,
@@ -56,12 +74,29 @@ impl Drop for TestWitness {
 
 impl TestWitness {
     /// Start a witness named `name` (its key name is `<name>.witness.example`) for the
-    /// log verified by `log`.
+    /// log verified by `log`, with an Ed25519 key.
     pub async fn start(name: &str, log: NoteVerifier) -> TestWitness {
         let (skey, vkey) = generate_cosigner_key(&format!("{name}.witness.example")).unwrap();
+        let signer = Cosigner::Ed25519(Box::new(CosignatureSigner::from_skey(&skey).unwrap()));
+        Self::start_with(name, log, signer, vkey).await
+    }
+
+    /// [`TestWitness::start`] with an ML-DSA-44 key.
+    pub async fn start_mldsa44(name: &str, log: NoteVerifier) -> TestWitness {
+        let (skey, vkey) = generate_mldsa44_key(&format!("{name}.witness.example")).unwrap();
+        let signer = Cosigner::MlDsa44(MlDsa44Signer::from_skey(&skey).unwrap());
+        Self::start_with(name, log, signer, vkey).await
+    }
+
+    async fn start_with(
+        name: &str,
+        log: NoteVerifier,
+        signer: Cosigner,
+        vkey: String,
+    ) -> TestWitness {
         let shared = Arc::new(Shared {
             name: name.to_string(),
-            signer: CosignatureSigner::from_skey(&skey).unwrap(),
+            signer,
             log,
             latest: Mutex::new(None),
             knobs: Mutex::new(Knobs::default()),
@@ -183,10 +218,13 @@ async fn add_checkpoint(State(s): State<Arc<Shared>>, body: Bytes) -> Response {
     }
     *latest = Some((cp.size, cp.root));
     drop(latest);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
+    let now = match knobs.zero_timestamp {
+        true => 0,
+        false => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs(),
+    };
     let sig = s.signer.cosign(&note.text, now);
     let lines = Note {
         text: note.text.clone(),

@@ -95,6 +95,7 @@ macro_rules! sql_conformance_tests {
             the_sequencing_lock_is_exclusive_per_database,
             reopening_works_and_a_foreign_or_future_database_is_refused,
             a_database_from_before_blobs_gains_their_table_when_opened,
+            a_checkpoint_of_many_mldsa44_signatures_is_stored_whole,
             read_tiles_answers_like_read_tile_in_one_query);
         $crate::sql_conformance_tests!(@ $b, multi_thread:
             a_commit_whose_reply_is_lost_is_logged_once,
@@ -387,6 +388,42 @@ pub async fn a_database_from_before_blobs_gains_their_table_when_opened<B: SqlBa
         third.read_blob("issuer/a").await.unwrap(),
         Some(b"lower".to_vec())
     );
+}
+
+/// A checkpoint of more than 64 KiB (the log's ML-DSA-44 line and 25 ML-DSA-44 witness
+/// cosignatures, about 3.3 KB each) is stored and read back whole, also by a new
+/// connection pool: MySQL's `tlogd_checkpoint.data` is a MEDIUMBLOB since migration
+/// 0004 (a BLOB holds 65,535 bytes).
+pub async fn a_checkpoint_of_many_mldsa44_signatures_is_stored_whole<B: SqlBackend>() {
+    use tlogd_core::checkpoint::Checkpoint;
+    use tlogd_core::mldsa::MlDsa44Signer;
+    use tlogd_core::note::Note;
+    let url = fresh::<B>("bigcheckpoint").await;
+    let storage = open::<B>(&url).await;
+    let log = MlDsa44Signer::from_seed(ORIGIN, &[1; 32]).unwrap();
+    let cp = Checkpoint {
+        origin: ORIGIN.to_string(),
+        size: 0,
+        root: tlogd_core::hash::empty_root(),
+        extensions: vec![],
+    };
+    let text = cp.to_text();
+    let mut note = Note::parse(&cp.sign_with(&[&log], 1_700_000_000_000).unwrap()).unwrap();
+    for i in 0..25u8 {
+        let w = MlDsa44Signer::from_seed(&format!("w{i}.witness.example"), &[i; 32]).unwrap();
+        note.signatures
+            .push(w.cosign(&text, 1_700_000_000 + u64::from(i)).unwrap());
+    }
+    let signed = note.to_bytes();
+    assert!(signed.len() > 80_000, "{} bytes", signed.len());
+    storage.publish_checkpoint(&signed).await.unwrap();
+    assert_eq!(
+        storage.read_checkpoint().await.unwrap(),
+        Some(signed.clone())
+    );
+    B::close(&storage).await;
+    let again = open::<B>(&url).await;
+    assert_eq!(again.read_checkpoint().await.unwrap(), Some(signed));
 }
 
 pub async fn no_acknowledged_add_is_lost_when_the_server_is_killed<B: SqlBackend>() {
