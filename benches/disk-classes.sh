@@ -16,7 +16,8 @@
 # Needs root (mounts), perf, the release binaries (cargo test --release --workspace
 # --no-run), Go (Tessera's server is built once into $TESSERA_BIN, default
 # ~/.cache/tlogd-tools/tessera), xfsprogs for xfs (installed if missing), fuse3.
-# DC_WRITERS sets the loadgen's writers (default 256); VS_VARIANTS="tlogd" runs one side.
+# DC_WRITERS sets the loadgen's writers (default 256); VS_VARIANTS picks the servers
+# (default "go tlogd"; "tlogd-fsync" is tlogd with storage.sync = fsync forced).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -46,9 +47,10 @@ trap unmount_all EXIT
 
 "$bin/tlogd" keygen --origin bench.example/log --out "$work/key" > "$work/vkey" 2>/dev/null
 
-# The directory of a class, mounted once: prints its path.
+# Mount the directory of a class once; sets `d` to its path.
 class_dir() {
-  local c=$1 d="$work/$1"
+  local c=$1
+  d="$work/$1"
   mkdir -p "$d"
   case "$c" in
     ext4) ;;
@@ -66,7 +68,6 @@ class_dir() {
       mounts+=("$d") ;;
     *) echo "unknown class $c" >&2; exit 1 ;;
   esac
-  echo "$d"
 }
 
 run() { # class dir which
@@ -76,23 +77,29 @@ run() { # class dir which
   case "$which" in
     go) label="Go Tessera POSIX"
       "$gobin/posix" -storage_dir "$dir" -private_key "$work/key" -listen "127.0.0.1:$port" 2>"$work/server.log" & ;;
-    tlogd) label="tlogd POSIX, dedup"
+    tlogd|tlogd-fsync) label="tlogd POSIX, dedup"
+      local sync=auto
+      [ "$which" = tlogd-fsync ] && sync=fsync
       "$bin/tlogd" serve --storage-dir "$dir" --origin bench.example/log --private-key-file "$work/key" \
-        --listen "127.0.0.1:$port" --metrics-listen "" 2>"$work/server.log" & ;;
+        --listen "127.0.0.1:$port" --metrics-listen "" --storage-sync "$sync" 2>"$work/server.log" & ;;
   esac
   local server=$!
   pids+=("$server")
   for _ in $(seq 300); do curl -sf "http://127.0.0.1:$port/checkpoint" >/dev/null && break; sleep 0.1; done
-  [ "$which" = tlogd ] && label="$label, $(grep -o 'method=[a-z]*' "$work/server.log" | head -1 | sed 's/method=/sync /')"
+  if [ "$which" != go ]; then
+    label="$label, sync $(sed 's/\x1b\[[0-9;]*m//g' "$work/server.log" | grep -o 'method=[a-z]*' | head -1 | cut -d= -f2 || true)"
+  fi
   perf stat -x, -o "$work/perf.txt" \
     -e syscalls:sys_enter_fsync,syscalls:sys_enter_fdatasync,syscalls:sys_enter_syncfs -p "$server" &
   local perf=$!
+  rm -f "$work/r.json"
   "$bin/tlog-loadgen" --log-url "http://127.0.0.1:$port" --log-public-key "$(cat "$work/vkey")" \
     --writers "${DC_WRITERS:-256}" --duration "${secs}s" --log-pid "$server" --quiet \
     --report-json "$work/r.json" >/dev/null || true
   kill -INT "$perf"; wait "$perf" 2>/dev/null || true
   kill "$server"; wait "$server" 2>/dev/null || true
   rm -rf "$dir"
+  [ -s "$work/r.json" ] || { echo "| $class | $label | no report: see $work/server.log |"; tail -3 "$work/server.log" >&2; return; }
   python3 - "$work/r.json" "$class" "$label" "$work/perf.txt" "$secs" <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1])); cls, label, secs = sys.argv[2], sys.argv[3], float(sys.argv[5])
@@ -116,7 +123,7 @@ variants=(go tlogd)
 echo "| class | server | appends/s | server CPU/append | add p50 / p99 | time to integrate p99 | syncs per second | |"
 echo "|---|---|---|---|---|---|---|---|"
 for c in "${classes[@]}"; do
-  d=$(class_dir "$c")
+  class_dir "$c"
   for i in $(seq "$pairs"); do
     if [ $((i % 2)) -eq 1 ]; then order=("${variants[@]}"); else order=(); for ((j=${#variants[@]}-1; j>=0; j--)); do order+=("${variants[j]}"); done; fi
     for v in "${order[@]}"; do run "$c" "$d" "$v"; done

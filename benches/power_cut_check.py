@@ -131,16 +131,24 @@ def check(url, acked_file, min_size):
             if idx.isdigit():
                 acked.append((int(idx), entry))
     c = conn(url)
-    status, body = get(c, "/checkpoint")
-    if status != 200:
-        print(json.dumps({"ok": False, "why": f"checkpoint: HTTP {status}"}))
-        return 1
-    size = int(body.decode().split("\n")[1])
+    top = max((i for i, _ in acked), default=-1)
+    # A restarted server may serve its old checkpoint until it publishes the next one
+    # (Tessera publishes on an interval): wait up to 10 s for one covering every
+    # acknowledged index before calling anything lost.
+    deadline = time.time() + 10
+    while True:
+        status, body = get(c, "/checkpoint")
+        if status != 200:
+            print(json.dumps({"ok": False, "why": f"checkpoint: HTTP {status}"}))
+            return 1
+        size = int(body.decode().split("\n")[1])
+        if size > top or time.time() > deadline:
+            break
+        time.sleep(0.2)
     result = {"acked": len(acked), "size": size, "min_size": min_size}
     problems = []
     if size < min_size:
         problems.append(f"the checkpoint went back: {size} < {min_size}")
-    top = max((i for i, _ in acked), default=-1)
     if top >= size:
         problems.append(f"acknowledged index {top} is beyond the tree of size {size}")
     bundles = {}

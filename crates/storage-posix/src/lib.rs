@@ -58,7 +58,8 @@
 //! 1. Write every tile and bundle the batch completes (full ones) to its *staging*
 //!    path, `.tlogd/staged/<tile path>`, never served. Nothing is synced, and nothing
 //!    public changes: a crash here leaves the old state in force and only private
-//!    leftovers.
+//!    leftovers. (`fsync` mode skips this step: the flush writes the staged files
+//!    from memory, so a commit waits for one file only.)
 //! 2. If the tiles still waiting for a flush (step 5) exceed [`PENDING_LIMIT`], flush
 //!    them now, so a slot record stays small when the flusher falls behind.
 //! 3. Compare-and-swap the state: check the committed state is the batch's `prev` (we
@@ -80,10 +81,10 @@
 //!    which):
 //!    * `syncfs`: one `syncfs` makes the staged files and their names durable; the
 //!      renames need not be, since a crash that loses one leaves a synced staged file.
-//!    * `fsync`: an `fsync` of each staged file, several at once; the renames; then an
-//!      `fsync` of each directory renamed into (and of the parent of each new one),
-//!      before the slots stop carrying the tiles, since the staged names were never
-//!      synced. A crash that keeps a rename in the new directory only (faultfs can)
+//!    * `fsync`: each staged file written and `fsync`ed, several at once; the renames;
+//!      then an `fsync` of each directory renamed into (and of the parent of each new
+//!      one), before the slots stop carrying the tiles, since the staged names were
+//!      never synced. A crash that keeps a rename in the new directory only (faultfs can)
 //!      leaves the staged name too, with synced bytes: recovery renames it again.
 //! 6. Garbage-collect the partials of tiles a flush has made public (tlog-tiles
 //!    "Partial Tiles": readers fall back to the full tile, which is served by then).
@@ -479,8 +480,6 @@ struct Inner {
     sync: SyncMethod,
     /// Set by [`PosixStorage::skip_directory_syncs`] (tests).
     skip_dir_syncs: AtomicBool,
-    /// `state.0` and `state.1`, open for writing for as long as the log is.
-    slot_files: [File; 2],
 }
 
 /// See [`Inner::pending`].
@@ -671,15 +670,7 @@ impl PosixStorage {
         if carried.is_none() && committed.seq > 0 {
             upgrade_slots(&private, origin, &mut committed)?;
         }
-        let slot_files = SLOTS.map(|name| {
-            let path = private.join(name);
-            OpenOptions::new()
-                .write(true)
-                .open(&path)
-                .map_err(|e| OpenError::Io(path, e))
-        });
-        let [slot0, slot1] = slot_files;
-        let slot_files = [slot0?, slot1?];
+
         let inner = Arc::new(Inner {
             root,
             private,
@@ -704,7 +695,6 @@ impl PosixStorage {
             flushes_stopped: AtomicBool::new(false),
             sync,
             skip_dir_syncs: AtomicBool::new(false),
-            slot_files,
         });
         let flusher = std::thread::Builder::new()
             .name("tlogd-posix-flush".into())
@@ -1503,10 +1493,19 @@ impl Inner {
                 found: found.size,
             });
         }
-        // 1. Completed tiles and bundles to their staging paths.
+        // 1. Completed tiles and bundles to their staging paths (`syncfs` mode: the
+        //    kernel writes them back meanwhile, so the flush's `syncfs` finds little to
+        //    do). In `fsync` mode the flush writes them itself, from memory: the commit
+        //    then waits for one file only, which on a network filesystem saves a
+        //    create and a write round trip per completed tile.
         let full: Vec<&(TileId, Vec<u8>)> =
             batch.tiles.iter().filter(|(id, _)| id.is_full()).collect();
-        for (id, bytes) in &full {
+        let staged_now = if self.sync == SyncMethod::Syncfs {
+            &full[..]
+        } else {
+            &[]
+        };
+        for (id, bytes) in staged_now {
             let path = self.staged_path(id);
             self.write_private(&path, bytes).map_err(|e| {
                 StorageError::from_io(format!("writing {}: {e}", path.display()), &e)
@@ -1559,8 +1558,10 @@ impl Inner {
         // next commit rewrites it. A failed sync poisons. Not under the sync lock: what
         // this commit needs durable is all in this one file, whose own error cursor
         // reports any failure of its pages, and a flush's `syncfs` must not delay it.
-        let f = &self.slot_files[(seq % 2) as usize];
-        write_slot(f, &record)
+        // Opened anew each time (a round trip on a network filesystem), not held: a
+        // slot file replaced or deleted under a running log must fail the commit, not
+        // take it into an unlinked inode a restart never reads.
+        let f = write_in_place(&slot, &record)
             .map_err(|e| StorageError::from_io(format!("writing {}: {e}", slot.display()), &e))?;
         // A failed sync leaves the outcome open: the record is written, and a restart
         // may find it on disk (the page cache may write it back yet), so the batch is
@@ -1647,15 +1648,36 @@ impl Inner {
             return Err(StorageError::Backend("flushing was stopped".into()));
         }
         // Only commits append, and only flushes (serialized) remove from the front.
-        let tiles: Vec<TileId> = {
-            let pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-            pending.iter().map(|(id, _)| *id).collect()
-        };
+        let pending: Pending = self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let tiles: Vec<TileId> = pending.iter().map(|(id, _)| *id).collect();
         if tiles.is_empty() {
             return Ok(0);
         }
         let staged: Vec<PathBuf> = tiles.iter().map(|id| self.staged_path(id)).collect();
-        self.sync_files(&staged)?;
+        match self.sync {
+            SyncMethod::Syncfs => self.sync_all_files()?,
+            // Written here, not by the commit (step 1), and synced as written, several
+            // files at once.
+            SyncMethod::Fsync => {
+                for path in &staged {
+                    if let Some(dir) = path.parent() {
+                        self.ensure_dir(dir).map_err(|e| {
+                            StorageError::from_io(format!("creating {}: {e}", dir.display()), &e)
+                        })?;
+                    }
+                }
+                let files: Vec<(&Path, &[u8])> = staged
+                    .iter()
+                    .zip(&pending)
+                    .map(|(path, (_, bytes))| (path.as_path(), &bytes[..]))
+                    .collect();
+                self.synced(|| sync::write_and_fsync_each(&files), &self.root)?;
+            }
+        }
         let mut dirs = DirSync::default();
         let mut partials = Vec::with_capacity(tiles.len());
         let mut failed = None;
@@ -1813,15 +1835,8 @@ impl Inner {
 /// bytes after it, for the caller to `fdatasync`: no new inode, no directory update.
 /// The file's size changes only when the record outgrows it, by [`SLOT_GROWTH`].
 fn write_in_place(path: &Path, record: &[u8]) -> io::Result<File> {
-    let f = OpenOptions::new().write(true).open(path)?;
-    write_slot(&f, record)?;
-    Ok(f)
-}
-
-/// [`write_in_place`] through a slot file held open (a commit opens nothing: on a
-/// network filesystem an open is a round trip).
-fn write_slot(f: &File, record: &[u8]) -> io::Result<()> {
     use std::os::unix::fs::FileExt;
+    let f = OpenOptions::new().write(true).open(path)?;
     let len = f.metadata()?.len();
     if record.len() as u64 > len {
         // Grow first, with zeros after the old bytes, and only then write the record:
@@ -1835,7 +1850,8 @@ fn write_slot(f: &File, record: &[u8]) -> io::Result<()> {
         let zeros = vec![0u8; (grown - len) as usize];
         f.write_all_at(&zeros, len)?;
     }
-    f.write_all_at(record, 0)
+    f.write_all_at(record, 0)?;
+    Ok(f)
 }
 
 /// A blob found at `path` holds `bytes`, or else the other bytes stand.

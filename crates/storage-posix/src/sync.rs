@@ -18,7 +18,7 @@
 
 use std::fmt;
 use std::fs::File;
-use std::io;
+use std::io::{self, Write};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -145,11 +145,33 @@ const PARALLEL_SYNCS: usize = 16;
 /// naming its path. Each is opened read-only: Linux syncs through any descriptor, and
 /// a fresh one still reports a writeback error no other descriptor has seen.
 pub fn fsync_each(paths: &[PathBuf]) -> io::Result<()> {
-    let one = |p: &Path| {
+    each_in_parallel(paths, |p: &PathBuf| {
         File::open(p)
             .and_then(|f| f.sync_all())
             .map_err(|e| io::Error::new(e.kind(), format!("fsync {}: {e}", p.display())))
-    };
+    })
+}
+
+/// Create (or truncate) each file, write its bytes and `fsync(2)` it, several at once;
+/// the first error, naming its path. Their directories must exist.
+pub fn write_and_fsync_each(files: &[(&Path, &[u8])]) -> io::Result<()> {
+    each_in_parallel(files, |(path, bytes): &(&Path, &[u8])| {
+        File::create(path)
+            .and_then(|mut f| {
+                f.write_all(bytes)?;
+                f.sync_all()
+            })
+            .map_err(|e| io::Error::new(e.kind(), format!("writing {}: {e}", path.display())))
+    })
+}
+
+/// `one` for every item, on up to [`PARALLEL_SYNCS`] threads; the first error (the
+/// others stop at their next item).
+fn each_in_parallel<T: Sync>(
+    items: &[T],
+    one: impl Fn(&T) -> io::Result<()> + Sync,
+) -> io::Result<()> {
+    let paths = items;
     match paths.len() {
         0 => return Ok(()),
         1 => return one(&paths[0]),
