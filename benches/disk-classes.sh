@@ -27,14 +27,9 @@ shift $(($# > 2 ? 2 : $#))
 classes=("$@")
 [ ${#classes[@]} -gt 0 ] || classes=(ext4 tmpfs xfs faultfs faultfs-cloud-block faultfs-network)
 bin="$CARGO_TARGET_DIR/release"
-tessera_version=v1.0.4
-gobin="${TESSERA_BIN:-$HOME/.cache/tlogd-tools/tessera}"
-if [ ! -x "$gobin/posix" ]; then
-  mkdir -p "$gobin"
-  GOBIN="$gobin" go install "github.com/transparency-dev/tessera/cmd/conformance/posix@$tessera_version"
-fi
 command -v perf >/dev/null || { echo "perf is needed to count fsyncs (apt-get install linux-perf)" >&2; exit 1; }
 source benches/lib.sh
+tessera_tool cmd/conformance/posix
 bench_work tlogd-disk-classes
 mounts=()
 unmount_all() {

@@ -35,8 +35,7 @@ bin="$CARGO_TARGET_DIR/release"
 floor="$bin/examples/http_floor"
 [ -x "$floor" ] || { echo "build the example first: cargo build --release -p tlogd --example http_floor" >&2; exit 2; }
 if [[ " ${modes[*]} " == *" tessera "* ]]; then
-  gobin="${TESSERA_BIN:-$HOME/.cache/tlogd-tools/tessera}"
-  [ -x "$gobin/posix" ] || { mkdir -p "$gobin"; GOBIN="$gobin" go install github.com/transparency-dev/tessera/cmd/conformance/posix@v1.0.4; }
+  tessera_tool cmd/conformance/posix
 fi
 bench_work tlogd-floor
 read -r -a serve_flags <<< "${TLOGD_FLAGS:-}"

@@ -27,6 +27,17 @@ bench_cleanup() {
   return 0
 }
 
+# Go Tessera's tools at the version every comparison uses, built once with `go install`
+# into $TESSERA_BIN (default ~/.cache/tlogd-tools/tessera): `tessera_tool cmd/fsck` or
+# `tessera_tool cmd/conformance/posix` installs it if missing and sets `gobin`.
+tessera_version=v1.0.4
+tessera_tool() {
+  gobin="${TESSERA_BIN:-$HOME/.cache/tlogd-tools/tessera}"
+  [ -x "$gobin/$(basename "$1")" ] && return
+  mkdir -p "$gobin"
+  GOBIN="$gobin" go install "github.com/transparency-dev/tessera/$1@$tessera_version" >&2
+}
+
 # A free TCP port on 127.0.0.1 (this machine already has a listener on 2024).
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 

@@ -28,8 +28,9 @@ if [ "$server" = tessera ]; then
   # For the record: the same cuts under Go Tessera v1.0.4's POSIX conformance server
   # (its in-memory antispam, as it ships: a resubmission after a restart is logged
   # again, which the check reports apart from lost entries).
-  tessera="${TESSERA_BIN:-$HOME/.cache/tlogd-tools/tessera}/posix"
-  [ -x "$tessera" ] || GOBIN=$(dirname "$tessera") go install github.com/transparency-dev/tessera/cmd/conformance/posix@v1.0.4
+  source benches/lib.sh
+  tessera_tool cmd/conformance/posix
+  tessera="$gobin/posix"
   sync=n/a
 fi
 bin="${CARGO_TARGET_DIR:-target}/release"

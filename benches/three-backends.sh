@@ -18,8 +18,7 @@ secs=${1:-30}
 writers=${2:-64}
 bin="$CARGO_TARGET_DIR/release"
 tools="${TLOGD_TOOLS_DIR:-$HOME/.cache/tlogd-tools/bin}"
-gobin="${TESSERA_BIN:-$HOME/.cache/tlogd-tools/tessera}"
-[ -x "$gobin/fsck" ] || GOBIN="$gobin" go install github.com/transparency-dev/tessera/cmd/fsck@v1.0.4
+tessera_tool cmd/fsck
 bench_work tlogd-three-backends
 start_minio
 curl -sf "${sign[@]}" -X PUT "http://127.0.0.1:$s3port/three" >/dev/null

@@ -30,13 +30,8 @@ pairs="${3:-3}"
 shift $(($# > 3 ? 3 : $#))
 bin="$CARGO_TARGET_DIR/release"
 tlogd="${TLOGD_BIN:-$bin/tlogd}"
-tessera_version=v1.0.4
-gobin="${TESSERA_BIN:-$HOME/.cache/tlogd-tools/tessera}"
-if [ ! -x "$gobin/$mode" ]; then
-  mkdir -p "$gobin"
-  GOBIN="$gobin" go install "github.com/transparency-dev/tessera/cmd/conformance/$mode@$tessera_version"
-fi
 source benches/lib.sh
+tessera_tool "cmd/conformance/$mode"
 bench_work tlogd-vs-tessera
 
 "$tlogd" keygen --origin bench.example/log --out "$work/key" > "$work/vkey" 2>/dev/null
