@@ -670,7 +670,6 @@ impl PosixStorage {
         if carried.is_none() && committed.seq > 0 {
             upgrade_slots(&private, origin, &mut committed)?;
         }
-
         let inner = Arc::new(Inner {
             root,
             private,
@@ -1318,15 +1317,6 @@ impl Inner {
         Ok(())
     }
 
-    /// Make the data of `files` durable: one `syncfs` of the filesystem, or an `fsync`
-    /// of each, several at once; under the sync lock, and a failure poisons the store.
-    fn sync_files(&self, files: &[PathBuf]) -> Result<(), StorageError> {
-        match self.sync {
-            SyncMethod::Syncfs => self.sync_all_files(),
-            SyncMethod::Fsync => self.synced(|| sync::fsync_each(files), &self.root),
-        }
-    }
-
     /// Temp file, fsync, rename, fsync the directory. A failed sync poisons the store.
     fn put_durable(&self, path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
         let tmp = self.temp_path();
@@ -1788,26 +1778,40 @@ impl Inner {
             // Not in the edge: the position was completed since, and its full tile is
             // what readers fall back to.
             if let Some(bytes) = edge_prefix(&edge, &id) {
-                let path = self.tile_path(&id);
-                let tmp = self.temp_path();
-                if let Err(e) = File::create(&tmp).and_then(|mut f| f.write_all(&bytes)) {
-                    let _ = fs::remove_file(&tmp);
-                    for (t, _) in &partials {
-                        let _ = fs::remove_file(t);
-                    }
-                    return Err(StorageError::from_io(
-                        format!("writing {}: {e}", path.display()),
-                        &e,
-                    ));
-                }
-                partials.push((tmp, path));
+                partials.push((self.temp_path(), self.tile_path(&id), bytes));
             }
         }
         if !partials.is_empty() {
-            let temps: Vec<PathBuf> = partials.iter().map(|(t, _)| t.clone()).collect();
-            self.sync_files(&temps)?;
+            let written = match self.sync {
+                SyncMethod::Syncfs => partials
+                    .iter()
+                    .try_for_each(|(tmp, path, bytes)| {
+                        File::create(tmp)
+                            .and_then(|mut f| f.write_all(bytes))
+                            .map_err(|e| {
+                                StorageError::from_io(
+                                    format!("writing {}: {e}", path.display()),
+                                    &e,
+                                )
+                            })
+                    })
+                    .and_then(|()| self.sync_all_files()),
+                SyncMethod::Fsync => {
+                    let files: Vec<(&Path, &[u8])> = partials
+                        .iter()
+                        .map(|(tmp, _, bytes)| (tmp.as_path(), &bytes[..]))
+                        .collect();
+                    self.synced(|| sync::write_and_fsync_each(&files), &self.root)
+                }
+            };
+            if let Err(e) = written {
+                for (tmp, _, _) in &partials {
+                    let _ = fs::remove_file(tmp);
+                }
+                return Err(e);
+            }
             let mut dirs = DirSync::default();
-            for (tmp, path) in &partials {
+            for (tmp, path, _) in &partials {
                 path.parent()
                     .map_or(Ok(()), |d| self.ensure_public_dir(d, &mut dirs))
                     .and_then(|()| fs::rename(tmp, path))
