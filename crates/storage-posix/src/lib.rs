@@ -1671,12 +1671,12 @@ impl Inner {
         let mut dirs = DirSync::default();
         let mut partials = Vec::with_capacity(tiles.len());
         let mut failed = None;
-        for id in &tiles {
+        for (id, staged) in tiles.iter().zip(&staged) {
             let public = self.tile_path(id);
             let moved = public
                 .parent()
                 .map_or(Ok(()), |d| self.ensure_public_dir(d, &mut dirs))
-                .and_then(|()| fs::rename(self.staged_path(id), &public))
+                .and_then(|()| fs::rename(staged, &public))
                 .or_else(|e| {
                     // Renamed by an earlier attempt whose error was a lie (NFS).
                     if e.kind() == io::ErrorKind::NotFound && public.exists() {

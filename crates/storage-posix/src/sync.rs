@@ -171,26 +171,25 @@ fn each_in_parallel<T: Sync>(
     items: &[T],
     one: impl Fn(&T) -> io::Result<()> + Sync,
 ) -> io::Result<()> {
-    let paths = items;
-    match paths.len() {
+    match items.len() {
         0 => return Ok(()),
-        1 => return one(&paths[0]),
+        1 => return one(&items[0]),
         _ => {}
     }
     let next = AtomicUsize::new(0);
-    let workers = paths.len().min(PARALLEL_SYNCS);
+    let workers = items.len().min(PARALLEL_SYNCS);
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..workers)
             .map(|_| {
                 s.spawn(|| -> io::Result<()> {
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(p) = paths.get(i) else {
+                        let Some(item) = items.get(i) else {
                             return Ok(());
                         };
-                        if let Err(e) = one(p) {
-                            // The others stop at their next path.
-                            next.store(paths.len(), Ordering::Relaxed);
+                        if let Err(e) = one(item) {
+                            // The others stop at their next item.
+                            next.store(items.len(), Ordering::Relaxed);
                             return Err(e);
                         }
                     }
@@ -201,7 +200,7 @@ fn each_in_parallel<T: Sync>(
         for h in handles {
             let r = h
                 .join()
-                .unwrap_or_else(|_| Err(io::Error::other("an fsync thread panicked")));
+                .unwrap_or_else(|_| Err(io::Error::other("a sync thread panicked")));
             if first.is_ok() {
                 first = r;
             }
