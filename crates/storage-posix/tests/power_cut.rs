@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use faultfs::{CutMode, CutReport, Mount, Options, Profile};
 use tlogd_core::conformance::{ORIGIN, SKEY, config};
-use tlogd_core::engine::Log;
 use tlogd_core::engine::checker::{CheckpointWatch, check_log_observed};
+use tlogd_core::engine::{Log, LogStorage};
 use tlogd_core::note::NoteSigner;
 use tlogd_storage_posix::{PosixStorage, SyncMethod};
 
@@ -176,15 +176,42 @@ async fn cut_under_load(
                 "entry {i} is not the one acknowledged at its index"
             ));
         }
-        match acked.keys().next_back() {
-            Some(&last) if last >= r.state.size => Err(format!(
+        if let Some(&last) = acked.keys().next_back()
+            && last >= r.state.size
+        {
+            return Err(format!(
                 "entry {last} was acknowledged, the tree has {} after the cut",
                 r.state.size
-            )),
-            _ => Ok(r.state.size),
+            ));
         }
+        // The stored checkpoint may be older than one seen before the cut (the cut
+        // lost its rename); the log, opened again, publishes before anything else.
+        let storage = Arc::new(storage);
+        let (log, tasks) = Log::open(storage.clone(), None, config(64))
+            .await
+            .map_err(|e| format!("opening the log again: {e}"))?;
+        log.shutdown();
+        tasks.join().await;
+        let published = storage
+            .read_checkpoint()
+            .await
+            .map_err(|e| format!("reading the checkpoint: {e}"))?
+            .and_then(|b| tlogd_core::checkpoint::signed_size(&b));
+        let seen = observed.iter().map(|c| c.size).max();
+        if published < seen {
+            return Err(format!(
+                "the checkpoint went back: {seen:?} was seen before the cut, {published:?} \
+                 is published once the log is open again"
+            ));
+        }
+        Ok(r.state.size)
     }
     .await;
+    if check.is_err() && std::env::var_os("TLOGD_KEEP_CUT").is_some() {
+        // For finding out what went wrong: the backing directory, as the cut left it
+        // and the reopened log changed it.
+        eprintln!("kept the backing directory: {}", tmp.keep().display());
+    }
     CutOutcome {
         report,
         acknowledged: acked.len(),
@@ -204,13 +231,14 @@ async fn acknowledged_entries_survive_power_cuts_under_load() {
     check_cuts(&cuts).await;
 }
 
-/// The seeded-subset cut on the "network" profile. It failed once in CI (2026-11-27,
-/// after passing in every earlier run): "tile/entries/003.p/88 (named by the
-/// checkpoint of size 856) does not hold the log's first 856 entries", the cut having
-/// discarded 151 of 202 pending namespace operations during a read of `checkpoint`.
-/// Not understood yet (issue #36 stays open): run it with `--ignored` while finding out.
+/// The seeded-subset cut on the "network" profile. It failed one run in ten: "tile/
+/// entries/003.p/88 (named by the checkpoint of size 856) does not hold the log's
+/// first 856 entries". The log was right; the checker was not: the cut had lost the
+/// rename of the newest checkpoint, so the stored one was older than one seen before
+/// the cut, and the checker split the bundle at the sizes in the order given, checking
+/// one size's partial against another's prefix (`earlier_checkpoints_are_checked_in_
+/// size_order` in the checker pins that). Kept: it is the cut that found it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "open #36 finding: a partial named by a checkpoint seen before a subset cut on the network profile differed after it"]
 async fn acknowledged_entries_survive_a_subset_cut_on_the_network_profile() {
     check_cuts(&[(CutMode::Subset { seed: 3 }, Profile::network(), 3)]).await;
 }

@@ -339,12 +339,16 @@ pub async fn fsck<F: Fetch + ?Sized>(
     let mut tree = TreeRebuilder::new();
     // Earlier checkpoints of the empty tree.
     check_earlier(&tree, summary)?;
-    let split_points: Vec<u64> = options
+    // In order: the published checkpoint may be older than one seen earlier (after a
+    // crash lost its rename; the tree went on, and the log publishes again at start).
+    let mut split_points: Vec<u64> = options
         .earlier
         .iter()
         .chain(cp.iter().filter(|_| options.tree.is_some()))
         .map(|c| c.size)
         .collect();
+    split_points.sort_unstable();
+    split_points.dedup();
     // Sizes whose partials are checked on the way; the final size's are checked with
     // the tiles themselves.
     let earlier_sizes: std::collections::BTreeSet<u64> = split_points
@@ -915,36 +919,63 @@ mod tests {
         }
     }
 
-    /// A log of 300 entries and the checkpoint it published at size 100.
-    async fn grown_log() -> (Arc<MemoryStorage>, NoteVerifier, Checkpoint) {
+    /// A log of 300 entries and the checkpoints it published at sizes 100 and 200
+    /// (signed), its last one naming 300.
+    async fn grown_log() -> (Arc<MemoryStorage>, NoteVerifier, [(Checkpoint, Vec<u8>); 2]) {
         let signer = Arc::new(NoteSigner::from_skey(SKEY).unwrap());
         let verifier = signer.verifier();
         let mut cfg = LogConfig::new(ORIGIN, signer);
         cfg.checkpoint_interval = Duration::from_millis(1);
         let storage = Arc::new(MemoryStorage::new());
         let (log, tasks) = Log::open(storage.clone(), None, cfg).await.unwrap();
-        for i in 0..100u32 {
-            log.add(Bytes::from(format!("c{i}"))).await.unwrap();
+        let mut seen = Vec::new();
+        for size in [100u32, 200] {
+            for i in size - 100..size {
+                log.add(Bytes::from(format!("c{i}"))).await.unwrap();
+            }
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            while log.published_size() != Some(size.into()) {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "no checkpoint at {size}"
+                );
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            let signed = storage.read_checkpoint().await.unwrap().unwrap();
+            let cp = Checkpoint::open(&signed, ORIGIN, &verifier).unwrap().0;
+            assert_eq!(cp.size, u64::from(size));
+            seen.push((cp, signed));
         }
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while log.published_size() != Some(100) {
-            assert!(std::time::Instant::now() < deadline, "no checkpoint at 100");
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        let signed = storage.read_checkpoint().await.unwrap().unwrap();
-        let cp = Checkpoint::open(&signed, ORIGIN, &verifier).unwrap().0;
-        assert_eq!(cp.size, 100);
-        for i in 100..300u32 {
+        for i in 200..300u32 {
             log.add(Bytes::from(format!("c{i}"))).await.unwrap();
         }
         log.shutdown();
         tasks.join().await;
-        (storage, verifier, cp)
+        let seen: [(Checkpoint, Vec<u8>); 2] = seen.try_into().unwrap();
+        (storage, verifier, seen)
+    }
+
+    /// Found by a power cut (issue #36): the published checkpoint may be older than
+    /// one a reader saw (the crash lost its rename; the tree went on), and observed
+    /// checkpoints may come in any order. Each earlier size's partials are then checked
+    /// against that size's own prefix of the bundle, not another's.
+    #[tokio::test]
+    async fn earlier_checkpoints_are_checked_in_size_order() {
+        let (storage, verifier, [(cp100, signed100), (cp200, _)]) = grown_log().await;
+        let out_of_order = [cp200.clone(), cp100.clone()];
+        check_log_observed(&*storage, ORIGIN, &verifier, &out_of_order, None)
+            .await
+            .unwrap();
+        storage.publish_checkpoint(&signed100).await.unwrap();
+        let report = check_log_observed(&*storage, ORIGIN, &verifier, &[cp200], None)
+            .await
+            .unwrap();
+        assert_eq!(report.state.size, 300);
     }
 
     #[tokio::test]
     async fn the_partials_of_every_observed_checkpoint_are_checked() {
-        let (storage, verifier, cp100) = grown_log().await;
+        let (storage, verifier, [(cp100, _), _]) = grown_log().await;
         let report = check_log_observed(
             &*storage,
             ORIGIN,
