@@ -223,6 +223,28 @@ pub fn subtree_root(hashes: &[Hash]) -> Hash {
     }
 }
 
+/// RFC 6962 MTH of a tree whose first leaves come as the roots of full 256-leaf tiles
+/// (`tiles`: the hashes a level-1 tile holds, tlog-tiles "Merkle Tree") and whose last
+/// ones (`tail`, fewer than 256) as leaf hashes. Each split point of such a tree falls
+/// on a tile boundary until the tail is reached, so the level-1 hashes stand in for
+/// every leaf they cover.
+pub fn root_from_tile_roots(tiles: &[Hash], tail: &[Hash]) -> Hash {
+    if tiles.is_empty() {
+        return subtree_root(tail);
+    }
+    if tail.is_empty() {
+        return subtree_root(tiles);
+    }
+    // More than 256 leaves and not a whole number of tiles: the split, a power of two
+    // of at least 256 below the size, is a whole number of tiles, at most all of them.
+    let n = tiles.len() as u64 * TILE_WIDTH + tail.len() as u64;
+    let k = (largest_power_of_two_below(n) / TILE_WIDTH) as usize;
+    node_hash(
+        &subtree_root(&tiles[..k]),
+        &root_from_tile_roots(&tiles[k..], tail),
+    )
+}
+
 /// Largest power of two strictly below `n` (n >= 2).
 pub(crate) fn largest_power_of_two_below(n: u64) -> u64 {
     debug_assert!(n >= 2);
@@ -234,6 +256,26 @@ mod tests {
     use super::*;
     use crate::hash::leaf_hash;
     use std::collections::HashMap;
+
+    /// The root from level-1 hashes and a tail is the root of all the leaves.
+    #[test]
+    fn root_from_tile_roots_is_the_root_of_the_leaves() {
+        for n in [0u64, 1, 255, 256, 257, 511, 512, 513, 768, 1000, 1024, 65536 + 300] {
+            let all = leaves(n);
+            let full = (n / TILE_WIDTH) as usize;
+            let tiles: Vec<Hash> = all
+                .chunks(TILE_WIDTH as usize)
+                .take(full)
+                .map(subtree_root)
+                .collect();
+            let tail = &all[full * TILE_WIDTH as usize..];
+            assert_eq!(
+                root_from_tile_roots(&tiles, tail),
+                subtree_root(&all),
+                "size {n}"
+            );
+        }
+    }
 
     fn leaves(n: u64) -> Vec<Hash> {
         (0..n)

@@ -248,7 +248,7 @@ struct Fetched {
 }
 
 /// Read `id`; a partial that is gone may be read as its full tile (returned id).
-async fn get_tile<F: Fetch + ?Sized>(
+pub(crate) async fn get_tile<F: Fetch + ?Sized>(
     fetch: &F,
     id: TileId,
 ) -> Result<(TileId, Bytes), VerifyError> {

@@ -2386,6 +2386,7 @@ impl Edge {
 }
 
 pub mod checker;
+pub mod import;
 pub mod memory;
 pub mod objects;
 #[cfg(test)]
