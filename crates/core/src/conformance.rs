@@ -11,8 +11,9 @@
 //! checkpoint never goes backwards; blobs beside the tree are write-once and survive a
 //! reopen; a frozen log takes no more entries on any frontend, also after a reopen; a
 //! log whose personality bundles entries in static-ct-api data tiles (`tile/data/`)
-//! commits, reopens and reads back. Every test that writes the tree ends with the
-//! whole-log check.
+//! commits, reopens and reads back; the Go logs migrated in (`tlogd migrate`), one
+//! interrupted and resumed, are served byte for byte. Every test that writes the tree
+//! ends with the whole-log check.
 //!
 //! The Go vectors are read from `$TLOGD_VECTORS_DIR` or the repository's
 //! `testdata/vectors` (relative to the test crate, two levels below the root).
@@ -246,6 +247,144 @@ pub async fn every_intermediate_state_of_the_small_log_matches<B: ConformanceSto
     log.shutdown();
     tasks.join().await;
     assert_eq!(check_entries(&*storage, |_| None).await, 15);
+}
+
+/// The Go vectors as a migration's source: `root`'s resources, its `checkpoint` read
+/// from the file `checkpoint` instead (an earlier size), every read failing after
+/// `reads_left` reads (a source that goes away mid-copy).
+struct VectorSource {
+    root: PathBuf,
+    checkpoint: PathBuf,
+    reads_left: std::sync::atomic::AtomicI64,
+}
+
+impl crate::engine::checker::Fetch for VectorSource {
+    async fn get(
+        &self,
+        path: &str,
+    ) -> Result<Option<Bytes>, crate::engine::checker::VerifyError> {
+        use std::sync::atomic::Ordering;
+        if self.reads_left.fetch_sub(1, Ordering::AcqRel) <= 0 {
+            return Err(crate::engine::checker::VerifyError::Fetch(
+                "the source went away".into(),
+            ));
+        }
+        let file = match path {
+            "checkpoint" => self.checkpoint.clone(),
+            _ => self.root.join(path),
+        };
+        match std::fs::read(&file) {
+            Ok(b) => Ok(Some(Bytes::from(b))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(crate::engine::checker::VerifyError::Fetch(e.to_string())),
+        }
+    }
+
+    fn location(&self) -> String {
+        self.root.display().to_string()
+    }
+}
+
+/// `tlogd migrate`'s copy ([`crate::engine::import`]) of `source` at its checkpoint
+/// into the store at `location`.
+async fn migrate_in<B: ConformanceStore>(
+    b: &B,
+    location: &str,
+    source: &VectorSource,
+) -> Result<crate::engine::import::CopyReport, crate::engine::import::CopyError> {
+    use crate::engine::import::{CopyOptions, copy_log};
+    let signed = std::fs::read(&source.checkpoint).expect("vector checkpoint");
+    let verifier = NoteSigner::from_skey(SKEY).expect("test key").verifier();
+    let cp = crate::checkpoint::Checkpoint::open(&signed, ORIGIN, &verifier)
+        .expect("the vector's checkpoint verifies")
+        .0;
+    let storage = b.open(location).await;
+    let options = CopyOptions {
+        jobs: 8,
+        bundles_per_commit: 16,
+    };
+    let r = copy_log(
+        source,
+        &*storage,
+        &crate::personality::TlogTiles,
+        &cp,
+        &signed,
+        &options,
+        &mut (),
+    )
+    .await;
+    b.close(storage).await;
+    r
+}
+
+/// Logs written by Go Tessera, migrated in (`tlogd migrate`): the 15-entry log at its
+/// 7th checkpoint, then caught up to its 15th (from a partial bundle); the 70,000-entry
+/// log with its source gone mid-copy (no checkpoint in the store after that), then
+/// resumed. Each time the store then serves the Go log's files byte for byte.
+pub async fn the_go_reference_logs_migrate_in_byte_for_byte<B: ConformanceStore>(b: &B) {
+    let small = vectors().join("tessera-testdata-log");
+    let location = b.fresh("migrate-small").await;
+    for n in [7, 15] {
+        let source = VectorSource {
+            root: small.clone(),
+            checkpoint: small.join(format!("checkpoint.{n}")),
+            reads_left: i64::MAX.into(),
+        };
+        let r = migrate_in(b, &location, &source).await.expect("copy");
+        assert_eq!(r.size, n);
+        let storage = b.open(&location).await;
+        for rel in [
+            "checkpoint".to_string(),
+            format!("tile/0/000.p/{n}"),
+            format!("tile/entries/000.p/{n}"),
+        ] {
+            let want = match rel.as_str() {
+                "checkpoint" => small.join(format!("checkpoint.{n}")),
+                _ => small.join(&rel),
+            };
+            assert!(
+                read_resource(&*storage, &rel).await == Some(std::fs::read(want).expect("vector")),
+                "{rel} at size {n} differs from the Go log's"
+            );
+        }
+        b.close(storage).await;
+    }
+
+    let big = vectors().join("tessera-70k");
+    let location = b.fresh("migrate-70k").await;
+    let mut source = VectorSource {
+        root: big.clone(),
+        checkpoint: big.join("checkpoint"),
+        reads_left: 60.into(),
+    };
+    let e = migrate_in(b, &location, &source).await.expect_err("the source went away");
+    assert!(e.to_string().contains("went away"), "{e}");
+    let storage = b.open(&location).await;
+    let at = storage.load_state().await.expect("state").map_or(0, |s| s.size);
+    assert!(
+        at > 0 && at < 70_000,
+        "the interrupted copy committed {at} entries"
+    );
+    assert_eq!(
+        storage.read_checkpoint().await.expect("read checkpoint"),
+        None,
+        "a checkpoint before the copy was complete"
+    );
+    b.close(storage).await;
+    source.reads_left = i64::MAX.into();
+    let r = migrate_in(b, &location, &source).await.expect("resumed copy");
+    assert_eq!((r.resumed_from, r.size), (at, 70_000));
+    let storage = b.open(&location).await;
+    for f in files(&big) {
+        let rel = f.to_string_lossy();
+        assert!(
+            read_resource(&*storage, &rel).await == Some(std::fs::read(big.join(&f)).expect("vector")),
+            "{rel} differs from the Go reference after the migration"
+        );
+    }
+    let size = check_entries(&*storage, |i| Some(format!("entry {i}").into_bytes())).await;
+    assert_eq!(size, 70_000);
+    b.close(storage).await;
 }
 
 /// Append the 70,000 reference entries in batches of `sizes` (cycled), reopening the
@@ -779,6 +918,7 @@ macro_rules! conformance_tests {
             every_intermediate_state_of_the_small_log_matches,
             seventy_thousand_entries_in_batches_of_4096_match_the_go_reference,
             seventy_thousand_entries_in_irregular_batches_match_the_go_reference,
+            the_go_reference_logs_migrate_in_byte_for_byte,
             the_largest_possible_bundle_round_trips);
         $crate::conformance_tests!(@ $store, $make, multi_thread:
             a_commit_on_a_stale_state_conflicts_and_leaves_nothing_visible,

@@ -8,6 +8,7 @@ pub mod config;
 pub mod ct;
 pub mod forward;
 pub mod http;
+pub mod migrate;
 pub mod observe;
 pub mod routes;
 pub mod server;

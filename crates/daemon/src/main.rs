@@ -108,6 +108,15 @@ enum Command {
         #[arg(long)]
         log: Option<String>,
     },
+    /// Copy a tlog-tiles log (Tessera's, tlogd's, anyone's; from a URL or a directory)
+    /// into the log the configuration (or the flags, as `serve` takes them) names,
+    /// on any backend: every bundle checked against the source's signed checkpoint
+    /// before it is written, resumable (run it again after an interruption), and the
+    /// source's checkpoint published only once the whole tree is copied. With this
+    /// log's key the copy is a continuation that `tlogd serve` appends to; checked with
+    /// --source-public-key only, it is a mirror, which tlogd does not append to.
+    /// Prints the copy rate; exit 0 when the target holds the source's checkpoint.
+    Migrate(Box<MigrateArgs>),
 }
 
 /// The algorithm of a key `tlogd keygen` makes.
@@ -118,6 +127,38 @@ enum KeyAlgorithm {
     /// Timestamped ML-DSA-44 cosignatures (signed-note type 0x06, tlog-cosignature).
     #[value(name = "ml-dsa-44")]
     MlDsa44,
+}
+
+/// `tlogd migrate`: where from, how, and the target log as `serve` takes it.
+#[derive(clap::Args)]
+struct MigrateArgs {
+    /// The source log: a base URL (https://host/prefix) or a local directory holding
+    /// `checkpoint` and `tile/` (Tessera's POSIX layout, tlogd's, any tlog-tiles log).
+    #[arg(long)]
+    from: String,
+    /// The source's verifier key (`name+hash+base64`), for a source whose checkpoint
+    /// this log's own key did not sign: the copy is then a mirror, which tlogd does
+    /// not append to. Repeat for several.
+    #[arg(long)]
+    source_public_key: Vec<String>,
+    /// Which of the file's `[[logs]]` (by name); not needed for a single log.
+    #[arg(long)]
+    log: Option<String>,
+    /// Bundles and tiles fetched at once.
+    #[arg(long, default_value_t = 16)]
+    jobs: usize,
+    /// Full entry bundles (256 entries each) per commit to the target: an
+    /// interruption loses at most that much copying.
+    #[arg(long, default_value_t = 64)]
+    bundles_per_commit: usize,
+    /// HTTP timeout per request, in seconds.
+    #[arg(long, default_value_t = 30.0)]
+    http_timeout: f64,
+    /// No progress bar (it is only drawn on a terminal anyway).
+    #[arg(long)]
+    quiet: bool,
+    #[command(flatten)]
+    target: ServeArgs,
 }
 
 /// Flags override the config file; without a file, they are all that is needed.
@@ -203,6 +244,14 @@ fn main() -> anyhow::Result<()> {
                 .build()
                 .context("starting the async runtime")?;
             runtime.block_on(freeze(c, log))
+        }
+        Command::Migrate(args) => {
+            let args = *args;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("starting the async runtime")?;
+            runtime.block_on(migrate(args))
         }
         Command::Serve(args) => {
             let config = load_config(*args)?;
@@ -527,6 +576,32 @@ async fn open_log(c: &Config, l: &LogSection, clients: &Clients) -> anyhow::Resu
     if std::env::var_os("TLOGD_ENGINE_SHARED").is_none() {
         lc.background = Some(engine_runtime()?);
     }
+    let verifiers = lc.verifiers();
+    let over = Assemble { lc, l, c, ct };
+    with_storage(l, &origin, clients, &verifiers, over).await
+}
+
+/// What runs over a log's storage, whichever backend the configuration names.
+trait OverStorage {
+    type Output;
+    /// Run over `storage`; `private_dir` is a POSIX log's `.tlogd` (where its dedup
+    /// index lives by default).
+    async fn run<S: LogStorage>(
+        self,
+        storage: Arc<S>,
+        private_dir: Option<PathBuf>,
+    ) -> anyhow::Result<Self::Output>;
+}
+
+/// Open the storage of the log `l` (of `origin`) and run `over` on it. A POSIX
+/// directory left by Tessera is checked with `verifiers` before anything else.
+async fn with_storage<O: OverStorage>(
+    l: &LogSection,
+    origin: &str,
+    clients: &Clients,
+    verifiers: &[tlogd_core::note::NoteVerifier],
+    over: O,
+) -> anyhow::Result<O::Output> {
     // The SQL backends share one layer and one set of options (MysqlOptions and
     // PostgresOptions are both tlogd_storage_sql::SqlOptions).
     let url = l.storage.url.clone().unwrap_or_default();
@@ -544,33 +619,51 @@ async fn open_log(c: &Config, l: &LogSection, clients: &Clients) -> anyhow::Resu
     }
     match l.storage.backend.as_str() {
         "mysql" => {
-            let storage = MysqlStorage::connect(&url, &origin, sql).await;
-            let storage = Arc::new(storage.with_context(opening)?);
-            return assemble(storage, open_dedup(l, None).await?, lc, l, c, ct).await;
+            let storage = MysqlStorage::connect(&url, origin, sql).await;
+            return over.run(Arc::new(storage.with_context(opening)?), None).await;
         }
         "postgres" => {
-            let storage = PostgresStorage::connect(&url, &origin, sql).await;
-            let storage = Arc::new(storage.with_context(opening)?);
-            return assemble(storage, open_dedup(l, None).await?, lc, l, c, ct).await;
+            let storage = PostgresStorage::connect(&url, origin, sql).await;
+            return over.run(Arc::new(storage.with_context(opening)?), None).await;
         }
         "s3" | "gcs" => {
-            let storage = open_object_store(l, &origin, clients)
+            let storage = open_object_store(l, origin, clients)
                 .await
                 .with_context(opening)?;
-            return assemble(Arc::new(storage), open_dedup(l, None).await?, lc, l, c, ct).await;
+            return over.run(Arc::new(storage), None).await;
         }
         _ => {}
     }
     let dir = l.storage.dir.clone().unwrap_or_default();
     let storage = Arc::new(
-        PosixStorage::open_with(&dir, &origin, &PosixOptions::with_sync(l.storage.sync))
+        PosixStorage::open_with(&dir, origin, &PosixOptions::with_sync(l.storage.sync))
             .with_context(|| format!("opening log directory {}", dir.display()))?,
     );
     if let Some(state) = storage.adopted_tessera() {
-        tlogd::verify::check_adopted_tessera(&dir, &origin, &lc.verifiers(), state).await?;
+        tlogd::verify::check_adopted_tessera(&dir, origin, verifiers, state).await?;
     }
-    let dedup = open_dedup(l, Some(storage.private_dir().join("dedup"))).await?;
-    assemble(storage, dedup, lc, l, c, ct).await
+    let private = storage.private_dir().to_path_buf();
+    over.run(storage, Some(private)).await
+}
+
+/// [`open_log`] over the storage: the dedup index, the engine and the routes.
+struct Assemble<'a> {
+    lc: LogConfig,
+    l: &'a LogSection,
+    c: &'a Config,
+    ct: Option<Arc<tlogd::ct::CtLog>>,
+}
+
+impl OverStorage for Assemble<'_> {
+    type Output = Opened;
+    async fn run<S: LogStorage>(
+        self,
+        storage: Arc<S>,
+        private_dir: Option<PathBuf>,
+    ) -> anyhow::Result<Opened> {
+        let dedup = open_dedup(self.l, private_dir.map(|d| d.join("dedup"))).await?;
+        assemble(storage, dedup, self.lc, self.l, self.c, self.ct).await
+    }
 }
 
 /// The engine over `storage`, frozen if `read_only` says so, and its routes.
@@ -668,18 +761,160 @@ async fn open_logs(c: &Config) -> anyhow::Result<Vec<Opened>> {
     Ok(opened)
 }
 
-/// `tlogd freeze`: open the one log, freeze it, publish its final checkpoint, stop.
-async fn freeze(c: Config, name: Option<String>) -> anyhow::Result<()> {
+/// The one log of the file, or the one named `name`.
+fn pick_log(c: &Config, name: Option<&str>) -> anyhow::Result<LogSection> {
     let logs = c.served_logs();
-    let mut section = match (&name, logs.len()) {
-        (None, 1) => logs[0].clone(),
+    match (name, logs.len()) {
+        (None, 1) => Ok(logs[0].clone()),
         (None, _) => bail!("the file serves several logs: name one with --log"),
         (Some(n), _) => logs
             .iter()
-            .find(|l| &l.name == n)
+            .find(|l| l.name == n)
             .cloned()
-            .ok_or_else(|| anyhow::anyhow!("the file has no [[logs]] named {n:?}"))?,
+            .ok_or_else(|| anyhow::anyhow!("the file has no [[logs]] named {n:?}")),
+    }
+}
+
+/// `tlogd migrate` (see [`Command::Migrate`] and `tlogd_core::engine::import`).
+async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
+    use tlogd_core::checkpoint::Checkpoint;
+    use tlogd_core::engine::checker::{Fetch, open_checkpoint_with};
+    use tlogd_core::note::NoteVerifier;
+    let c = load_config(args.target)?;
+    observe::init_logging(&c.log)?;
+    let section = pick_log(&c, args.log.as_deref())?;
+    if section.ct.is_some() {
+        bail!(
+            "migrating a Certificate Transparency log (static-ct-api data tiles and issuers) is not supported yet: only tlog-tiles logs"
+        );
+    }
+    let origin = section.origin.clone().unwrap_or_default();
+    // This log's own keys, when it has any: a copy they signed is a continuation.
+    let keyed = !section.key_files().is_empty() || std::env::var_os("TLOGD_PRIVATE_KEY").is_some();
+    let own: Vec<NoteVerifier> = match keyed {
+        true => load_signers(&section, &origin)?
+            .iter()
+            .map(|s| s.verifier())
+            .collect(),
+        false => Vec::new(),
     };
+    let mut theirs = Vec::new();
+    for k in &args.source_public_key {
+        theirs.push(
+            NoteVerifier::from_vkey(k.trim())
+                .map_err(|e| anyhow::anyhow!("--source-public-key {k:?}: {e}"))?,
+        );
+    }
+    if own.is_empty() && theirs.is_empty() {
+        bail!(
+            "nothing to check the source's checkpoint with: configure this log's private key (the copy continues the log) or give --source-public-key (the copy is a mirror)"
+        );
+    }
+    let timeout = Duration::from_secs_f64(args.http_timeout.max(0.1));
+    let source = tlogd::migrate::Source::open(&args.from, timeout)
+        .map_err(|e| anyhow::anyhow!("--from {}: {e}", args.from))?;
+    let signed = source
+        .get("checkpoint")
+        .await
+        .map_err(|e| anyhow::anyhow!("{}: {e}", source.location()))?
+        .ok_or_else(|| anyhow::anyhow!("{}: no checkpoint", source.location()))?
+        .to_vec();
+    let keys: Vec<&NoteVerifier> = own.iter().chain(&theirs).collect();
+    let (checkpoint, signed_by) = open_checkpoint_with(&signed, &origin, &keys)
+        .map_err(|e| anyhow::anyhow!("the source's checkpoint ({}): {e}", source.location()))?;
+    let continuation = signed_by
+        .iter()
+        .any(|v| own.iter().any(|o| o.key_id() == v.key_id() && o.name() == v.name()));
+    if !continuation {
+        eprintln!(
+            "tlogd migrate: a mirror, not a continuation: the source's checkpoint is not signed by this log's key, so `tlogd serve` will refuse to open the copy (it never appends to a log it cannot sign for)"
+        );
+    }
+    struct Copy<'a> {
+        source: &'a tlogd::migrate::Source,
+        checkpoint: Checkpoint,
+        signed: Vec<u8>,
+        options: tlogd_core::engine::import::CopyOptions,
+        quiet: bool,
+    }
+    impl OverStorage for Copy<'_> {
+        type Output = tlogd_core::engine::import::CopyReport;
+        async fn run<S: LogStorage>(
+            self,
+            storage: Arc<S>,
+            _private_dir: Option<PathBuf>,
+        ) -> anyhow::Result<Self::Output> {
+            let mut bar = tlogd::migrate::CopyBar::new(self.quiet);
+            Ok(tlogd_core::engine::import::copy_log(
+                self.source,
+                &*storage,
+                &tlogd_core::personality::TlogTiles,
+                &self.checkpoint,
+                &self.signed,
+                &self.options,
+                &mut bar,
+            )
+            .await?)
+        }
+    }
+    let size = checkpoint.size;
+    let copy = Copy {
+        source: &source,
+        checkpoint,
+        signed,
+        options: tlogd_core::engine::import::CopyOptions {
+            jobs: args.jobs.max(1),
+            bundles_per_commit: args.bundles_per_commit.max(1),
+        },
+        quiet: args.quiet,
+    };
+    let clients = Clients::default();
+    let report = with_storage(&section, &origin, &clients, &own, copy).await?;
+    if report.already_complete {
+        println!(
+            "the target already holds the source's tree and checkpoint (size {size}): nothing to copy"
+        );
+    } else {
+        let copied = report.size - report.resumed_from;
+        println!(
+            "copied {copied} entries ({} bundles) from {} in {:.1} s: {:.0} entries/s{}; published the source's checkpoint (size {size})",
+            report.bundles,
+            source.location(),
+            report.seconds,
+            copied as f64 / report.seconds.max(1e-9),
+            match report.resumed_from {
+                0 => String::new(),
+                n => format!(", resumed at {n}"),
+            }
+        );
+    }
+    // The dedup index, built now rather than at the first start (adds wait for it).
+    if continuation && section.dedup.enabled {
+        let started = std::time::Instant::now();
+        let opened = open_log(&c, &section, &clients).await?;
+        let caught_up = async {
+            while opened.log.dedup_lag() > 0 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        };
+        tokio::select! {
+            () = caught_up => {}
+            why = opened.log.failed() => bail!("building the dedup index: {why}"),
+        }
+        opened.log.shutdown();
+        opened.tasks.join().await;
+        println!(
+            "dedup index built up to {} entries in {:.1} s",
+            opened.log.committed_size(),
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+/// `tlogd freeze`: open the one log, freeze it, publish its final checkpoint, stop.
+async fn freeze(c: Config, name: Option<String>) -> anyhow::Result<()> {
+    let mut section = pick_log(&c, name.as_deref())?;
     section.read_only = true;
     let opened = open_log(&c, &section, &Clients::default()).await?;
     opened.log.shutdown();
