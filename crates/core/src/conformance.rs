@@ -259,10 +259,7 @@ struct VectorSource {
 }
 
 impl crate::engine::checker::Fetch for VectorSource {
-    async fn get(
-        &self,
-        path: &str,
-    ) -> Result<Option<Bytes>, crate::engine::checker::VerifyError> {
+    async fn get(&self, path: &str) -> Result<Option<Bytes>, crate::engine::checker::VerifyError> {
         use std::sync::atomic::Ordering;
         if self.reads_left.fetch_sub(1, Ordering::AcqRel) <= 0 {
             return Err(crate::engine::checker::VerifyError::Fetch(
@@ -357,10 +354,16 @@ pub async fn the_go_reference_logs_migrate_in_byte_for_byte<B: ConformanceStore>
         checkpoint: big.join("checkpoint"),
         reads_left: 60.into(),
     };
-    let e = migrate_in(b, &location, &source).await.expect_err("the source went away");
+    let e = migrate_in(b, &location, &source)
+        .await
+        .expect_err("the source went away");
     assert!(e.to_string().contains("went away"), "{e}");
     let storage = b.open(&location).await;
-    let at = storage.load_state().await.expect("state").map_or(0, |s| s.size);
+    let at = storage
+        .load_state()
+        .await
+        .expect("state")
+        .map_or(0, |s| s.size);
     assert!(
         at > 0 && at < 70_000,
         "the interrupted copy committed {at} entries"
@@ -372,13 +375,16 @@ pub async fn the_go_reference_logs_migrate_in_byte_for_byte<B: ConformanceStore>
     );
     b.close(storage).await;
     source.reads_left = i64::MAX.into();
-    let r = migrate_in(b, &location, &source).await.expect("resumed copy");
+    let r = migrate_in(b, &location, &source)
+        .await
+        .expect("resumed copy");
     assert_eq!((r.resumed_from, r.size), (at, 70_000));
     let storage = b.open(&location).await;
     for f in files(&big) {
         let rel = f.to_string_lossy();
         assert!(
-            read_resource(&*storage, &rel).await == Some(std::fs::read(big.join(&f)).expect("vector")),
+            read_resource(&*storage, &rel).await
+                == Some(std::fs::read(big.join(&f)).expect("vector")),
             "{rel} differs from the Go reference after the migration"
         );
     }

@@ -260,7 +260,20 @@ mod tests {
     /// The root from level-1 hashes and a tail is the root of all the leaves.
     #[test]
     fn root_from_tile_roots_is_the_root_of_the_leaves() {
-        for n in [0u64, 1, 255, 256, 257, 511, 512, 513, 768, 1000, 1024, 65536 + 300] {
+        for n in [
+            0u64,
+            1,
+            255,
+            256,
+            257,
+            511,
+            512,
+            513,
+            768,
+            1000,
+            1024,
+            65536 + 300,
+        ] {
             let all = leaves(n);
             let full = (n / TILE_WIDTH) as usize;
             let tiles: Vec<Hash> = all

@@ -77,8 +77,9 @@ enum Command {
         /// The log's origin (the key name), e.g. example.com/mylog.
         #[arg(long)]
         origin: String,
-        /// The key's algorithm: ed25519 (signed-note type 0x01) or ml-dsa-44 (type
-        /// 0x06, timestamped ML-DSA-44 cosignatures, for origins of at most 255 bytes).
+        /// The key's algorithm: ed25519 (signed-note type 0x01), ml-dsa-44 (type 0x06,
+        /// timestamped ML-DSA-44 cosignatures, for origins of at most 255 bytes) or
+        /// ecdsa-p256 (a CT log's key, as --ct).
         #[arg(long, value_enum, default_value_t = KeyAlgorithm::Ed25519, conflicts_with = "ct")]
         algorithm: KeyAlgorithm,
         /// An ECDSA P-256 key for a Certificate Transparency log (PKCS#8 PEM); prints
@@ -127,6 +128,10 @@ enum KeyAlgorithm {
     /// Timestamped ML-DSA-44 cosignatures (signed-note type 0x06, tlog-cosignature).
     #[value(name = "ml-dsa-44")]
     MlDsa44,
+    /// ECDSA P-256, a Certificate Transparency log's key (RFC 6962 signatures; the same
+    /// as --ct).
+    #[value(name = "ecdsa-p256")]
+    EcdsaP256,
 }
 
 /// `tlogd migrate`: where from, how, and the target log as `serve` takes it.
@@ -230,7 +235,7 @@ fn main() -> anyhow::Result<()> {
             out,
             ct,
             algorithm,
-        } => match ct {
+        } => match ct || algorithm == KeyAlgorithm::EcdsaP256 {
             true => keygen_ct(&origin, &out),
             false => keygen(&origin, algorithm, &out),
         },
@@ -309,6 +314,7 @@ fn keygen_ct(origin: &str, out: &PathBuf) -> anyhow::Result<()> {
 fn keygen(origin: &str, algorithm: KeyAlgorithm, out: &PathBuf) -> anyhow::Result<()> {
     let (skey, vkey) = match algorithm {
         KeyAlgorithm::Ed25519 => generate_key(origin),
+        KeyAlgorithm::EcdsaP256 => return keygen_ct(origin, out),
         KeyAlgorithm::MlDsa44 => {
             if origin.len() > MAX_NAME_LEN {
                 bail!(
@@ -456,6 +462,14 @@ fn load_signers(c: &LogSection, origin: &str) -> anyhow::Result<Vec<Arc<dyn LogS
     if texts.is_empty() {
         bail!("no signing key: TLOGD_PRIVATE_KEY is empty");
     }
+    note_signers(texts, origin)
+}
+
+/// The note signers of key texts (see [`load_signers`]).
+fn note_signers(
+    texts: Vec<(String, String)>,
+    origin: &str,
+) -> anyhow::Result<Vec<Arc<dyn LogSigner>>> {
     let mut signers: Vec<Arc<dyn LogSigner>> = Vec::with_capacity(texts.len());
     for (source, text) in texts {
         let signer =
@@ -546,6 +560,14 @@ async fn open_log(c: &Config, l: &LogSection, clients: &Clients) -> anyhow::Resu
             let signer = tlogd_ct::Rfc6962Signer::new(origin.clone(), ct.key().clone());
             let mut lc = LogConfig::with_signer(origin.clone(), Arc::new(signer));
             lc.personality = Arc::new(tlogd_ct::StaticCt);
+            // Keys after the first (the ECDSA P-256 key) are note keys (Ed25519,
+            // ML-DSA-44) whose signatures follow the RFC 6962 one, in order: a
+            // post-quantum checkpoint signature beside what CT clients check.
+            // (Files only: a PEM key in TLOGD_PRIVATE_KEY spans several lines.)
+            if l.key_files().len() > 1 {
+                let more = read_key_texts(l, "")?.into_iter().skip(1).collect();
+                lc.signers.extend(note_signers(more, &origin)?);
+            }
             lc
         }
     };
@@ -620,11 +642,15 @@ async fn with_storage<O: OverStorage>(
     match l.storage.backend.as_str() {
         "mysql" => {
             let storage = MysqlStorage::connect(&url, origin, sql).await;
-            return over.run(Arc::new(storage.with_context(opening)?), None).await;
+            return over
+                .run(Arc::new(storage.with_context(opening)?), None)
+                .await;
         }
         "postgres" => {
             let storage = PostgresStorage::connect(&url, origin, sql).await;
-            return over.run(Arc::new(storage.with_context(opening)?), None).await;
+            return over
+                .run(Arc::new(storage.with_context(opening)?), None)
+                .await;
         }
         "s3" | "gcs" => {
             let storage = open_object_store(l, origin, clients)
@@ -822,9 +848,10 @@ async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
     let keys: Vec<&NoteVerifier> = own.iter().chain(&theirs).collect();
     let (checkpoint, signed_by) = open_checkpoint_with(&signed, &origin, &keys)
         .map_err(|e| anyhow::anyhow!("the source's checkpoint ({}): {e}", source.location()))?;
-    let continuation = signed_by
-        .iter()
-        .any(|v| own.iter().any(|o| o.key_id() == v.key_id() && o.name() == v.name()));
+    let continuation = signed_by.iter().any(|v| {
+        own.iter()
+            .any(|o| o.key_id() == v.key_id() && o.name() == v.name())
+    });
     if !continuation {
         eprintln!(
             "tlogd migrate: a mirror, not a continuation: the source's checkpoint is not signed by this log's key, so `tlogd serve` will refuse to open the copy (it never appends to a log it cannot sign for)"

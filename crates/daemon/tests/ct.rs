@@ -488,6 +488,86 @@ async fn keygen_makes_a_ct_key() {
     assert!(!ok, "keygen wrote over an existing key");
 }
 
+/// A CT log signs its checkpoints with more keys than its ECDSA one: the keys after
+/// it in `private_key_files` (here ML-DSA-44, from `keygen --algorithm ml-dsa-44`)
+/// sign after the RFC 6962 signature, in order, and an SCT and the RFC 6962 signature
+/// still verify as CT clients check them. The CT key comes from `keygen --algorithm
+/// ecdsa-p256`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ct_log_signs_its_checkpoints_with_a_post_quantum_key_too() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let tlogd = PathBuf::from(env!("CARGO_BIN_EXE_tlogd"));
+    let keygen = |algorithm: &str, out: &Path| {
+        let o = std::process::Command::new(&tlogd)
+            .args([
+                "keygen",
+                "--origin",
+                CT_ORIGIN,
+                "--algorithm",
+                algorithm,
+                "--out",
+            ])
+            .arg(out)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let (ct_pem, pq) = (dir.join("ct.pem"), dir.join("pq.key"));
+    let printed = keygen("ecdsa-p256", &ct_pem);
+    let ct_key = LogKey::from_pem(&std::fs::read_to_string(&ct_pem).unwrap()).unwrap();
+    assert!(printed.contains(&B64.encode(ct_key.log_id())), "{printed}");
+    let pq_vkey = keygen("ml-dsa-44", &pq).trim().to_string();
+    let roots = dir.join("roots.pem");
+    std::fs::copy(chains().join("test_root_ca_cert.pem"), &roots).unwrap();
+    let (port, mport) = (free_port(), free_port());
+    let cfg = dir.join("tlogd.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "listen = \"127.0.0.1:{port}\"\norigin = \"{CT_ORIGIN}\"\nprivate_key_files = [\"{}\", \"{}\"]\n\
+             [storage]\ndir = \"{}\"\n[checkpoint]\ninterval_ms = 50\n\
+             [metrics]\nlisten = \"127.0.0.1:{mport}\"\n[ct]\nroots_file = \"{}\"\n",
+            ct_pem.display(),
+            pq.display(),
+            dir.join("log").display(),
+            roots.display(),
+        ),
+    )
+    .unwrap();
+    let mut d = Daemon::spawn(dir, &cfg, port, mport, &Opts::default());
+    let http = Http::new();
+    d.wait_ready(&http).await;
+    let inter = cert("test_intermediate_ca_cert.pem");
+    let leaf = cert("test_leaf_cert_signed_by_intermediate.pem");
+    let (sct, _) = submit(&http, &d.url, "add-chain", &[&leaf, &inter])
+        .await
+        .unwrap();
+    assert_eq!(sct.id, ct_key.log_id());
+    let rfc6962 = tlogd_ct::Rfc6962Signer::new(CT_ORIGIN, ct_key).verifier();
+    let mldsa = tlogd_core::note::NoteVerifier::from_vkey(&pq_vkey).unwrap();
+    for _ in 0..400 {
+        let (status, _, body) = http.get(&format!("{}/checkpoint", d.url)).await.unwrap();
+        assert_eq!(status, 200);
+        // Every signature by a key given must verify; each key alone opens it.
+        let (cp, note) = Checkpoint::open_with(&body, CT_ORIGIN, &[&mldsa, &rfc6962])
+            .expect("both signatures verify");
+        Checkpoint::open(&body, CT_ORIGIN, &mldsa).expect("the ML-DSA-44 signature");
+        let order: Vec<u32> = note.signatures.iter().map(|s| s.key_id).collect();
+        assert_eq!(
+            order,
+            [rfc6962.key_id(), mldsa.key_id()],
+            "in the order configured"
+        );
+        if cp.size >= 1 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("no checkpoint with the chain");
+}
+
 /// `tlogd verify --ct` of the CT log at `url`: its exit status and output.
 async fn tlogd_verify_ct(url: &str) -> (bool, String) {
     let args = vec![

@@ -28,7 +28,7 @@ async fn check_after_restart(http: &Http, url: &str, known: &[(u64, Vec<u8>)], b
     let cp = http.wait_checkpoint(url, need.max(before)).await;
     http.verify_entries(url, cp.size, known).await;
     for (index, entry) in known.iter().step_by(known.len().div_ceil(64).max(1)) {
-        match http.add(url, Bytes::from(entry.clone())).await {
+        match http.add_when_ready(url, Bytes::from(entry.clone())).await {
             Ok((again, duplicate)) => assert!(
                 again == *index && duplicate,
                 "entry {index} sent again after the cut: index {again}, duplicate {duplicate}"

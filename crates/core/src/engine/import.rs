@@ -24,9 +24,9 @@ use std::time::Instant;
 
 use futures_util::StreamExt as _;
 
+use super::Edge;
 use super::checker::{Fetch, VerifyError, get_tile};
 use super::storage::{CommitBatch, LogStorage, StorageError, TreeState};
-use super::Edge;
 use crate::checkpoint::Checkpoint;
 use crate::hash::Hash;
 use crate::merkle::{root_from_tile_roots, subtree_root};
@@ -199,8 +199,8 @@ pub async fn copy_log<F: Fetch, S: LogStorage>(
             .into());
         }
         // The first bundle may be partly in the target already (proven the same above).
-        let skip = (writer.edge.tree.size() + writer.leaves.len() as u64 - id.index * TILE_WIDTH)
-            as usize;
+        let skip =
+            (writer.edge.tree.size() + writer.leaves.len() as u64 - id.index * TILE_WIDTH) as usize;
         writer.leaves.extend_from_slice(&leaves[skip..]);
         writer.bundles.push((id, bytes.to_vec()));
         bundles += 1;
@@ -408,7 +408,16 @@ mod tests {
             jobs: 4,
             bundles_per_commit: per_commit,
         };
-        copy_log(&StoredLog(from), to, &TlogTiles, &cp, &signed, &options, &mut ()).await
+        copy_log(
+            &StoredLog(from),
+            to,
+            &TlogTiles,
+            &cp,
+            &signed,
+            &options,
+            &mut (),
+        )
+        .await
     }
 
     /// Interrupted twice (a commit that fails, one that fails after persisting), the

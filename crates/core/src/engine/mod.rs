@@ -388,6 +388,13 @@ struct Inner<S> {
     committed_size: AtomicU64,
     /// Persistent dedup index marker.
     indexed_size: AtomicU64,
+    /// The committed size at open when the dedup index was behind it (entries a
+    /// previous process committed, a migration copied, or a power cut took from an
+    /// index written without sync): until the index reaches it, a lookup that misses
+    /// proves nothing, and such an add is pushed back (`503`) rather than logged, maybe
+    /// a second time. Entries committed since open are in the queue's in-flight map
+    /// until indexed, so no later lag leaves such a gap.
+    catch_up_to: u64,
     /// Counters of the add path, registered once (a `metrics::counter!` per add hashes
     /// its key and looks it up in the recorder's registry).
     dedup_lookups: metrics::Counter,
@@ -483,6 +490,7 @@ impl<S: LogStorage> Log<S> {
                 state.size
             ))));
         }
+        let catch_up_to = if dedup.is_some() { state.size } else { 0 };
         let (committed_tx, committed_rx) = watch::channel(state);
         let limits = QueueLimits {
             batch_max_entries: config.batch_max_entries.max(1),
@@ -501,6 +509,7 @@ impl<S: LogStorage> Log<S> {
             dedup,
             committed_size: AtomicU64::new(state.size),
             indexed_size: AtomicU64::new(indexed),
+            catch_up_to,
             dedup_lookups: metrics::counter!("tlogd_dedup_lookups_total", "log" => config.name.clone()),
             dedup_hits: metrics::counter!("tlogd_dedup_hits_total", "log" => config.name.clone()),
             published: AtomicU64::new(published),
@@ -681,6 +690,9 @@ impl<S: LogStorage> Log<S> {
                 Ok(_) => {}
                 // Best effort: an unreadable index never blocks logging.
                 Err(e) => tracing::warn!(error = %e, "dedup lookup failed"),
+            }
+            if marker < inner.catch_up_to {
+                return Err(AddError::DedupLag);
             }
             let pushed = {
                 let mut q = lock(&inner.queue);

@@ -251,6 +251,20 @@ impl Http {
         }
     }
 
+    /// [`Http::add`], again while the answer is `503` (a dedup index catching up
+    /// after a start pushes back adds it cannot tell are new), for up to a minute.
+    pub async fn add_when_ready(&self, base: &str, entry: Bytes) -> Result<(u64, bool), Resp> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            match self.add(base, entry.clone()).await {
+                Err((503, _, _)) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(20)).await
+                }
+                r => return r,
+            }
+        }
+    }
+
     /// Fetch and verify the checkpoint.
     pub async fn checkpoint(&self, base: &str) -> Checkpoint {
         let (status, _, body) = self.get(&format!("{base}/checkpoint")).await.unwrap();
