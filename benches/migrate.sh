@@ -28,7 +28,7 @@ bin="$CARGO_TARGET_DIR/release"
 tools="${TLOGD_TOOLS_DIR:-$HOME/.cache/tlogd-tools/bin}"
 tessera_tool cmd/conformance/posix
 tessera_tool cmd/fsck
-bench_work tlogd-migrate
+bench_work tlogd-migrate "${MIGRATE_KEEP:-}"
 chmod 755 "$work"
 origin=bench.example/migrated
 "$bin/tlogd" keygen --origin "$origin" --out "$work/key" > "$work/vkey" 2>/dev/null
@@ -41,7 +41,7 @@ tess=$!; pids+=("$tess")
 for _ in $(seq 200); do curl -sf "http://127.0.0.1:$port/checkpoint" >/dev/null && break; sleep 0.1; done
 t0=$(date +%s.%N)
 "$bin/tlog-loadgen" --log-url "http://127.0.0.1:$port" --log-public-key "$(cat "$work/vkey")" \
-  --writers 256 --leaf-write-goal "$entries" --max-runtime 30m --quiet --no-verify >/dev/null || true
+  --writers 256 --leaf-write-goal "$entries" --max-runtime 30m --quiet >/dev/null || true
 for _ in $(seq 100); do
   size=$(sed -n 2p "$src/checkpoint")
   [ "$size" -ge "$entries" ] && break
@@ -64,12 +64,14 @@ target() {
     posix) echo --storage-dir "$work/$2" ;;
   esac
 }
-# Whether the target holds a checkpoint (it must not after a kill).
-has_checkpoint() {
+# The target's checkpoint, if it holds one (after a kill it may only if the copy was
+# complete: then it is the source's).
+target_checkpoint() {
   case $1 in
-    s3) curl -sf "${sign[@]}" "http://127.0.0.1:$s3port/$2/checkpoint" >/dev/null ;;
-    postgres) [ "$(psql -h 127.0.0.1 -p "$pgport" -U postgres -d "$2" -tAc 'select count(*) from tlogd_checkpoint' 2>/dev/null || echo 0)" != 0 ] ;;
-    posix) [ -e "$work/$2/checkpoint" ] ;;
+    s3) curl -sf "${sign[@]}" "http://127.0.0.1:$s3port/$2/checkpoint" || true ;;
+    postgres) psql -h 127.0.0.1 -p "$pgport" -U postgres -d "$2" -tAc \
+        "select convert_from(data, 'UTF8') from tlogd_checkpoint" 2>/dev/null || true ;;
+    posix) cat "$work/$2/checkpoint" 2>/dev/null || true ;;
   esac
 }
 prepare() {
@@ -89,21 +91,39 @@ migrate() {
   # shellcheck disable=SC2046
   local args=(migrate --from "$from" --origin "$origin" --private-key-file "$work/key" --jobs "$jobs" --quiet $(target "$kind" "$name"))
   local total0; total0=$(date +%s.%N)
+  # Kills at random moments early enough to land inside the copy (1M entries copy in
+  # ~8 s here): between 0.3 s and 1.5 s into each run.
+  local span; span=$(python3 -c "print(max(0.5, min(1.5, 0.15 * $want / 100000)))")
   for _ in 1 2; do
     "$bin/tlogd" "${args[@]}" >"$work/$name.out" 2>"$work/$name.err" &
-    local m=$!
-    sleep "$(python3 -c "import random; print(random.uniform(0.3, 2.5))")"
+    local m=$! cp
+    if [ "$kind" = postgres ]; then
+      # PostgreSQL takes a million entries in about a second: kill once a random share
+      # of them is committed (its tree row, polled).
+      local at; at=$(python3 -c "import random; print(int($want * random.uniform(0.1, 0.8)))")
+      local sz
+      while kill -0 "$m" 2>/dev/null; do
+        sz=$(psql -h 127.0.0.1 -p "$pgport" -U postgres -d "$name" -tAc 'select size from tlogd_tree' 2>/dev/null || true)
+        [ "${sz:-0}" -ge "$at" ] && break
+        sleep 0.01
+      done
+    else
+      sleep "$(python3 -c "import random; print(random.uniform(0.3, $span))")"
+    fi
     if kill -9 "$m" 2>/dev/null; then
       wait "$m" 2>/dev/null || true
-      if has_checkpoint "$kind" "$name"; then echo "FAILED: a checkpoint in $name after a kill" >&2; exit 1; fi
-      kills+=("killed")
+      cp=$(target_checkpoint "$kind" "$name")
+      if [ -z "$cp" ]; then kills+=("killed, no checkpoint")
+      elif [ "$cp" = "$(cat "$from/checkpoint")" ]; then kills+=("killed after the copy")
+      else echo "FAILED: a checkpoint other than the source's in $name after a kill" >&2; exit 1; fi
     else
       wait "$m" 2>/dev/null || true
-      kills+=("finished first")
+      kills+=("finished before the kill")
     fi
   done
   t0=$(date +%s.%N)
-  "$bin/tlogd" "${args[@]}" >"$work/$name.out" 2>"$work/$name.err"
+  "$bin/tlogd" "${args[@]}" >"$work/$name.out" 2>"$work/$name.err" ||
+    { echo "FAILED: the last run into $name: $(tail -3 "$work/$name.err")" >&2; exit 1; }
   t1=$(date +%s.%N)
   out=$(head -1 "$work/$name.out")
   lport=$(free_port)
@@ -124,16 +144,18 @@ migrate() {
     sleep 0.1
   done
   kill "$tl"; wait "$tl" 2>/dev/null || true
-  python3 - "$label" "$want" "$out" "$total0" "$t0" "$t1" "$fsck" "$verify" "$first" "${kills[*]}" <<'PY'
+  python3 - "$label" "$want" "$out" "$total0" "$t0" "$t1" "$fsck" "$verify" "$first" "$(IFS=';'; echo "${kills[*]}")" <<'PY'
 import re, sys
 label, want, out, total0, t0, t1, fsck, verify, first, kills = sys.argv[1:11]
 want = int(want)
 m = re.search(r"copied (\d+) entries .* ([\d.]+) s: (\d+) entries/s(, resumed at (\d+))?", out)
 copied, secs, rate = (int(m[1]), float(m[2]), int(m[3])) if m else (0, 0.0, 0)
 resumed = int(m[5]) if m and m[5] else 0
+kills = kills.replace(";", "; ")
+last = f"resumed at {resumed:,}, copied {copied:,} in {secs:.1f} s: {rate:,} entries/s" if m else out
 overall = want / (float(t1) - float(total0))
 ok_first = "ok" if first.strip() == str(want) else f"FAILED (got {first.strip()!r})"
-print(f"| {label} | {want:,} | {kills} | resumed at {resumed:,}, copied {copied:,} in {secs:.1f} s: {rate:,} entries/s | {overall:,.0f} entries/s | {fsck} | {verify} | {ok_first} |")
+print(f"| {label} | {want:,} | {kills} | {last} | {overall:,.0f} entries/s | {fsck} | {verify} | {ok_first} |")
 PY
 }
 

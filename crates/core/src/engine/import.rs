@@ -178,19 +178,7 @@ pub async fn copy_log<F: Fetch, S: LogStorage>(
     let mut bundles = 0u64;
     while let Some(next) = fetched.next().await {
         let (id, bytes) = next?;
-        let entries = personality
-            .split_bundle(&bytes)
-            .map_err(|e| VerifyError::Invalid(format!("{}: {e}", id.path())))?;
-        if entries.len() != id.width as usize {
-            return Err(VerifyError::Invalid(format!(
-                "{}: {} entries, not {}",
-                id.path(),
-                entries.len(),
-                id.width
-            ))
-            .into());
-        }
-        let leaves: Vec<Hash> = entries.iter().map(|e| personality.stored_leaf(e)).collect();
+        let leaves = bundle_leaves(personality, id, &bytes)?;
         if id.is_full() && subtree_root(&leaves) != tile_roots[id.index as usize] {
             return Err(VerifyError::Invalid(format!(
                 "{} does not hash to the root its level-1 tile names",
@@ -277,8 +265,20 @@ async fn leaves_of<F: Fetch>(
         width: (size - n * TILE_WIDTH).min(TILE_WIDTH) as u16,
     };
     let bytes = exact_tile(source, id).await?;
+    let mut leaves = bundle_leaves(personality, id, &bytes)?;
+    leaves.truncate(want.width as usize);
+    Ok(leaves)
+}
+
+/// The leaf hashes of the bundle `id`, which must hold exactly its width of entries
+/// (tlog-tiles "Log entries").
+fn bundle_leaves(
+    personality: &dyn Personality,
+    id: TileId,
+    bytes: &[u8],
+) -> Result<Vec<Hash>, VerifyError> {
     let entries = personality
-        .split_bundle(&bytes)
+        .split_bundle(bytes)
         .map_err(|e| VerifyError::Invalid(format!("{}: {e}", id.path())))?;
     if entries.len() != id.width as usize {
         return Err(VerifyError::Invalid(format!(
@@ -288,10 +288,7 @@ async fn leaves_of<F: Fetch>(
             id.width
         )));
     }
-    Ok(entries[..want.width as usize]
-        .iter()
-        .map(|e| personality.stored_leaf(e))
-        .collect())
+    Ok(entries.iter().map(|e| personality.stored_leaf(e)).collect())
 }
 
 /// The bytes of `id` at exactly its width: a partial that is gone is cut from its full

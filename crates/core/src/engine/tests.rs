@@ -565,33 +565,54 @@ async fn dedup_lag_pushes_back() {
     log.shutdown();
 }
 
+/// An index whose writes wait behind a gate: while it is closed, the follower cannot
+/// catch up and the lag stays.
+struct Gated {
+    open: std::sync::atomic::AtomicBool,
+    inner: MapIndex,
+}
+
+impl Gated {
+    fn closed() -> Arc<Gated> {
+        Arc::new(Gated {
+            open: std::sync::atomic::AtomicBool::new(false),
+            inner: MapIndex::default(),
+        })
+    }
+}
+
+impl DedupIndex for Gated {
+    fn get(&self, h: &EntryHash) -> Result<Option<Indexed>, DedupError> {
+        self.inner.get(h)
+    }
+    fn put_batch(&self, e: &[(EntryHash, Indexed)], upto: u64) -> Result<(), DedupError> {
+        while !self.open.load(std::sync::atomic::Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.inner.put_batch(e, upto)
+    }
+    fn indexed_up_to(&self) -> Result<u64, DedupError> {
+        self.inner.indexed_up_to()
+    }
+}
+
+/// Opens the gate however the test ends: a panic with the indexer stuck behind it
+/// would leave the runtime waiting for that thread.
+struct OpenAtEnd(Arc<Gated>);
+
+impl Drop for OpenAtEnd {
+    fn drop(&mut self) {
+        self.0
+            .open
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dedup_lag_pushback_triggers_and_clears() {
     let (storage, cfg) = prefilled(100).await;
-    // An index whose writes wait behind a gate: while closed, the follower cannot
-    // catch up and the lag stays at 100.
-    struct Gated {
-        open: std::sync::atomic::AtomicBool,
-        inner: MapIndex,
-    }
-    impl DedupIndex for Gated {
-        fn get(&self, h: &EntryHash) -> Result<Option<Indexed>, DedupError> {
-            self.inner.get(h)
-        }
-        fn put_batch(&self, e: &[(EntryHash, Indexed)], upto: u64) -> Result<(), DedupError> {
-            while !self.open.load(std::sync::atomic::Ordering::Acquire) {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            self.inner.put_batch(e, upto)
-        }
-        fn indexed_up_to(&self) -> Result<u64, DedupError> {
-            self.inner.indexed_up_to()
-        }
-    }
-    let gated = Arc::new(Gated {
-        open: std::sync::atomic::AtomicBool::new(false),
-        inner: MapIndex::default(),
-    });
+    let gated = Gated::closed();
+    let _open_at_end = OpenAtEnd(gated.clone());
     let mut cfg = cfg;
     cfg.dedup_max_lag = 10;
     let (log, tasks) = Log::open(storage.clone(), Some(gated.clone()), cfg)
@@ -625,28 +646,8 @@ async fn dedup_lag_pushback_triggers_and_clears() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resubmission_during_the_catch_up_is_never_logged_again() {
     let (storage, cfg) = prefilled(600).await;
-    struct Gated {
-        open: std::sync::atomic::AtomicBool,
-        inner: MapIndex,
-    }
-    impl DedupIndex for Gated {
-        fn get(&self, h: &EntryHash) -> Result<Option<Indexed>, DedupError> {
-            self.inner.get(h)
-        }
-        fn put_batch(&self, e: &[(EntryHash, Indexed)], upto: u64) -> Result<(), DedupError> {
-            while !self.open.load(std::sync::atomic::Ordering::Acquire) {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            self.inner.put_batch(e, upto)
-        }
-        fn indexed_up_to(&self) -> Result<u64, DedupError> {
-            self.inner.indexed_up_to()
-        }
-    }
-    let gated = Arc::new(Gated {
-        open: std::sync::atomic::AtomicBool::new(false),
-        inner: MapIndex::default(),
-    });
+    let gated = Gated::closed();
+    let _open_at_end = OpenAtEnd(gated.clone());
     // The index kept the first 256 entries (a restart's index lost the rest).
     let first: Vec<(EntryHash, Indexed)> = (0..256)
         .map(|i| {
@@ -658,17 +659,6 @@ async fn a_resubmission_during_the_catch_up_is_never_logged_again() {
         })
         .collect();
     gated.inner.put_batch(&first, 256).unwrap();
-    // Opened however the test ends: a panic with the indexer stuck behind the gate
-    // would leave the runtime waiting for it.
-    struct OpenAtEnd(Arc<Gated>);
-    impl Drop for OpenAtEnd {
-        fn drop(&mut self) {
-            self.0
-                .open
-                .store(true, std::sync::atomic::Ordering::Release);
-        }
-    }
-    let _open_at_end = OpenAtEnd(gated.clone());
     let mut cfg = cfg;
     cfg.dedup_max_lag = 1 << 20;
     let (log, tasks) = Log::open(storage.clone(), Some(gated.clone()), cfg.clone())
