@@ -228,7 +228,16 @@ pub fn subtree_root(hashes: &[Hash]) -> Hash {
 /// ones (`tail`, fewer than 256) as leaf hashes. Each split point of such a tree falls
 /// on a tile boundary until the tail is reached, so the level-1 hashes stand in for
 /// every leaf they cover.
+///
+/// # Panics
+///
+/// If `tail` holds 256 leaves or more (they would be a tile of their own).
 pub fn root_from_tile_roots(tiles: &[Hash], tail: &[Hash]) -> Hash {
+    assert!(
+        (tail.len() as u64) < TILE_WIDTH,
+        "a tail of {} leaves is not a partial tile",
+        tail.len()
+    );
     if tiles.is_empty() {
         return subtree_root(tail);
     }

@@ -896,7 +896,9 @@ async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
         quiet: args.quiet,
     };
     let clients = Clients::default();
-    let report = with_storage(&section, &origin, &clients, &own, copy).await?;
+    // A mirror into a Tessera POSIX directory is checked with the source's keys too.
+    let all_keys: Vec<NoteVerifier> = own.iter().chain(&theirs).cloned().collect();
+    let report = with_storage(&section, &origin, &clients, &all_keys, copy).await?;
     if report.already_complete {
         println!(
             "the target already holds the source's tree and checkpoint (size {size}): nothing to copy"
@@ -918,6 +920,10 @@ async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
     // The dedup index, built now rather than at the first start (adds wait for it).
     if continuation && section.dedup.enabled {
         let started = std::time::Instant::now();
+        eprintln!("tlogd migrate: building the dedup index from the copy");
+        // Opened to build the index only: `read_only` would freeze the copy for good.
+        let mut section = section.clone();
+        section.read_only = false;
         let opened = open_log(&c, &section, &clients).await?;
         let caught_up = async {
             while opened.log.dedup_lag() > 0 {

@@ -6,7 +6,10 @@
 //!    full 256-entry tile; with the leaf hashes of the last, partial bundle they must
 //!    hash to the checkpoint's root ([`root_from_tile_roots`]). From then on every full
 //!    bundle is checked against its proven root before a byte of it is written, and the
-//!    partial one by the root itself: nothing unproven reaches the target.
+//!    partial one against the leaves proven with the root: nothing unproven reaches the
+//!    target. (What a leaf hash covers is proven: for static-ct-api data tiles, whose
+//!    entries carry bytes beyond it, those bytes are not; `tlogd migrate` copies
+//!    tlog-tiles logs only.)
 //! 2. **Find where the target stands.** Its committed tree (empty, or a copy an
 //!    interruption left, or a mirror copied from an earlier checkpoint) must be the
 //!    source's first entries: its root must be the source's root at its size, computed
@@ -138,22 +141,21 @@ pub async fn copy_log<F: Fetch, S: LogStorage>(
         )));
     }
     let stored = storage.read_checkpoint().await?;
-    if at == size {
-        if stored.as_deref() == Some(signed) {
-            return Ok(CopyReport {
-                resumed_from: at,
-                size,
-                bundles: 0,
-                already_complete: true,
-                seconds: started.elapsed().as_secs_f64(),
-            });
-        }
-    } else if let Some(stored) = &stored
+    if let Some(stored) = &stored
         && crate::checkpoint::signed_size(stored).is_some_and(|s| s > at)
     {
         return Err(CopyError::Refused(
             "the target's checkpoint is ahead of its committed tree".into(),
         ));
+    }
+    if at == size && stored.as_deref() == Some(signed) {
+        return Ok(CopyReport {
+            resumed_from: at,
+            size,
+            bundles: 0,
+            already_complete: true,
+            seconds: started.elapsed().as_secs_f64(),
+        });
     }
     progress.start(at, size);
     // 3. Copy, in order, checking each full bundle against its proven root.
@@ -162,7 +164,12 @@ pub async fn copy_log<F: Fetch, S: LogStorage>(
         leaves: Vec::new(),
         bundles: Vec::new(),
     };
-    let first = at / TILE_WIDTH;
+    // Nothing to fetch when the tree is all there (only the checkpoint is missing).
+    let first = if at == size {
+        size.div_ceil(TILE_WIDTH)
+    } else {
+        at / TILE_WIDTH
+    };
     let end = size.div_ceil(TILE_WIDTH);
     let mut fetched = futures_util::stream::iter(first..end)
         .map(|n| {
@@ -179,28 +186,35 @@ pub async fn copy_log<F: Fetch, S: LogStorage>(
     while let Some(next) = fetched.next().await {
         let (id, bytes) = next?;
         let leaves = bundle_leaves(personality, id, &bytes)?;
-        if id.is_full() && subtree_root(&leaves) != tile_roots[id.index as usize] {
+        // A full bundle against its proven root; the last, partial one against the
+        // leaves proven in step 1 (a source may answer differently the second time).
+        let proven = match id.is_full() {
+            true => subtree_root(&leaves) == tile_roots[id.index as usize],
+            false => leaves == tail,
+        };
+        // The first bundle may be partly in the target already: those entries must be
+        // the ones proven to be the target's in step 2.
+        let skip =
+            (writer.edge.tree.size() + writer.leaves.len() as u64 - id.index * TILE_WIDTH) as usize;
+        if !proven || leaves[..skip] != tail_at[..skip] {
             return Err(VerifyError::Invalid(format!(
-                "{} does not hash to the root its level-1 tile names",
+                "{} is not the bundle the checkpoint proves",
                 id.path()
             ))
             .into());
         }
-        // The first bundle may be partly in the target already (proven the same above).
-        let skip =
-            (writer.edge.tree.size() + writer.leaves.len() as u64 - id.index * TILE_WIDTH) as usize;
         writer.leaves.extend_from_slice(&leaves[skip..]);
         writer.bundles.push((id, bytes.to_vec()));
         bundles += 1;
         if writer.bundles.len() >= options.bundles_per_commit.max(1) {
-            writer.commit(storage).await?;
+            writer.commit(storage, checkpoint).await?;
             progress.committed(writer.edge.tree.size());
         }
     }
-    writer.commit(storage).await?;
+    writer.commit(storage, checkpoint).await?;
     progress.committed(writer.edge.tree.size());
     if writer.edge.tree.root() != checkpoint.root {
-        // Cannot happen: every leaf was proven. Never publish over it.
+        // Cannot happen: every leaf was proven, and the last commit checked the root.
         return Err(StorageError::Corrupt(format!(
             "the copied tree of size {} does not hash to the checkpoint's root",
             writer.edge.tree.size()
@@ -314,8 +328,12 @@ struct Writer {
 
 impl Writer {
     /// One compare-and-swap from the committed tree to the tree with everything
-    /// appended since.
-    async fn commit<S: LogStorage>(&mut self, storage: &S) -> Result<(), StorageError> {
+    /// appended since; at the checkpoint's size, only with the checkpoint's root.
+    async fn commit<S: LogStorage>(
+        &mut self,
+        storage: &S,
+        checkpoint: &Checkpoint,
+    ) -> Result<(), StorageError> {
         if self.leaves.is_empty() {
             return Ok(());
         }
@@ -323,6 +341,12 @@ impl Writer {
         let mut tree = self.edge.tree.clone();
         let mut tiles = Vec::new();
         tree.append(&self.leaves, &mut tiles);
+        if tree.size() == checkpoint.size && tree.root() != checkpoint.root {
+            return Err(StorageError::Corrupt(format!(
+                "the copy of size {} does not hash to the checkpoint's root: not committed",
+                tree.size()
+            )));
+        }
         tiles.append(&mut self.bundles);
         let next = TreeState {
             size: tree.size(),
@@ -482,6 +506,59 @@ mod tests {
                 id.path()
             );
         }
+    }
+
+    /// A source that answers the last, partial bundle differently the second time
+    /// (a lying mirror, a directory still being written): refused before anything of
+    /// it is committed, and no checkpoint.
+    #[tokio::test]
+    async fn a_source_answering_differently_the_second_time_writes_nothing_unproven() {
+        struct Fickle<'a> {
+            log: StoredLog<'a, MemoryStorage>,
+            reads: std::sync::atomic::AtomicUsize,
+        }
+        impl Fetch for Fickle<'_> {
+            async fn get(&self, path: &str) -> Result<Option<bytes::Bytes>, VerifyError> {
+                let got = self.log.get(path).await?;
+                if path != "tile/entries/001.p/44" {
+                    return Ok(got);
+                }
+                let n = self.reads.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                Ok(got.map(|b| {
+                    let mut b = b.to_vec();
+                    if n > 0 {
+                        let last = b.len() - 1;
+                        b[last] ^= 1;
+                    }
+                    bytes::Bytes::from(b)
+                }))
+            }
+            fn location(&self) -> String {
+                "fickle".into()
+            }
+        }
+        let (src, v) = source(300, "f").await;
+        let (cp, signed) = signed_checkpoint(&src, &v).await;
+        let fickle = Fickle {
+            log: StoredLog(&*src),
+            reads: 0.into(),
+        };
+        let dst = MemoryStorage::new();
+        let e = copy_log(
+            &fickle,
+            &dst,
+            &TlogTiles,
+            &cp,
+            &signed,
+            &CopyOptions::default(),
+            &mut (),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("tile/entries/001.p/44"), "{e}");
+        assert_eq!(dst.load_state().await.unwrap().map_or(0, |s| s.size), 0);
+        assert_eq!(dst.read_checkpoint().await.unwrap(), None);
     }
 
     /// A target holding another tree, or more than the source, is refused and left as

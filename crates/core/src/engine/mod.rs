@@ -688,9 +688,12 @@ impl<S: LogStorage> Log<S> {
                     return Ok(Err(AddOutcome::duplicate_of(first)));
                 }
                 Ok(_) => {}
-                // Best effort: an unreadable index never blocks logging.
+                // Best effort: an unreadable index never blocks logging, except
+                // during the catch-up below, when nothing else can tell.
                 Err(e) => tracing::warn!(error = %e, "dedup lookup failed"),
             }
+            // Entries committed before open and not yet indexed: a miss proves nothing
+            // (entries other frontends commit later are a known limit, docs/reliability.md).
             if marker < inner.catch_up_to {
                 return Err(AddError::DedupLag);
             }
