@@ -1321,15 +1321,30 @@ async fn forwarding_frontend(
     let (log, tasks) = Log::open(object_log(store).await, Some(index), cfg)
         .await
         .unwrap();
+    caught_up(&log).await;
     (log, tasks, forwarder)
 }
 
 /// A frontend committing by itself, with its own dedup index.
 async fn sequencing_frontend(store: &objects::memory::MemoryObjects) -> (ObjectFrontend, LogTasks) {
     let index = Arc::new(MapIndex::default());
-    Log::open(object_log(store).await, Some(index), config())
+    let (log, tasks) = Log::open(object_log(store).await, Some(index), config())
         .await
-        .unwrap()
+        .unwrap();
+    caught_up(&log).await;
+    (log, tasks)
+}
+
+/// Wait until a frontend opened on a store others wrote has indexed what they
+/// committed: until then it pushes back adds its index cannot tell are new.
+async fn caught_up(log: &ObjectFrontend) {
+    for _ in 0..2000 {
+        if log.dedup_lag() == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("the dedup index did not catch up with the store");
 }
 
 /// Every entry of an object-store log, in index order.
