@@ -2,11 +2,10 @@
 //! sees; the copy itself is [`tlogd_core::engine::import`], and `main.rs` opens the
 //! target as `serve` would.
 
-use std::io::IsTerminal;
 use std::time::Duration;
 
 use bytes::Bytes;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::ProgressBar;
 use tlog_verify::VerifyError;
 use tlog_verify::fetch::{DirFetcher, Fetch, HttpFetcher};
 use tlogd_core::engine::import::CopyProgress;
@@ -47,44 +46,29 @@ impl Fetch for Source {
 }
 
 /// A progress bar on a terminal (entries committed to the target), nothing elsewhere.
-pub struct CopyBar(Option<ProgressBar>);
+pub struct CopyBar(ProgressBar);
 
 impl CopyBar {
     /// Drawn on stderr unless `quiet` or stderr is not a terminal.
     pub fn new(quiet: bool) -> Self {
-        if quiet || !std::io::stderr().is_terminal() {
-            return CopyBar(None);
-        }
-        let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
-        if let Ok(style) = ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {wide_bar} {human_pos}/{human_len} entries ({per_sec}, eta {eta})",
-        ) {
-            bar.set_style(style);
-        }
-        CopyBar(Some(bar))
+        CopyBar(crate::verify::entries_bar(quiet))
     }
 }
 
 impl CopyProgress for CopyBar {
     fn start(&mut self, from: u64, to: u64) {
-        if let Some(b) = &self.0 {
-            b.set_length(to);
-            b.set_position(from);
-            b.reset_eta();
-        }
+        self.0.set_length(to);
+        self.0.set_position(from);
+        self.0.reset_eta();
     }
 
     fn committed(&mut self, size: u64) {
-        if let Some(b) = &self.0 {
-            b.set_position(size);
-        }
+        self.0.set_position(size);
     }
 }
 
 impl Drop for CopyBar {
     fn drop(&mut self) {
-        if let Some(b) = &self.0 {
-            b.finish_and_clear();
-        }
+        self.0.finish_and_clear();
     }
 }

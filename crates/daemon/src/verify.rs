@@ -75,6 +75,21 @@ impl FsckProgress for Bar {
     }
 }
 
+/// A progress bar of entries on stderr (`verify`, `migrate`); hidden when `quiet` or
+/// stderr is not a terminal.
+pub fn entries_bar(quiet: bool) -> ProgressBar {
+    if quiet || !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template(
+        "{spinner} [{elapsed_precise}] {wide_bar} {human_pos}/{human_len} entries ({per_sec}, eta {eta})",
+    ) {
+        bar.set_style(style);
+    }
+    bar
+}
+
 /// Run the check; prints a summary on stdout, the first failure on stderr, and
 /// returns the exit status (0 = the log verified).
 pub fn run(args: VerifyArgs) -> u8 {
@@ -250,18 +265,7 @@ async fn check<F: Fetch>(
     args: &VerifyArgs,
 ) -> u8 {
     let started = Instant::now();
-    let bar = if !args.quiet && std::io::stderr().is_terminal() {
-        let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
-        if let Ok(style) = ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {wide_bar} {human_pos}/{human_len} entries ({per_sec}, eta {eta})",
-        ) {
-            bar.set_style(style);
-        }
-        bar
-    } else {
-        ProgressBar::hidden()
-    };
-    let mut progress = Bar(bar);
+    let mut progress = Bar(entries_bar(args.quiet));
     let mut summary = FsckSummary::default();
     let result = fsck(
         fetch,

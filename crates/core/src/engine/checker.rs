@@ -879,7 +879,7 @@ mod tests {
 
     use super::*;
     use crate::engine::memory::MemoryStorage;
-    use crate::engine::{Log, LogConfig};
+    use crate::engine::Log;
     use crate::note::NoteSigner;
 
     use crate::conformance::{ORIGIN, SKEY};
@@ -922,10 +922,8 @@ mod tests {
     /// A log of 300 entries and the checkpoints it published at sizes 100 and 200
     /// (signed), its last one naming 300.
     async fn grown_log() -> (Arc<MemoryStorage>, NoteVerifier, [(Checkpoint, Vec<u8>); 2]) {
-        let signer = Arc::new(NoteSigner::from_skey(SKEY).unwrap());
-        let verifier = signer.verifier();
-        let mut cfg = LogConfig::new(ORIGIN, signer);
-        cfg.checkpoint_interval = Duration::from_millis(1);
+        let cfg = crate::conformance::config(4096);
+        let verifier = cfg.verifier();
         let storage = Arc::new(MemoryStorage::new());
         let (log, tasks) = Log::open(storage.clone(), None, cfg).await.unwrap();
         let mut seen = Vec::new();

@@ -363,24 +363,21 @@ impl Writer {
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
-    use std::time::Duration;
 
     use bytes::Bytes;
 
     use super::*;
-    use crate::conformance::{ORIGIN, SKEY};
+    use crate::conformance::ORIGIN;
     use crate::engine::checker::{StoredLog, check_log};
     use crate::engine::memory::{Fault, MemoryStorage};
-    use crate::engine::{Log, LogConfig};
-    use crate::note::{NoteSigner, NoteVerifier};
+    use crate::engine::Log;
+    use crate::note::NoteVerifier;
     use crate::personality::TlogTiles;
 
     /// A log of `n` entries (`tag` tells logs apart), its final checkpoint published.
     async fn source(n: u32, tag: &str) -> (Arc<MemoryStorage>, NoteVerifier) {
-        let signer = Arc::new(NoteSigner::from_skey(SKEY).unwrap());
-        let verifier = signer.verifier();
-        let mut cfg = LogConfig::new(ORIGIN, signer);
-        cfg.checkpoint_interval = Duration::from_millis(1);
+        let cfg = crate::conformance::config(4096);
+        let verifier = cfg.verifier();
         let storage = Arc::new(MemoryStorage::new());
         let (log, tasks) = Log::open(storage.clone(), None, cfg).await.unwrap();
         let adds: Vec<_> = (0..n)
@@ -485,9 +482,7 @@ mod tests {
         copy(&src, &dst, &v, 64).await.unwrap();
         // The same log, grown: the first 300 entries are the same.
         let (src2, ()) = {
-            let signer = Arc::new(NoteSigner::from_skey(SKEY).unwrap());
-            let mut cfg = LogConfig::new(ORIGIN, signer);
-            cfg.checkpoint_interval = Duration::from_millis(1);
+            let cfg = crate::conformance::config(4096);
             let (log, tasks) = Log::open(src.clone(), None, cfg).await.unwrap();
             for i in 300..700u32 {
                 log.add(Bytes::from(format!("b entry {i}"))).await.unwrap();
