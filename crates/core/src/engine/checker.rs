@@ -878,8 +878,8 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
-    use crate::engine::memory::MemoryStorage;
     use crate::engine::Log;
+    use crate::engine::memory::MemoryStorage;
     use crate::note::NoteSigner;
 
     use crate::conformance::{ORIGIN, SKEY};

@@ -368,9 +368,9 @@ mod tests {
 
     use super::*;
     use crate::conformance::ORIGIN;
+    use crate::engine::Log;
     use crate::engine::checker::{StoredLog, check_log};
     use crate::engine::memory::{Fault, MemoryStorage};
-    use crate::engine::Log;
     use crate::note::NoteVerifier;
     use crate::personality::TlogTiles;
 
