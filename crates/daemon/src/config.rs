@@ -698,6 +698,68 @@ pub struct CtConfig {
     /// See `old_not_before_days`.
     #[serde(default)]
     pub old_not_before_per_second: f64,
+    /// Freeze the shard for good (the engine's freeze: adds get `403`, reads go on,
+    /// a final checkpoint is published) once `not_after_limit` plus `freeze_grace_s`
+    /// has passed: at start-up if it already has, else when the instant comes. No
+    /// unexpired certificate can fall in the window any more. Without
+    /// `not_after_limit`, nothing to do.
+    #[serde(default = "default_true")]
+    pub freeze_after_window: bool,
+    /// Seconds after `not_after_limit` before the shard is frozen (Sunlight's
+    /// read-only delay: one week), for late submissions and clock skew.
+    #[serde(default = "default_freeze_grace_s")]
+    pub freeze_grace_s: u64,
+    /// `log.v3.json`: where CAs submit, with its trailing slash (default
+    /// `https://<origin>/`).
+    pub submission_url: Option<String>,
+    /// `log.v3.json`: where monitors read (default: `submission_url`).
+    pub monitoring_url: Option<String>,
+    /// `log.v3.json`: the log's description (default: the origin).
+    pub description: Option<String>,
+    /// `log.v3.json`: a short name (default: the `[[logs]]` name, else the origin).
+    pub friendly_name: Option<String>,
+    /// `log.v3.json`: the maximum merge delay promised, in seconds (`mmd` and
+    /// `mmd_seconds`; a static-ct-api log merges within a checkpoint interval).
+    #[serde(default = "default_mmd_seconds")]
+    pub mmd_seconds: u64,
+    /// `log.v3.json`: `"production"` or `"test"`; unset: left out (as Sunlight does
+    /// for a log of custom roots).
+    pub intended_use: Option<String>,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_freeze_grace_s() -> u64 {
+    7 * 86_400
+}
+
+fn default_mmd_seconds() -> u64 {
+    60
+}
+
+/// A `log.v3.json` URL setting (`ct.submission_url`, `ct.monitoring_url`): http(s),
+/// with a host, no query, fragment or whitespace; returned with a trailing slash.
+pub fn log_list_url(key: &str, url: &str) -> anyhow::Result<String> {
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"));
+    let ok = rest.is_some_and(|r| {
+        let host = r.split('/').next().unwrap_or("");
+        !host.is_empty()
+            && !r.contains(['?', '#'])
+            && !r.chars().any(|c| c.is_whitespace() || c.is_control())
+    });
+    if !ok {
+        bail!(
+            "`{key}` = {url:?} is not an http:// or https:// URL with a host (and no query or fragment), like \"https://ct.example.com/2026h1/\""
+        );
+    }
+    Ok(match url.ends_with('/') {
+        true => url.to_string(),
+        false => format!("{url}/"),
+    })
 }
 
 impl CtConfig {
@@ -736,7 +798,43 @@ impl CtConfig {
                 );
             }
         }
+        for (key, url) in [
+            ("ct.submission_url", &self.submission_url),
+            ("ct.monitoring_url", &self.monitoring_url),
+        ] {
+            if let Some(u) = url {
+                log_list_url(key, u)?;
+            }
+        }
+        for (key, v) in [
+            ("ct.description", &self.description),
+            ("ct.friendly_name", &self.friendly_name),
+        ] {
+            if let Some(v) = v
+                && (v.trim().is_empty() || v.chars().any(char::is_control))
+            {
+                bail!("`{key}` = {v:?}: empty or with control characters");
+            }
+        }
+        if self.mmd_seconds == 0 {
+            bail!("`ct.mmd_seconds` must be at least 1 (the merge delay promised in log.v3.json)");
+        }
+        if let Some(u) = self.intended_use.as_deref()
+            && !matches!(u, "production" | "test")
+        {
+            bail!("`ct.intended_use` = {u:?}: \"production\" or \"test\" (or unset)");
+        }
         Ok(())
+    }
+
+    /// When the shard freezes (`not_after_limit` plus `freeze_grace_s`), in
+    /// milliseconds since the Unix epoch; `None` without a limit or with
+    /// `freeze_after_window = false`.
+    pub fn freeze_at_ms(&self) -> anyhow::Result<Option<u64>> {
+        let (_, limit) = self.shard_window()?;
+        Ok(limit
+            .filter(|_| self.freeze_after_window)
+            .map(|l| l.saturating_add(self.freeze_grace_s.saturating_mul(1000))))
     }
 
     /// `not_after_start` and `not_after_limit`, in milliseconds since the Unix epoch.
@@ -1307,6 +1405,21 @@ mod tests {
         assert_eq!(names, ["products", "audit", "archive"]);
         assert_eq!(logs[1].storage.backend, "mysql");
         assert!(logs[2].read_only);
+        let c = Config::load(&dir.join("../../config/ct.toml")).unwrap();
+        c.validate().unwrap();
+        let ct = c.ct.as_ref().expect("[ct]");
+        assert!(ct.freeze_after_window);
+        assert_eq!((ct.freeze_grace_s, ct.mmd_seconds), (604_800, 60));
+        let c = Config::load(&dir.join("../../config/ct-shards.toml")).unwrap();
+        c.validate().unwrap();
+        let logs = c.served_logs();
+        let names: Vec<&str> = logs.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(names, ["2027h1", "2027h2"]);
+        let windows: Vec<_> = logs
+            .iter()
+            .map(|l| l.ct.as_ref().expect("[logs.ct]").shard_window().unwrap())
+            .collect();
+        assert_eq!(windows[0].1, windows[1].0, "the shards' windows meet");
     }
 
     /// The log's keys: one file, or a list in signing order (inside `[[logs]]` too);
@@ -1807,5 +1920,51 @@ mod tests {
             Config::parse("origin = \"o\"\n[ct]\n").is_err(),
             "roots_file is required"
         );
+    }
+
+    #[test]
+    fn ct_log_list_and_freeze_settings_are_checked() {
+        let base = "origin = \"ct.example.com/2026h1\"\nstorage.dir = \"d\"\n[ct]\nroots_file = \"r.pem\"\n";
+        let ct = |extra: &str| {
+            let c = Config::parse(&format!("{base}{extra}")).unwrap();
+            c.validate().map(|()| c.ct.clone().unwrap())
+        };
+        let d = ct("").unwrap();
+        assert!(d.freeze_after_window);
+        assert_eq!(d.freeze_at_ms().unwrap(), None, "no limit, no freeze");
+        let limit = "not_after_limit = \"2026-07-01T00:00:00Z\"\n";
+        let at = parse_rfc3339_ms("2026-07-08T00:00:00Z").unwrap();
+        assert_eq!(ct(limit).unwrap().freeze_at_ms().unwrap(), Some(at));
+        let c = ct(&format!("{limit}freeze_grace_s = 0\n")).unwrap();
+        assert_eq!(
+            c.freeze_at_ms().unwrap(),
+            Some(at - 7 * 86_400_000),
+            "no grace: at the limit"
+        );
+        let c = ct(&format!("{limit}freeze_after_window = false\n")).unwrap();
+        assert_eq!(c.freeze_at_ms().unwrap(), None);
+        let c = ct("submission_url = \"https://ct.example.com/2026h1\"\nmonitoring_url = \"https://mon.example.com/2026h1/\"\nintended_use = \"test\"\nmmd_seconds = 86400\n").unwrap();
+        assert_eq!(c.intended_use.as_deref(), Some("test"));
+        assert_eq!(
+            log_list_url("k", c.submission_url.as_deref().unwrap()).unwrap(),
+            "https://ct.example.com/2026h1/"
+        );
+        for (extra, why) in [
+            (
+                "submission_url = \"ct.example.com/x\"\n",
+                "ct.submission_url",
+            ),
+            ("monitoring_url = \"https:///x\"\n", "ct.monitoring_url"),
+            ("submission_url = \"https://a.example/?x=1\"\n", "no query"),
+            ("mmd_seconds = 0\n", "ct.mmd_seconds"),
+            ("intended_use = \"prod\"\n", "ct.intended_use"),
+            ("description = \" \"\n", "ct.description"),
+            ("friendly_name = \"a\\nb\"\n", "ct.friendly_name"),
+        ] {
+            let e = format!("{:#}", ct(extra).unwrap_err());
+            assert!(e.contains(why), "{extra}: {e}");
+            assert_eq!(e.lines().count(), 1, "{e}");
+        }
+        assert!(Config::parse(&format!("{base}freeze_grace = 1\n")).is_err());
     }
 }

@@ -50,6 +50,8 @@ pub struct HttpOptions {
     /// A Certificate Transparency log: its submission routes replace `POST /add`
     /// (whose raw entries would skip chain validation).
     pub ct: Option<Arc<crate::ct::CtLog>>,
+    /// A CT log's shard metadata: `GET /log.v3.json`.
+    pub ct_shard: Option<Arc<crate::ct_shard::CtShard>>,
 }
 
 impl Default for HttpOptions {
@@ -62,6 +64,7 @@ impl Default for HttpOptions {
             storage_read_queue_timeout: Duration::from_millis(c.storage_read_queue_timeout_ms),
             forward: None,
             ct: None,
+            ct_shard: None,
         }
     }
 }
@@ -129,6 +132,9 @@ pub fn router_with<S: LogStorage>(log: Log<S>, opts: &HttpOptions) -> Router {
         );
     }
     let mut routes = writes.with_state(log.clone()).merge(read_routes);
+    if let Some(shard) = &opts.ct_shard {
+        routes = routes.merge(crate::ct_shard::routes(log.clone(), shard.clone()));
+    }
     if let Some(ct) = &opts.ct {
         let mut submissions = crate::ct::submission_routes(log.clone(), ct.clone());
         if let Some(tokens) = opts.tokens.clone().filter(|t| !t.is_empty()) {
@@ -488,7 +494,7 @@ pub(crate) fn internal_error(route: &str, detail: &dyn std::fmt::Display) -> Res
     )
 }
 
-fn read_metric(kind: &'static str, status: StatusCode, log: &str) {
+pub(crate) fn read_metric(kind: &'static str, status: StatusCode, log: &str) {
     metrics::counter!("tlogd_read_requests_total", "log" => log.to_string(), "kind" => kind, "status" => status.as_str().to_owned())
         .increment(1);
 }

@@ -6,6 +6,7 @@
 pub mod auth;
 pub mod config;
 pub mod ct;
+pub mod ct_shard;
 pub mod forward;
 pub mod http;
 pub mod migrate;

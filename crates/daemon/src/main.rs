@@ -730,6 +730,23 @@ async fn assemble<S: LogStorage>(
             "the log is frozen in its storage: it accepts no entries (a freeze is for good, whether `read_only` is set or not)"
         );
     }
+    // A CT shard: its log.v3.json, and its freeze once its window has ended.
+    let ct_shard = match (&l.ct, &ct) {
+        (Some(config), Some(ct)) => {
+            let origin = log.config().origin.clone();
+            let spki = ct.key().public_key_der();
+            let shard = tlogd::ct_shard::CtShard::new(config, &origin, &l.name, spki)?;
+            tlogd::ct_shard::freeze_if_past(&log, &shard, l.label()).await?;
+            let shard = Arc::new(shard);
+            tlogd::ct_shard::spawn_freeze_at_window_end(
+                log.clone(),
+                shard.clone(),
+                l.label().to_string(),
+            );
+            Some(shard)
+        }
+        _ => None,
+    };
     let http = HttpOptions {
         tokens: tokens.clone(),
         body_read_timeout: Duration::from_millis(c.http.body_read_timeout_ms),
@@ -737,6 +754,7 @@ async fn assemble<S: LogStorage>(
         storage_read_queue_timeout: Duration::from_millis(c.http.storage_read_queue_timeout_ms),
         forward,
         ct: ct.clone(),
+        ct_shard,
     };
     let router = tlogd::http::router_with(log.clone(), &http);
     for (i, v) in log.config().verifiers().iter().enumerate() {
@@ -777,6 +795,21 @@ async fn assemble<S: LogStorage>(
 async fn open_logs(c: &Config) -> anyhow::Result<Vec<Opened>> {
     let mut opened = Vec::new();
     let clients = Clients::default();
+    // Each CT log (shard) needs its own key: a log list tells logs apart by log ID.
+    let mut log_ids = std::collections::HashMap::new();
+    for l in c.served_logs().iter().filter(|l| l.ct.is_some()) {
+        let id = load_ct_key(l)
+            .with_context(|| format!("log {:?}", l.label()))?
+            .log_id();
+        if let Some(other) = log_ids.insert(id, l.label().to_string()) {
+            use base64::Engine as _;
+            let id = base64::engine::general_purpose::STANDARD.encode(id);
+            bail!(
+                "[[logs]] {other:?} and {:?} have the same CT key (log ID {id}): each CT log needs its own",
+                l.label()
+            );
+        }
+    }
     for l in c.served_logs() {
         let log = open_log(c, &l, &clients).await;
         opened.push(match l.name.is_empty() {
