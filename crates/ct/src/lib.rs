@@ -17,6 +17,6 @@ pub mod sct;
 mod signer;
 mod submission;
 
-pub use personality::StaticCt;
+pub use personality::{StaticCt, certificate_dedup_key, precertificate_dedup_key};
 pub use signer::{Rfc6962Check, Rfc6962Signer};
 pub use submission::{Submission, SubmittedEntry};

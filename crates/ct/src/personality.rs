@@ -25,14 +25,8 @@ pub const MAX_SUBMISSION: usize = 1 << 20;
 fn dedup_key_of(entry: &LogEntry, pre_certificate: Option<&[u8]>) -> [u8; 32] {
     let mut h = Sha256::new();
     match (entry, pre_certificate) {
-        (LogEntry::X509 { certificate }, _) => {
-            h.update([0u8]);
-            h.update(certificate);
-        }
-        (LogEntry::Precert { .. }, Some(pre)) => {
-            h.update([1u8]);
-            h.update(pre);
-        }
+        (LogEntry::X509 { certificate }, _) => return certificate_dedup_key(certificate),
+        (LogEntry::Precert { .. }, Some(pre)) => return precertificate_dedup_key(pre),
         // A precertificate entry always has its precertificate; never reached.
         (
             LogEntry::Precert {
@@ -44,6 +38,25 @@ fn dedup_key_of(entry: &LogEntry, pre_certificate: Option<&[u8]>) -> [u8; 32] {
             h.update(tbs_certificate);
         }
     }
+    h.finalize().into()
+}
+
+/// The dedup key of a certificate entry whose DER is `der`, from the submitted leaf
+/// alone: a resubmitted certificate is found before its chain is validated (what
+/// [`StaticCt`]'s `dedup_key` gives once the submission is built).
+pub fn certificate_dedup_key(der: &[u8]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update([0u8]);
+    h.update(der);
+    h.finalize().into()
+}
+
+/// The dedup key of a precertificate entry whose submitted precertificate is `der`
+/// (see [`certificate_dedup_key`]).
+pub fn precertificate_dedup_key(der: &[u8]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update([1u8]);
+    h.update(der);
     h.finalize().into()
 }
 
@@ -274,5 +287,11 @@ mod tests {
         let a = StaticCt.dedup_key(&submission(1).encode().unwrap());
         assert_eq!(StaticCt.dedup_key(&other_chain.encode().unwrap()), a);
         assert_ne!(StaticCt.dedup_key(&submission(2).encode().unwrap()), a);
+        // ... and the key from the leaf alone is the same.
+        assert_eq!(certificate_dedup_key(b"certificate 1"), a);
+        // A precertificate's key is never a certificate's, whatever the bytes.
+        let pre = StaticCt.dedup_key(&submission(3).encode().unwrap());
+        assert_ne!(certificate_dedup_key(b"precertificate 3"), pre);
+        assert_eq!(precertificate_dedup_key(b"precertificate 3"), pre);
     }
 }

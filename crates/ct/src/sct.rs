@@ -29,7 +29,7 @@ impl SignedCertificateTimestamp {
             log_id: key.log_id(),
             timestamp: entry.timestamp,
             extensions: entry.extensions.clone(),
-            signature: key.sign(&signature_input(entry)),
+            signature: key.sign_randomized(&signature_input(entry)),
         }
     }
 }

@@ -5,6 +5,11 @@
 //!
 //! An add, in order:
 //!
+//! 0. A resubmission is answered before its chain is validated: the SCT last signed
+//!    for the same leaf ([`SctCache`]), or, for a certificate, one signed from what the
+//!    dedup index holds (its index and timestamp; the entry is the leaf itself). Its
+//!    chain was validated when it was logged, and its SCT commits the log to nothing
+//!    new, so the chain sent again is not checked (it may differ: RFC 6962 §4.1).
 //! 1. The body (at most [`MAX_CHAIN_BODY`], TesseraCT's bound) is parsed and the chain
 //!    validated against the roots (`tlogd_ct::chain`), off the async threads: `400`
 //!    with the reason when it does not validate.
@@ -39,6 +44,8 @@ use serde::Deserialize;
 use tlogd_core::engine::{Log, LogStorage};
 use tlogd_ct::chain::{ChainKind, ChainPolicy, Roots, validate};
 use tlogd_ct::sct::{SignedCertificateTimestamp, timestamped_entry};
+use tlogd_ct::{certificate_dedup_key, precertificate_dedup_key};
+use tlogd_static_ct::leaf::TimestampedEntry;
 use tlogd_static_ct::parse_data_tile;
 use tlogd_static_ct::signer::LogKey;
 
@@ -55,6 +62,36 @@ const PKIX_CERT: &str = "application/pkix-cert";
 /// an issuer already stored costs a read, never a second copy).
 const MAX_REMEMBERED_ISSUERS: usize = 65_536;
 
+/// How many SCT answers [`SctCache`] keeps per generation (two generations: up to
+/// twice this, ~300 bytes each).
+const SCT_CACHE_GENERATION: usize = 32_768;
+
+/// The SCT answers (response bodies) last given, by the leaf's dedup key: a CA that
+/// resubmits (retries, several log lists) is answered without a signature. Two
+/// generations: when the current one is full it becomes the previous one, and the
+/// previous one is dropped, so memory is bounded and recent answers stay.
+#[derive(Default)]
+struct SctCache {
+    current: std::collections::HashMap<[u8; 32], Bytes>,
+    previous: std::collections::HashMap<[u8; 32], Bytes>,
+}
+
+impl SctCache {
+    fn get(&self, key: &[u8; 32]) -> Option<Bytes> {
+        self.current
+            .get(key)
+            .or_else(|| self.previous.get(key))
+            .cloned()
+    }
+
+    fn insert(&mut self, key: [u8; 32], body: Bytes) {
+        if self.current.len() >= SCT_CACHE_GENERATION {
+            self.previous = std::mem::take(&mut self.current);
+        }
+        self.current.insert(key, body);
+    }
+}
+
 /// A CT log's submission side: its key, roots and policy.
 pub struct CtLog {
     key: LogKey,
@@ -62,6 +99,7 @@ pub struct CtLog {
     roots_file: PathBuf,
     policy: ChainPolicy,
     stored_issuers: Mutex<HashSet<[u8; 32]>>,
+    scts: Mutex<SctCache>,
     body_read_timeout: Duration,
     label: String,
     await_publication: bool,
@@ -169,6 +207,7 @@ impl CtLog {
             roots_file: config.roots_file.clone(),
             policy,
             stored_issuers: Mutex::new(HashSet::new()),
+            scts: Mutex::new(SctCache::default()),
             body_read_timeout,
             label: label.to_string(),
             await_publication: config.await_publication,
@@ -332,12 +371,25 @@ async fn add_inner<S: LogStorage>(
         Ok(r) => r,
         Err(e) => return bad(format!("malformed JSON request: {e}")),
     };
-    if request.chain.is_empty() {
+    let Some(leaf) = request.chain.first() else {
         return bad("the chain is empty".into());
+    };
+    let leaf = match B64.decode(leaf.as_bytes()) {
+        Ok(der) => der,
+        Err(e) => return bad(format!("chain[0] is not base64: {e}")),
+    };
+    // Step 0.
+    let dedup_key = match kind {
+        ChainKind::Certificate => certificate_dedup_key(&leaf),
+        ChainKind::Precertificate => precertificate_dedup_key(&leaf),
+    };
+    if let Some(resp) = ct.known_sct(log, kind, &dedup_key, &leaf).await {
+        return (resp, "duplicate");
     }
     let mut chain = Vec::with_capacity(request.chain.len());
-    for (i, c) in request.chain.iter().enumerate() {
-        match B64.decode(c) {
+    chain.push(leaf);
+    for (i, c) in request.chain.iter().enumerate().skip(1) {
+        match B64.decode(c.as_bytes()) {
             Ok(der) => chain.push(der),
             Err(e) => return bad(format!("chain[{i}] is not base64: {e}")),
         }
@@ -435,27 +487,83 @@ async fn add_inner<S: LogStorage>(
             "the entry is logged but no checkpoint covers it yet; resubmit for its SCT",
         );
     }
-    let sct = SignedCertificateTimestamp::sign(&ct.key, &stored);
-    let body = serde_json::json!({
-        "sct_version": 0,
-        "id": B64.encode(sct.log_id),
-        "timestamp": sct.timestamp,
-        "extensions": B64.encode(&sct.extensions),
-        "signature": B64.encode(&sct.signature),
-    })
-    .to_string();
+    let body = ct.sct_body(&dedup_key, &stored);
+    (
+        sct_response(body, added.duplicate),
+        if added.duplicate { "duplicate" } else { "ok" },
+    )
+}
+
+impl CtLog {
+    /// Step 0: the answer to a resubmission of `leaf`, if this log can give it without
+    /// the chain. `None`: not known here; validate and add.
+    async fn known_sct<S: LogStorage>(
+        &self,
+        log: &Log<S>,
+        kind: ChainKind,
+        dedup_key: &[u8; 32],
+        leaf: &[u8],
+    ) -> Option<Response> {
+        let cached = self
+            .scts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(dedup_key);
+        if let Some(body) = cached {
+            return Some(sct_response(body, true));
+        }
+        // A precertificate's entry needs its issuer's key hash, from the chain.
+        if kind != ChainKind::Certificate {
+            return None;
+        }
+        let first = log.committed_duplicate(dedup_key)?;
+        let timestamp = first.timestamp?;
+        if self.await_publication && !log.published_size().is_some_and(|s| s > first.index) {
+            return None;
+        }
+        let submission = tlogd_ct::Submission {
+            entry: tlogd_ct::SubmittedEntry::Certificate { der: leaf.to_vec() },
+            chain: Vec::new(),
+        };
+        let stored = timestamped_entry(&submission, first.index, timestamp);
+        Some(sct_response(self.sct_body(dedup_key, &stored), true))
+    }
+
+    /// Sign the SCT of `stored` and remember the answer under `dedup_key`.
+    fn sct_body(&self, dedup_key: &[u8; 32], stored: &TimestampedEntry) -> Bytes {
+        let sct = SignedCertificateTimestamp::sign(&self.key, stored);
+        let body = Bytes::from(
+            serde_json::json!({
+                "sct_version": 0,
+                "id": B64.encode(sct.log_id),
+                "timestamp": sct.timestamp,
+                "extensions": B64.encode(&sct.extensions),
+                "signature": B64.encode(&sct.signature),
+            })
+            .to_string(),
+        );
+        self.scts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(*dedup_key, body.clone());
+        body
+    }
+}
+
+/// `200` with an SCT body; a duplicate says so in a header.
+fn sct_response(body: Bytes, duplicate: bool) -> Response {
     let mut resp = (StatusCode::OK, body).into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    if added.duplicate {
+    if duplicate {
         resp.headers_mut().insert(
             crate::http::DUPLICATE_HEADER,
             HeaderValue::from_static("true"),
         );
     }
-    (resp, if added.duplicate { "duplicate" } else { "ok" })
+    resp
 }
 
 /// Wait until a published checkpoint covers `index` (`[ct] await_publication`), for at

@@ -26,8 +26,8 @@ use base64::engine::general_purpose::STANDARD as B64;
 use bytes::Bytes;
 use rcgen::{
     BasicConstraints, CertificateParams, CustomExtension, DistinguishedName, DnType, DnValue,
-    ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose, PKCS_ECDSA_P256_SHA256, SanType,
-    SerialNumber,
+    ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose, PKCS_ECDSA_P256_SHA256,
+    PKCS_ECDSA_P384_SHA384, PKCS_RSA_SHA256, SanType, SerialNumber,
 };
 use sha2::{Digest, Sha256};
 use tlogd_ct::chain::{ChainKind, ChainPolicy, Roots, validate};
@@ -254,11 +254,41 @@ fn serial(kind: u64, n: u64) -> [u8; 16] {
     s
 }
 
-/// Mint the run's intermediate CA under `root`; `tag` goes into its subject. Checks
-/// that its issuer is byte for byte the root's subject (a loaded root's subject is
-/// re-encoded by rcgen).
-pub fn mint_intermediate(root: &Issuer, tag: u64) -> Result<Issuer, CtError> {
-    let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).map_err(|e| mint_err("key", e))?;
+/// The intermediate's key, which signs every leaf: what the log verifies on each add.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum IssuerKey {
+    /// ECDSA P-256, leaves signed ecdsa-with-SHA256 (Let's Encrypt's E-series are P-384).
+    #[default]
+    P256,
+    /// ECDSA P-384, leaves signed ecdsa-with-SHA384 (Let's Encrypt's E5 to E9).
+    P384,
+    /// RSA-2048, leaves signed sha256WithRSAEncryption (as TesseraCT's CT hammer's
+    /// intermediate, and most of the Web PKI). One fixed test key (ring cannot make RSA
+    /// keys): it signs only under the run's own root.
+    Rsa2048,
+}
+
+/// The fixed RSA-2048 test key of [`IssuerKey::Rsa2048`] (PKCS#8).
+const TEST_RSA_2048_KEY: &str = include_str!("ct-issuer-rsa-2048.pem");
+
+impl IssuerKey {
+    fn key_pair(self) -> Result<KeyPair, CtError> {
+        match self {
+            IssuerKey::P256 => KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256),
+            IssuerKey::P384 => KeyPair::generate_for(&PKCS_ECDSA_P384_SHA384),
+            IssuerKey::Rsa2048 => {
+                KeyPair::from_pem_and_sign_algo(TEST_RSA_2048_KEY, &PKCS_RSA_SHA256)
+            }
+        }
+        .map_err(|e| mint_err("intermediate key", e))
+    }
+}
+
+/// Mint the run's intermediate CA under `root`, with a key of `key`'s kind; `tag` goes
+/// into its subject. Checks that its issuer is byte for byte the root's subject (a
+/// loaded root's subject is re-encoded by rcgen).
+pub fn mint_intermediate(root: &Issuer, tag: u64, key: IssuerKey) -> Result<Issuer, CtError> {
+    let key = key.key_pair()?;
     let mut dn = DistinguishedName::new();
     dn.push(DnType::OrganizationName, "tlog-loadgen");
     dn.push(
@@ -321,9 +351,10 @@ pub struct Minter {
 }
 
 impl Minter {
-    /// Mint the run's intermediate under `root`; `tag` keeps this run's names apart.
-    pub fn new(root: Arc<Issuer>, tag: u64) -> Result<Self, CtError> {
-        let intermediate = mint_intermediate(&root, tag)?;
+    /// Mint the run's intermediate under `root` with a `key`; `tag` keeps this run's
+    /// names apart.
+    pub fn new(root: Arc<Issuer>, tag: u64, key: IssuerKey) -> Result<Self, CtError> {
+        let intermediate = mint_intermediate(&root, tag, key)?;
         let root_pem = pem_cert(&root.der);
         let (roots, problems) = Roots::from_pem(root_pem.as_bytes());
         if roots.is_empty() {
@@ -593,7 +624,7 @@ mod tests {
     fn minter() -> (RootPem, Minter) {
         let root = mint_root("unit").unwrap();
         let issuer = Arc::new(load_root(&root.cert_pem, &root.key_pem).unwrap());
-        (root, Minter::new(issuer, 7).unwrap())
+        (root, Minter::new(issuer, 7, IssuerKey::P256).unwrap())
     }
 
     fn chain_of(m: &Minter, c: &MintedChain) -> Vec<Vec<u8>> {
@@ -616,6 +647,29 @@ mod tests {
         let (roots, problems) = Roots::from_pem(root.cert_pem.as_bytes());
         assert!(problems.is_empty() && roots.len() == 1, "{problems:?}");
         let now = now_unix() as u64 * 1000;
+        // Under every kind of intermediate key, both kinds of leaf validate, and a
+        // leaf with a bit of its signature flipped does not.
+        let issuer = Arc::new(load_root(&root.cert_pem, &root.key_pem).unwrap());
+        for key in [IssuerKey::P256, IssuerKey::P384, IssuerKey::Rsa2048] {
+            let m = Minter::new(issuer.clone(), 8, key).unwrap();
+            for (n, precert) in [(1, false), (2, true)] {
+                let c = m.chain(n, precert).unwrap();
+                let mut chain = chain_of(&m, &c);
+                let kind = if precert {
+                    ChainKind::Precertificate
+                } else {
+                    ChainKind::Certificate
+                };
+                let v = validate(&chain, kind, &roots, &ChainPolicy::default(), now)
+                    .unwrap_or_else(|e| panic!("{key:?}: {e}"));
+                assert_eq!(v.submission, c.submission, "{key:?}");
+                *chain[0].last_mut().unwrap() ^= 1;
+                assert!(
+                    validate(&chain, kind, &roots, &ChainPolicy::default(), now).is_err(),
+                    "{key:?}"
+                );
+            }
+        }
         for (n, precert) in [(1, false), (2, true), (3, false)] {
             let c = m.chain(n, precert).unwrap();
             assert_eq!(c.precert, precert);
@@ -768,7 +822,9 @@ mod tests {
                 .to_string()
         };
         let issuer = load_root(&root.cert_pem, &sec1).unwrap();
-        assert!(mint_intermediate(&issuer, 1).is_ok());
+        for key in [IssuerKey::P256, IssuerKey::P384, IssuerKey::Rsa2048] {
+            assert!(mint_intermediate(&issuer, 1, key).is_ok(), "{key:?}");
+        }
         let other = mint_root("keys2").unwrap();
         let e = load_root(&root.cert_pem, &other.key_pem).err().unwrap();
         assert!(e.to_string().contains("not the key"), "{e}");

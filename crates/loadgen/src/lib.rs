@@ -96,6 +96,10 @@ pub struct Args {
     /// add-pre-chain).
     #[arg(long, default_value_t = 0.1)]
     pub ct_precert_chance: f64,
+    /// With --ct: the key of the minted intermediate, which signs every leaf (what the
+    /// log verifies on each add): p256, p384 or rsa2048.
+    #[arg(long, value_enum, default_value_t = ct::IssuerKey::P256)]
+    pub ct_issuer_key: ct::IssuerKey,
     /// With --ct: chains minted before the run (not timed); writers cycle through them
     /// (a chain sent again is a duplicate). 0: --leaf-write-goal if given, else 20000.
     #[arg(long, default_value_t = 0)]
@@ -1007,7 +1011,7 @@ async fn prepare_ct(args: &Args) -> anyhow::Result<CtRun> {
         ^ std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
-    let minter = Arc::new(ct::Minter::new(root, tag)?);
+    let minter = Arc::new(ct::Minter::new(root, tag, args.ct_issuer_key)?);
     let pool = ct::mint_pool(minter, n, args.ct_precert_chance).await?;
     let mint_seconds = started.elapsed().as_secs_f64();
     if !args.quiet {

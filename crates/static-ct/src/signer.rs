@@ -1,8 +1,14 @@
 //! An RFC 6962 log key: ECDSA P-256 over SHA-256 (RFC 6962 §2.1.4), its `LogID`, and
 //! signatures as TLS `DigitallySigned` structs.
 //!
-//! Signatures are deterministic (RFC 6979): the same input and key give the same bytes,
-//! so a tree head signed twice (a restart, another frontend) is one signature.
+//! Two ways to sign, chosen by measurement (`benches/benches/ct.rs`):
+//! - [`LogKey::sign`] is deterministic (RFC 6979, RustCrypto `p256`): the same input
+//!   and key give the same bytes, so a tree head signed twice (a restart, another
+//!   frontend) is one signature. Once per checkpoint, its cost does not matter.
+//! - [`LogKey::sign_randomized`] (ring, precomputed base-point tables) is several
+//!   times faster and signs an SCT on every add. Nothing needs an SCT's signature to
+//!   repeat: RFC 6962 §4.1's "same SCT" for a resubmission is its fields (the entry,
+//!   timestamp, extensions), and any valid signature over them is that SCT.
 
 use p256::ecdsa::signature::{Signer, Verifier};
 use p256::ecdsa::{DerSignature, Signature, SigningKey, VerifyingKey};
@@ -26,6 +32,8 @@ pub struct KeyError(String);
 #[derive(Clone)]
 pub struct LogKey {
     key: SigningKey,
+    /// The same key for ring's faster, randomized signatures.
+    fast: std::sync::Arc<ring::signature::EcdsaKeyPair>,
     spki: Vec<u8>,
     log_id: [u8; 32],
 }
@@ -95,7 +103,20 @@ impl LogKey {
             .as_bytes()
             .to_vec();
         let log_id = Sha256::digest(&spki).into();
-        Ok(LogKey { key, spki, log_id })
+        let point = key.verifying_key().to_encoded_point(false);
+        let fast = ring::signature::EcdsaKeyPair::from_private_key_and_public_key(
+            &ring::signature::ECDSA_P256_SHA256_ASN1_SIGNING,
+            &key.to_bytes(),
+            point.as_bytes(),
+            &ring::rand::SystemRandom::new(),
+        )
+        .map_err(|e| KeyError(format!("ring refuses the key: {e}")))?;
+        Ok(LogKey {
+            key,
+            fast: std::sync::Arc::new(fast),
+            spki,
+            log_id,
+        })
     }
 
     /// RFC 6962 §3.2 `LogID`: SHA-256 of the public key's DER `SubjectPublicKeyInfo`.
@@ -110,13 +131,29 @@ impl LogKey {
 
     /// Sign `message` (hashed with SHA-256): a `DigitallySigned` struct (hash
     /// algorithm, signature algorithm, the DER ECDSA signature with a 16-bit length).
+    /// Deterministic (RFC 6979): for tree heads.
     pub fn sign(&self, message: &[u8]) -> Vec<u8> {
         let sig: DerSignature = self.key.sign(message);
-        let mut out = Vec::with_capacity(4 + 72);
-        out.extend_from_slice(&[HASH_SHA256, SIGNATURE_ECDSA]);
-        put_vec(&mut out, sig.as_bytes(), 2);
-        out
+        digitally_signed(sig.as_bytes())
     }
+
+    /// [`LogKey::sign`] with a random nonce, through ring: for SCTs, one per add. The
+    /// system's random source failing (it does not on Linux after boot) falls back to
+    /// the deterministic signature, never to no signature.
+    pub fn sign_randomized(&self, message: &[u8]) -> Vec<u8> {
+        match self.fast.sign(&ring::rand::SystemRandom::new(), message) {
+            Ok(sig) => digitally_signed(sig.as_ref()),
+            Err(_) => self.sign(message),
+        }
+    }
+}
+
+/// A `DigitallySigned` struct around a DER ECDSA signature.
+fn digitally_signed(der: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 + 72);
+    out.extend_from_slice(&[HASH_SHA256, SIGNATURE_ECDSA]);
+    put_vec(&mut out, der, 2);
+    out
 }
 
 /// Check that `spki` is a DER `SubjectPublicKeyInfo` of an ECDSA P-256 key.

@@ -636,6 +636,25 @@ impl<S: LogStorage> Log<S> {
         }
     }
 
+    /// What the dedup index says of an entry whose [`Personality::dedup_key`] is `key`,
+    /// without the entry: `Some` (a duplicate, its index and timestamp) when the index
+    /// holds it within the committed tree, as [`Log::add`] would answer it; `None` when
+    /// it does not or there is no index (then only [`Log::add`] can tell). A
+    /// personality whose entries cost much to build (a CT chain's validation) asks this
+    /// first.
+    pub fn committed_duplicate(&self, key: &[u8; 32]) -> Option<AddOutcome> {
+        let inner = &self.inner;
+        let dedup = inner.dedup.as_ref()?;
+        inner.dedup_lookups.increment(1);
+        match dedup.get(key) {
+            Ok(Some(first)) if first.index < self.committed_size() => {
+                inner.dedup_hits.increment(1);
+                Some(AddOutcome::duplicate_of(first))
+            }
+            _ => None,
+        }
+    }
+
     /// Sequence entries another frontend forwarded here ([`forward`]): each is
     /// answered exactly as [`Log::add`] would answer it, in order, and none is
     /// forwarded on. All are queued before any is waited for, so they commit together.

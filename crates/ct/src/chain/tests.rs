@@ -1042,6 +1042,83 @@ fn ring_and_the_rsa_crate_agree_on_rsa_links() {
     }
 }
 
+/// ECDSA links go through ring when it takes them (P-256 and P-384, SHA-256 and
+/// SHA-384, uncompressed points), and ring answers as RustCrypto does: over every pair
+/// of an ECDSA-signed certificate and an EC-keyed certificate of the test data, both
+/// accept or both refuse, a flipped signature bit fails both, and ring's cases cover
+/// P-256 and P-384 links that verify.
+#[test]
+fn ring_and_rustcrypto_agree_on_ecdsa_links() {
+    let mut files = Vec::new();
+    let mut stack = vec![std::path::PathBuf::from(DIR)];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "pem") {
+                files.push(p);
+            }
+        }
+    }
+    let ders: Vec<Vec<u8>> = files
+        .iter()
+        .flat_map(|p| pem_blocks(&std::fs::read(p).unwrap()))
+        .filter_map(|b| match b {
+            PemBlock::Block { label, body: Ok(d) } if label == "CERTIFICATE" => Some(d),
+            _ => None,
+        })
+        .filter(|d| Cert::parse(d).is_ok())
+        .collect();
+    let ecdsa_signed: Vec<&Vec<u8>> = ders
+        .iter()
+        .filter(|d| {
+            let c = Cert::parse(d).unwrap();
+            matches!(signature_algorithm(&c.sig_alg), Ok(SigAlg::Ecdsa(_)))
+        })
+        .collect();
+    let mut ring_verified = std::collections::BTreeSet::new();
+    for child in &ecdsa_signed {
+        let child_cert = Cert::parse(child).unwrap();
+        let Ok(SigAlg::Ecdsa(hash)) = signature_algorithm(&child_cert.sig_alg) else {
+            unreachable!()
+        };
+        for issuer in &ders {
+            let issuer_cert = Cert::parse(issuer).unwrap();
+            let (_, parsed) = x509_parser::parse_x509_certificate(issuer).unwrap();
+            let spki = parsed.public_key();
+            let Some(curve) = spki
+                .algorithm
+                .parameters
+                .as_ref()
+                .and_then(|p| p.as_oid().ok())
+            else {
+                continue;
+            };
+            let curve = curve.as_bytes().to_vec();
+            let point = &spki.subject_public_key.data;
+            let by_ring = verify_signature_by(&child_cert, &issuer_cert, true).is_ok();
+            let by_rustcrypto = verify_signature_by(&child_cert, &issuer_cert, false).is_ok();
+            assert_eq!(by_ring, by_rustcrypto, "ring and RustCrypto disagree");
+            if by_ring && ring_ecdsa(&curve, point, hash).is_some() {
+                ring_verified.insert((curve.clone(), hash.len()));
+                let mut bad = child.to_vec();
+                *bad.last_mut().unwrap() ^= 1;
+                let bad = Cert::parse(&bad).unwrap();
+                for ring in [true, false] {
+                    assert!(verify_signature_by(&bad, &issuer_cert, ring).is_err());
+                }
+            }
+        }
+    }
+    for covered in [(OID_P256.to_vec(), 32), (OID_P384.to_vec(), 48)] {
+        assert!(
+            ring_verified.contains(&covered),
+            "{covered:?} not covered: {ring_verified:?}"
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // RSA-PSS and TBS surgery edge cases.
 
