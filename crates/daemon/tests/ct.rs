@@ -1,6 +1,8 @@
-//! A Certificate Transparency log (C2SP static-ct-api) served by the real daemon on
-//! POSIX storage: submissions, SCTs, duplicates, refusals, issuers, data tiles, the
-//! RFC 6962 checkpoint, a restart and a roots reload.
+//! A Certificate Transparency log (C2SP static-ct-api) served by the real daemon:
+//! submissions, SCTs, duplicates, refusals, issuers, data tiles, the RFC 6962
+//! checkpoint, a restart and a roots reload on POSIX; TesseraCT's hammer, Google's
+//! ctclient and `tlogd verify --ct` on POSIX and the shared backends (MariaDB, PostgreSQL,
+//! MinIO, the GCS emulator); two frontends of one store.
 
 mod common;
 
@@ -53,9 +55,98 @@ pub fn ct_key() -> LogKey {
     LogKey::from_scalar(&Sha256::digest(b"tlogd ct test key")).unwrap()
 }
 
+/// The stores the CT log is run on end to end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Backend {
+    Posix,
+    /// MySQL, on a private MariaDB server.
+    MariaDb,
+    Postgres,
+    /// S3, on a private MinIO server.
+    Minio,
+    /// GCS, on the GCS emulator.
+    Gcs,
+}
+
+/// A CT log's store: the `[storage]` section every frontend of it is given, and the
+/// environment carrying its credentials.
+struct CtStore {
+    backend: Backend,
+    storage_toml: String,
+    env: Vec<(String, String)>,
+}
+
+impl CtStore {
+    /// A POSIX log in `dir/log`.
+    fn posix(dir: &Path) -> CtStore {
+        CtStore {
+            backend: Backend::Posix,
+            storage_toml: format!("dir = \"{}\"\n", dir.join("log").display()),
+            env: Vec::new(),
+        }
+    }
+
+    /// A fresh store of `backend` (a database on the shared server, a bucket), its
+    /// files (a GCS key) in `dir`.
+    async fn fresh(backend: Backend, dir: &Path) -> CtStore {
+        use tlogd_storage_mysql::testdb::TestMariaDb;
+        use tlogd_storage_postgres::testdb::TestPostgres;
+        let sql = |name: &str, url: String| CtStore {
+            backend,
+            storage_toml: format!("backend = \"{name}\"\nurl = \"{url}\"\npool_size = 8\n"),
+            env: Vec::new(),
+        };
+        match backend {
+            Backend::Posix => CtStore::posix(dir),
+            Backend::MariaDb => {
+                let db = tokio::task::spawn_blocking(TestMariaDb::shared)
+                    .await
+                    .unwrap();
+                sql("mysql", db.fresh_database("ct").await)
+            }
+            Backend::Postgres => {
+                let db = tokio::task::spawn_blocking(TestPostgres::shared)
+                    .await
+                    .unwrap();
+                sql("postgres", db.fresh_database("ct").await)
+            }
+            Backend::Minio => {
+                let (store, _) = common::objects::minio_store("ct").await;
+                CtStore {
+                    backend,
+                    storage_toml: store.storage_toml,
+                    env: store.env,
+                }
+            }
+            Backend::Gcs => {
+                let store = common::objects::gcs_store(dir).await;
+                CtStore {
+                    backend,
+                    storage_toml: store.storage_toml,
+                    env: store.env,
+                }
+            }
+        }
+    }
+}
+
 /// Start a CT log on POSIX in `dir` with `roots` as its roots file and extra `[ct]`
 /// keys.
 pub fn start_ct(dir: &Path, roots: &Path, ct_toml: &str) -> Daemon {
+    start_ct_on(&CtStore::posix(dir), dir, roots, ct_toml, "")
+}
+
+/// Start a frontend of the CT log on `store`, its files (key, config, a shared
+/// store's dedup index) in `dir`, with `roots` as its roots file, extra `[ct]` keys
+/// and extra sections (`[forward]`).
+fn start_ct_on(
+    store: &CtStore,
+    dir: &Path,
+    roots: &Path,
+    ct_toml: &str,
+    extra_toml: &str,
+) -> Daemon {
+    std::fs::create_dir_all(dir).unwrap();
     let port = free_port();
     let mport = free_port();
     let key = dir.join("ct-key.pem");
@@ -64,20 +155,30 @@ pub fn start_ct(dir: &Path, roots: &Path, ct_toml: &str) -> Daemon {
         std::fs::write(&key, ct_key().to_pkcs8_pem().unwrap()).unwrap();
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
     }
+    // A shared store's frontends each keep their dedup index beside their config.
+    let dedup = match store.backend {
+        Backend::Posix => String::new(),
+        _ => format!("[dedup]\npath = \"{}\"\n", dir.join("dedup").display()),
+    };
     let cfg = dir.join("tlogd.toml");
     std::fs::write(
         &cfg,
         format!(
             "listen = \"127.0.0.1:{port}\"\norigin = \"{CT_ORIGIN}\"\nprivate_key_file = \"{}\"\n\
-             [storage]\ndir = \"{}\"\n[checkpoint]\ninterval_ms = 50\n\
-             [metrics]\nlisten = \"127.0.0.1:{mport}\"\n[ct]\nroots_file = \"{}\"\n{ct_toml}",
+             [storage]\n{}[checkpoint]\ninterval_ms = 50\n\
+             [metrics]\nlisten = \"127.0.0.1:{mport}\"\n{dedup}{extra_toml}\
+             [ct]\nroots_file = \"{}\"\n{ct_toml}",
             key.display(),
-            dir.join("log").display(),
+            store.storage_toml,
             roots.display(),
         ),
     )
     .unwrap();
-    Daemon::spawn(dir, &cfg, port, mport, &Opts::default())
+    let opts = Opts {
+        env: store.env.clone(),
+        ..Opts::default()
+    };
+    Daemon::spawn(dir, &cfg, port, mport, &opts)
 }
 
 fn chain_json(chain: &[&[u8]]) -> Bytes {
@@ -646,17 +747,43 @@ async fn run(tool: PathBuf, args: Vec<String>) -> (bool, String, String) {
 /// precertificate issued by a pre-issuer (RFC 6962 §3.1), and verifies each SCT with
 /// its own RFC 6962 code (for a precertificate, over the TBS it rebuilds with Go's
 /// x509); a wrong public key makes it fail, so the check has teeth. `get-roots`
-/// answers.
+/// answers. A chain uploaded again gets its original SCT, and `tlogd verify --ct`
+/// checks the log, issuers included. On every backend.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctclient_uploads_chains_and_verifies_their_scts() {
+    ctclient_on(Backend::Posix).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctclient_on_minio() {
+    ctclient_on(Backend::Minio).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctclient_on_mariadb() {
+    ctclient_on(Backend::MariaDb).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctclient_on_postgres() {
+    ctclient_on(Backend::Postgres).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctclient_on_the_gcs_emulator() {
+    ctclient_on(Backend::Gcs).await
+}
+
+async fn ctclient_on(backend: Backend) {
     let ctclient = find_tool("ctclient");
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let roots = dir.join("roots.pem");
     std::fs::copy(chains().join("test_root_ca_cert.pem"), &roots).unwrap();
+    let store = CtStore::fresh(backend, dir).await;
     // With TesseraCT's publication awaiter on: each SCT comes once a published
     // checkpoint covers its entry.
-    let mut d = start_ct(dir, &roots, "await_publication = true\n");
+    let mut d = start_ct_on(&store, dir, &roots, "await_publication = true\n", "");
     let http = Http::new();
     d.wait_ready(&http).await;
     let pub_key = public_key_file(dir);
@@ -726,23 +853,46 @@ async fn ctclient_uploads_chains_and_verifies_their_scts() {
     .await;
     assert!(ok, "ctclient get-roots: {out}\n{err}");
     assert!(out.contains("Transparency.dev Test Root"), "{out}");
+    // Uploaded again: ctclient verifies the original SCT it is answered with.
+    let (ok, out, err) = run(ctclient.clone(), args(&uploads[0], &pub_key)).await;
+    assert!(ok, "ctclient upload again: {out}\n{err}");
     let cp = checkpoint(&http, &d.url, 3).await;
     assert_eq!(cp.size, 3, "three chains, each logged once");
+    let (ok, out) = tlogd_verify_ct(&d.url).await;
+    assert!(ok, "{out}");
+    assert!(out.contains("issuers named by the entries"), "{out}");
+    assert!(d.terminate().success());
 }
 
 /// TesseraCT's own CT hammer writes, reads and checks merge delay against the log,
 /// with duplicates: every line it logs at warning or error level is a failure (it
 /// exits 0 after some failures), and it must reach its goal within its run time.
+/// `tlogd verify --ct` then checks the log. On POSIX, MinIO and MariaDB.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tesseract_ct_hammer_passes() {
+    hammer_on(Backend::Posix, 600).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tesseract_ct_hammer_passes_on_minio() {
+    hammer_on(Backend::Minio, 600).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tesseract_ct_hammer_passes_on_mariadb() {
+    hammer_on(Backend::MariaDb, 600).await
+}
+
+async fn hammer_on(backend: Backend, goal: u64) {
     let hammer = find_tool("ct-hammer");
     let testdata = chains().join("hammer");
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let mut d = start_ct(dir, &testdata.join("test_root_ca_cert.pem"), "");
+    let store = CtStore::fresh(backend, dir).await;
+    let roots = testdata.join("test_root_ca_cert.pem");
+    let mut d = start_ct_on(&store, dir, &roots, "", "");
     let http = Http::new();
     d.wait_ready(&http).await;
-    let goal = 600;
     let args = vec![
         format!("--origin={CT_ORIGIN}"),
         format!("--log_public_key={}", B64.encode(ct_key().public_key_der())),
@@ -802,4 +952,5 @@ async fn tesseract_ct_hammer_passes() {
     assert!(cp.size >= goal);
     let (ok, out) = tlogd_verify_ct(&d.url).await;
     assert!(ok, "{out}");
+    assert!(d.terminate().success());
 }
