@@ -280,6 +280,35 @@ async fn a_ct_log_takes_chains_and_serves_static_ct_api() {
     let leaf_by_root = cert("test_leaf_cert_signed_by_root.pem");
     let precert = cert("test_leaf_pre_cert_signed_by_intermediate.pem");
 
+    // Refusals: one line, 400, nothing logged. Before the certificates are logged: a
+    // resubmission of a logged certificate is answered with its SCT before its chain is
+    // validated (`CtLog`'s SCT cache and `Log::committed_duplicate`).
+    for (endpoint, chain, why) in [
+        (
+            "add-chain",
+            vec![&precert[..], &inter],
+            "a precertificate to add-chain",
+        ),
+        (
+            "add-pre-chain",
+            vec![&leaf[..], &inter],
+            "a certificate to add-pre-chain",
+        ),
+        ("add-chain", vec![&inter[..], &leaf], "a misordered chain"),
+        (
+            "add-chain",
+            vec![&leaf[..]],
+            "a chain that stops short of a root",
+        ),
+    ] {
+        let (status, body) = submit(&http, &base, endpoint, &chain).await.unwrap_err();
+        assert_eq!(status, 400, "{why}: {body}");
+        assert_eq!(
+            body.trim_end().lines().count(),
+            1,
+            "{why}: one line: {body}"
+        );
+    }
     // A certificate, its chain without the root (the log appends it).
     let (sct0, dup) = submit(&http, &base, "add-chain", &[&leaf, &inter])
         .await
@@ -314,33 +343,6 @@ async fn a_ct_log_takes_chains_and_serves_static_ct_api() {
         .await
         .unwrap();
 
-    // Refusals: one line, 400, nothing logged.
-    for (endpoint, chain, why) in [
-        (
-            "add-chain",
-            vec![&precert[..], &inter],
-            "a precertificate to add-chain",
-        ),
-        (
-            "add-pre-chain",
-            vec![&leaf[..], &inter],
-            "a certificate to add-pre-chain",
-        ),
-        ("add-chain", vec![&inter[..], &leaf], "a misordered chain"),
-        (
-            "add-chain",
-            vec![&leaf[..]],
-            "a chain that stops short of a root",
-        ),
-    ] {
-        let (status, body) = submit(&http, &base, endpoint, &chain).await.unwrap_err();
-        assert_eq!(status, 400, "{why}: {body}");
-        assert_eq!(
-            body.trim_end().lines().count(),
-            1,
-            "{why}: one line: {body}"
-        );
-    }
     for (body, why) in [
         (Bytes::from_static(b"{\"chain\":"), "truncated JSON"),
         (Bytes::from_static(b"{\"chain\":[\"!!\"]}"), "bad base64"),
@@ -485,7 +487,14 @@ async fn a_ct_log_takes_chains_and_serves_static_ct_api() {
         .await
         .unwrap();
     assert!(dup);
-    assert_eq!(again, sct0);
+    // Its fields; the signature is a new one (random nonce), and verifies.
+    assert_same_sct(&again, &sct0, "a resubmission after a restart");
+    check_sct(
+        &again,
+        LogEntry::X509 {
+            certificate: leaf.clone(),
+        },
+    );
     let cp2 = checkpoint(&http, &base, 3).await;
     assert_eq!((cp2.size, cp2.root), (cp.size, cp.root));
 
@@ -953,4 +962,259 @@ async fn hammer_on(backend: Backend, goal: u64) {
     let (ok, out) = tlogd_verify_ct(&d.url).await;
     assert!(ok, "{out}");
     assert!(d.terminate().success());
+}
+
+/// Lowercase hex, as issuer paths name a fingerprint.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// [`submit`], again while the answer is `503` (a frontend opened on a store others
+/// wrote pushes back while its dedup index catches up; a forward left unanswered when
+/// its sequencer went away is answered `503`, to resubmit), for up to a minute.
+async fn submit_when_ready(
+    http: &Http,
+    base: &str,
+    endpoint: &str,
+    chain: &[&[u8]],
+) -> (Sct, bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        match submit(http, base, endpoint, chain).await {
+            Err((503, _)) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            r => return r.unwrap_or_else(|e| panic!("{base}/ct/v1/{endpoint}: {e:?}")),
+        }
+    }
+}
+
+/// The same SCT (RFC 6962 §4.1) from another frontend: its log ID, timestamp and
+/// extensions (the `leaf_index`). The signature need not repeat (SCTs are signed with
+/// a random nonce, `LogKey::sign_randomized`); whoever signed it, it must verify.
+fn assert_same_sct(got: &Sct, want: &Sct, what: &str) {
+    assert_eq!(
+        (&got.id, got.timestamp, &got.extensions),
+        (&want.id, want.timestamp, &want.extensions),
+        "{what}"
+    );
+}
+
+/// Two frontends of one CT log on a shared store, both taking `add-chain` and
+/// `add-pre-chain`: their SCTs verify; an issuer stored by one is served by the other;
+/// the loadgen's CT mode writes through both, with duplicates, and verifies every SCT
+/// and data tile; with `a` gone `b` commits by itself, and `a` restarted knows what
+/// `b` logged meanwhile; `tlogd verify --ct` passes through each. With `b` forwarding
+/// to `a` (`[forward]`, docs/frontends.md), a chain resubmitted to the other frontend
+/// gets the original SCT (`a`'s dedup index sees every frontend's entries); without,
+/// both commit to the store and each dedup index knows only its own frontend's
+/// entries, so such a resubmission is logged again under a new index, with an SCT of
+/// its own (the documented window, docs/backends/object-stores.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_ct_frontends_on_one_mariadb_database_forwarding_to_one() {
+    two_frontends_on(Backend::MariaDb, true).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_ct_frontends_on_one_minio_bucket_both_committing() {
+    two_frontends_on(Backend::Minio, false).await
+}
+
+async fn two_frontends_on(backend: Backend, forwarding: bool) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    // The tests' root and the loadgen's, minted for this run.
+    let (lg_cert, lg_key) = (dir.join("loadgen-root.pem"), dir.join("loadgen-root.key"));
+    tlog_loadgen::ct::write_root(&lg_cert, &lg_key).unwrap();
+    let roots = dir.join("roots.pem");
+    let pem = std::fs::read_to_string(chains().join("test_root_ca_cert.pem")).unwrap()
+        + &std::fs::read_to_string(&lg_cert).unwrap();
+    std::fs::write(&roots, pem).unwrap();
+    let token = dir.join("forward.token");
+    std::fs::write(&token, "ct-frontends-secret\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let forward = |to: Option<&str>| {
+        if !forwarding {
+            return String::new();
+        }
+        let to = to.map_or(String::new(), |url| format!("to = \"{url}\"\n"));
+        format!("[forward]\n{to}token_file = \"{}\"\n", token.display())
+    };
+    let store = CtStore::fresh(backend, dir).await;
+    let http = Http::new();
+    let (dir_a, dir_b) = (dir.join("a"), dir.join("b"));
+    let mut a = start_ct_on(&store, &dir_a, &roots, "", &forward(None));
+    a.wait_ready(&http).await;
+    let mut b = start_ct_on(&store, &dir_b, &roots, "", &forward(Some(&a.url)));
+    b.wait_ready(&http).await;
+
+    let root = cert("test_root_ca_cert.pem");
+    let inter = cert("test_intermediate_ca_cert.pem");
+    let leaf = cert("test_leaf_cert_signed_by_intermediate.pem");
+    let leaf_by_root = cert("test_leaf_cert_signed_by_root.pem");
+    let precert = cert("test_leaf_pre_cert_signed_by_intermediate.pem");
+    let precert_by_root = cert("test_leaf_pre_cert_signed_by_root.pem");
+
+    // Each frontend takes chains (b's sequenced by a when it forwards).
+    let (sct0, dup) = submit_when_ready(&http, &b.url, "add-chain", &[&leaf, &inter]).await;
+    assert!(!dup);
+    let i0 = check_sct(
+        &sct0,
+        LogEntry::X509 {
+            certificate: leaf.clone(),
+        },
+    );
+    // The intermediate was stored by b, and a never took a chain with it: a serves
+    // it from the store, as b does.
+    for d in [&a, &b] {
+        let url = format!("{}/issuer/{}", d.url, hex(&Sha256::digest(&inter)));
+        let (status, _, der) = http.get(&url).await.unwrap();
+        assert_eq!(status, 200, "{url}");
+        assert_eq!(der, inter);
+    }
+    let (sct1, dup) = submit_when_ready(&http, &a.url, "add-chain", &[&leaf_by_root]).await;
+    assert!(!dup);
+    let i1 = check_sct(
+        &sct1,
+        LogEntry::X509 {
+            certificate: leaf_by_root.clone(),
+        },
+    );
+    assert_ne!(i0, i1);
+    let (sct2, dup) = submit_when_ready(&http, &b.url, "add-pre-chain", &[&precert, &inter]).await;
+    assert!(!dup);
+    // Resubmitted to the other frontend. Forwarding, always the original SCT. Without,
+    // the other frontend's index knows the entry only if it caught up with the tree
+    // past it (it indexes what others committed when it next commits): otherwise it is
+    // logged again, under an index of its own and with an SCT of its own.
+    let mut logged = 3;
+    let resubmissions = [
+        (&a, "add-chain", vec![&leaf[..], &inter, &root], &sct0, i0),
+        (&b, "add-chain", vec![&leaf_by_root[..]], &sct1, i1),
+        (&a, "add-pre-chain", vec![&precert[..], &inter], &sct2, 0),
+    ];
+    for (d, endpoint, chain, original, index) in resubmissions {
+        let (again, dup) = submit_when_ready(&http, &d.url, endpoint, &chain).await;
+        if dup {
+            assert_same_sct(
+                &again,
+                original,
+                &format!("{endpoint} resubmitted at {}", d.url),
+            );
+        } else {
+            assert!(
+                !forwarding,
+                "{endpoint} resubmitted at {} logged again",
+                d.url
+            );
+            let again_index = parse_leaf_index(&again.extensions).unwrap().unwrap();
+            assert_eq!(again_index, logged, "appended");
+            logged += 1;
+        }
+        if endpoint == "add-chain" {
+            let i = check_sct(
+                &again,
+                LogEntry::X509 {
+                    certificate: chain[0].to_vec(),
+                },
+            );
+            assert!(i == index || !dup);
+        }
+    }
+    // Each frontend serves the tree (a checkpoint another frontend published is read
+    // within `checkpoint.max_age_ms`), so the loadgen reading through b starts there.
+    for d in [&a, &b] {
+        let cp = checkpoint(&http, &d.url, logged).await;
+        assert_eq!(cp.size, logged);
+    }
+
+    // The loadgen's CT mode through both frontends, reading through b.
+    let lg_key_der = B64.encode(ct_key().public_key_der());
+    let args = <tlog_loadgen::Args as clap::Parser>::parse_from([
+        "tlog-loadgen",
+        "--ct",
+        "--log-url",
+        &b.url,
+        "--write-log-url",
+        &a.url,
+        "--write-log-url",
+        &b.url,
+        "--log-public-key",
+        &lg_key_der,
+        "--origin",
+        CT_ORIGIN,
+        "--ct-root-cert",
+        lg_cert.to_str().unwrap(),
+        "--ct-root-key",
+        lg_key.to_str().unwrap(),
+        "--ct-precert-chance",
+        "0.1",
+        "--writers",
+        "16",
+        "--leaf-write-goal",
+        "400",
+        "--dup-chance",
+        "0.1",
+        "--readers-full",
+        "1",
+        "--readers-random",
+        "1",
+        "--read-rate",
+        "100",
+        "--checkpoint-poll",
+        "50ms",
+        "--max-runtime",
+        "60",
+        "--quiet",
+    ]);
+    let r = tokio::time::timeout(Duration::from_secs(120), tlog_loadgen::run(args))
+        .await
+        .expect("the run ends within its --max-runtime")
+        .unwrap();
+    assert!(r.ok, "{:?} {:?}", r.failure_reasons, r.error_samples);
+    assert!(r.verification_failures.is_empty());
+    assert_eq!(r.write_errors, 0, "{:?}", r.error_samples);
+    assert!(r.writes_new + r.writes_duplicate >= 400);
+    assert!(r.writes_duplicate > 0, "no duplicates sent");
+    // Every resubmission, at either frontend, was found: the tree grew by the new
+    // chains only.
+    assert_eq!(r.tree_growth, r.writes_new);
+    let size = logged + r.writes_new;
+    assert_eq!(checkpoint(&http, &b.url, size).await.size, size);
+
+    // a gone: b commits by itself, onto the tree a wrote.
+    a.kill();
+    let (sct3, dup) =
+        submit_when_ready(&http, &b.url, "add-pre-chain", &[&precert_by_root, &root]).await;
+    assert!(!dup);
+    // The SCT signs the entry b stored, at the end of the tree.
+    let (n, w) = (size / 256, (size % 256 + 1) as u16);
+    let tile = tlogd_core::tile::TileId::data(n, w);
+    let (_, data) = http.fetch_tile(&b.url, &tile).await;
+    let stored = parse_data_tile(&data).unwrap().pop().unwrap();
+    assert_eq!(
+        stored.pre_certificate.as_deref(),
+        Some(&precert_by_root[..])
+    );
+    let i3 = check_sct(&sct3, stored.timestamped_entry.entry.clone());
+    assert_eq!(i3, size, "b appends after a's entries");
+    let (ok, out) = tlogd_verify_ct(&b.url).await;
+    assert!(ok, "through b: {out}");
+    // a again: it catches up with what b logged meanwhile, and answers its
+    // resubmission with b's SCT.
+    let mut a = start_ct_on(&store, &dir_a, &roots, "", &forward(None));
+    a.wait_ready(&http).await;
+    let (again, dup) =
+        submit_when_ready(&http, &a.url, "add-pre-chain", &[&precert_by_root, &root]).await;
+    assert!(dup);
+    assert_same_sct(&again, &sct3, "a resubmission at a restarted");
+    check_sct(&again, stored.timestamped_entry.entry.clone());
+    checkpoint(&http, &a.url, i3 + 1).await;
+    let (ok, out) = tlogd_verify_ct(&a.url).await;
+    assert!(ok, "through a: {out}");
+    assert!(a.terminate().success());
+    assert!(b.terminate().success());
 }
