@@ -14,6 +14,12 @@
 # benches/vs-tessera.sh mysql) instead of POSIX files; PROFILE_WRITERS sets the
 # loadgen's writers (default 256).
 #
+# PROFILE_CT=rsa2048|p256|p384 profiles a CT log instead (static-ct-api, dedup on):
+# the loadgen's CT mode (--ct, 10 % precertificates, 5 % duplicates, one random
+# reader) with chains whose intermediate has that key, and stages for the signature
+# checks (ring, RustCrypto), X.509/DER parsing and JSON/base64.
+#   PROFILE_CT=rsa2048 PROFILE_WRITERS=128 benches/profile.sh ct-rsa
+#
 # Needs perf (linux-perf) and the release binaries (cargo build --release --workspace
 # --all-targets). The stages are heuristics over symbol names: good for before/after on
 # one machine, not an exact accounting.
@@ -28,6 +34,18 @@ source benches/lib.sh
 bench_work tlogd-profile
 port=$(free_port)
 "$bin/tlogd" keygen --origin bench.example/log --out "$work/key" > "$work/vkey" 2>/dev/null
+ct_flags=()
+if [ -n "${PROFILE_CT:-}" ]; then
+  openssl ecparam -name prime256v1 -genkey -noout -out "$work/ct-key.pem" 2>/dev/null
+  chmod 600 "$work/ct-key.pem"
+  "$bin/tlog-loadgen" ct-root --cert "$work/root.pem" --key "$work/root-key.pem" >/dev/null
+  openssl ec -in "$work/ct-key.pem" -pubout -outform DER 2>/dev/null | base64 -w0 > "$work/vkey"
+  printf 'listen = "127.0.0.1:%s"\norigin = "bench.example/log"\nprivate_key_file = "%s"\n[storage]\ndir = "%s"\n[metrics]\nlisten = ""\n[ct]\nroots_file = "%s"\n' \
+    "$port" "$work/ct-key.pem" "$work/log" "$work/root.pem" > "$work/ct.toml"
+  ct_flags=(--ct --origin bench.example/log --ct-root-cert "$work/root.pem" --ct-root-key "$work/root-key.pem"
+    --ct-issuer-key "$PROFILE_CT" --ct-chains 80000 --ct-precert-chance 0.1 --dup-chance 0.05
+    --readers-full 1 --readers-random 0)
+fi
 if [ "${PROFILE_BACKEND:-posix}" = mysql ]; then
   start_mariadb "$work/my"
   mariadb -h 127.0.0.1 -P "$myport" -u root -e "create database bench"
@@ -35,17 +53,24 @@ if [ "${PROFILE_BACKEND:-posix}" = mysql ]; then
 else
   storage=(--storage-dir "$work/log")
 fi
-"$tlogd" serve "${storage[@]}" --origin bench.example/log --private-key-file "$work/key" \
-  --listen "127.0.0.1:$port" --metrics-listen "" "$@" 2>"$work/tlogd.log" &
+if [ -n "${PROFILE_CT:-}" ]; then
+  "$tlogd" serve --config "$work/ct.toml" "$@" 2>"$work/tlogd.log" &
+else
+  "$tlogd" serve "${storage[@]}" --origin bench.example/log --private-key-file "$work/key" \
+    --listen "127.0.0.1:$port" --metrics-listen "" "$@" 2>"$work/tlogd.log" &
+fi
 tl=$!
 pids+=("$tl")
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/checkpoint" >/dev/null && break; sleep 0.1; done
 read -r -a lgflags <<< "${LGFLAGS:-}"
 "$bin/tlog-loadgen" --log-url "http://127.0.0.1:$port" --log-public-key "$(cat "$work/vkey")" \
-  --writers "${PROFILE_WRITERS:-256}" --duration 30s --log-pid "$tl" --quiet --report-json "$work/r.json" "${lgflags[@]}" >/dev/null &
+  --writers "${PROFILE_WRITERS:-256}" --duration 30s --log-pid "$tl" --quiet --report-json "$work/r.json" \
+  "${ct_flags[@]}" "${lgflags[@]}" >/dev/null &
 lg=$!
 pids+=("$lg")
 size() { curl -sf "http://127.0.0.1:$port/checkpoint" | sed -n 2p; }
+# A CT run mints its chains first (not timed): wait for its first entries.
+for _ in $(seq 300); do [ "$(size || echo 0)" -gt 0 ] && break; sleep 1; done
 sleep 10
 s0=$(size)
 perf record -F 999 -p "$tl" -o "$work/perf.data" -- sleep 12 >/dev/null 2>&1
@@ -65,7 +90,11 @@ def stage(comm, dso, kernel, sym):
     if comm.startswith('rocksdb'): return 'dedup index: RocksDB flush and compaction threads'
     if 'rocksdb' in sym or dso.startswith('libstdc'): return 'dedup index: RocksDB lookups and inserts'
     if re.search(r'malloc|_int_free|cfree|unlink_chunk|consolidate|realloc|^_?mi_', sym): return 'allocator'
+    if re.search(r'ring_core|nistz|ring::|bn_mul_mont|p256_point|LIMBS_|GFp_', sym): return 'signatures: ring (chain verification, SCT signing)'
+    if re.search(r'p256::|p384::|p521::|primeorder|elliptic_curve|num_bigint|rsa::|ed25519|curve25519', sym): return 'signatures: RustCrypto'
     if 'sha2' in sym: return 'hashing (SHA-256)'
+    if re.search(r'tlogd_ct::chain|tlogd_ct::der|x509_parser|asn1_rs|der_parser|der::', sym): return 'X.509/DER parsing and chain policy'
+    if re.search(r'serde_json|base64|serde::', sym): return 'JSON and base64'
     if re.search(r'hyper|h2::|http::|httparse|http_body|axum|tower', sym): return 'HTTP parse/route/respond (hyper, axum)'
     if 'metrics' in sym: return 'metrics'
     if re.search(r'sqlx|mysql', sym): return 'SQL backend (sqlx, MySQL protocol)'

@@ -490,6 +490,43 @@ pub enum ChainError {
     Tbs(String),
 }
 
+thread_local! {
+    /// Set by [`validate_if_cheap`]: a signature check off ring's fast paths is not
+    /// made but recorded here (`Some(true)`), and the validation given up.
+    static DEFER_COSTLY: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
+
+/// [`validate`], when every signature it has to check is one ring checks (RSA of 2048
+/// to 8192 bits, ECDSA P-256 and P-384 with SHA-256 or SHA-384, and Ed25519: tens of
+/// microseconds each, and CA links are checked once per process), on the calling
+/// thread; `None` when one is not (P-521, small RSA keys, compressed points: up to a
+/// few milliseconds each), to be validated with [`validate`] where blocking is fine.
+/// A caller on an async runtime validates inline what costs about as much as handing
+/// it to another thread, and hands off only the rest.
+pub fn validate_if_cheap(
+    chain: &[Vec<u8>],
+    kind: ChainKind,
+    roots: &Roots,
+    policy: &ChainPolicy,
+    now_ms: u64,
+) -> Option<Result<ValidatedChain, ChainError>> {
+    DEFER_COSTLY.set(Some(false));
+    let validated = validate(chain, kind, roots, policy, now_ms);
+    let deferred = DEFER_COSTLY.replace(None) == Some(true);
+    (!deferred).then_some(validated)
+}
+
+/// Under [`validate_if_cheap`], refuses a costly check (and says so); else `Ok`.
+fn costly_check() -> Result<(), VerifyError> {
+    if DEFER_COSTLY.get().is_some() {
+        DEFER_COSTLY.set(Some(true));
+        return Err(VerifyError::Unsupported(
+            "deferred: a costly signature check".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// Validates a submitted chain (leaf first, DER) for `kind`'s endpoint against the
 /// accepted roots and the policy, at `now_ms` (milliseconds since the epoch), and
 /// returns the entry to log and the issuers to store.
@@ -1181,6 +1218,7 @@ fn verify_signature_by(child: &Cert<'_>, issuer: &Cert<'_>, ring: bool) -> Resul
                     .verify(tbs, signature)
                     .map_err(|_| invalid("bad RSA signature"));
             }
+            costly_check()?;
             let key = rsa_key(key)?;
             let scheme = match hash {
                 Hash::Sha1 => Pkcs1v15Sign::new::<Sha1>(),
@@ -1202,6 +1240,7 @@ fn verify_signature_by(child: &Cert<'_>, issuer: &Cert<'_>, ring: bool) -> Resul
                     .verify(tbs, signature)
                     .map_err(|_| invalid("bad RSA-PSS signature"));
             }
+            costly_check()?;
             let key = rsa_key(key)?;
             let salt = hash.len();
             let scheme = match hash {
@@ -1225,6 +1264,7 @@ fn verify_signature_by(child: &Cert<'_>, issuer: &Cert<'_>, ring: bool) -> Resul
                     .verify(tbs, signature)
                     .map_err(|_| invalid("bad ECDSA signature"));
             }
+            costly_check()?;
             verify_ecdsa(curve.value, key, &hash.digest(tbs), signature)
         }
         SigAlg::Ed25519 => {

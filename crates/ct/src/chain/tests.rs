@@ -439,6 +439,40 @@ fn azul_sha1_rsa_and_p521_chains_validate() {
     }
 }
 
+/// What ring checks is validated on the calling thread; a P-521 link (RustCrypto,
+/// milliseconds) defers the whole chain, which [`validate`] then takes; a refusal is
+/// the same either way, and deferring leaves no state behind.
+#[test]
+fn cheap_chains_validate_inline_and_costly_ones_are_deferred() {
+    let now = now();
+    let policy = ChainPolicy::default();
+    let p521 = chain(&[
+        "azul/p521-ecdsa-leaf-cert.pem",
+        "azul/p521-ecdsa-intermediate-cert.pem",
+    ]);
+    let p521_roots = roots(&["azul/p521-ecdsa-root-ca-cert.pem"]);
+    assert!(validate_if_cheap(&p521, Cert_, &p521_roots, &policy, now).is_none());
+    assert!(validate(&p521, Cert_, &p521_roots, &policy, now).is_ok());
+    let rsa = chain(&[
+        "azul/sha1-rsa-leaf-cert.pem",
+        "azul/sha1-rsa-intermediate-cert.pem",
+    ]);
+    let rsa_roots = roots(&["azul/sha1-rsa-root-ca-cert.pem"]);
+    let inline = validate_if_cheap(&rsa, Cert_, &rsa_roots, &policy, now)
+        .expect("RSA-2048 links are checked inline");
+    assert_eq!(inline, validate(&rsa, Cert_, &rsa_roots, &policy, now));
+    assert!(inline.is_ok());
+    let mut bad = rsa.clone();
+    *bad[0].last_mut().unwrap() ^= 1;
+    let refused = validate_if_cheap(&bad, Cert_, &rsa_roots, &policy, now)
+        .expect("a bad RSA signature is found inline");
+    assert!(refused.is_err());
+    assert_eq!(refused, validate(&bad, Cert_, &rsa_roots, &policy, now));
+    // After a deferral, plain validation of the same chain is unaffected.
+    assert!(validate_if_cheap(&p521, Cert_, &p521_roots, &policy, now).is_none());
+    assert!(validate(&p521, Cert_, &p521_roots, &policy, now).is_ok());
+}
+
 #[test]
 fn azul_real_precertificates_validate() {
     let roots = azul_roots();
