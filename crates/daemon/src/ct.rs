@@ -26,7 +26,7 @@
 //!    index holds its index and timestamp, so no tile is read (only a resubmission
 //!    answered while an uncertain commit was settled reads its data tile back).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -100,6 +100,7 @@ pub struct CtLog {
     policy: ChainPolicy,
     stored_issuers: Mutex<HashSet<[u8; 32]>>,
     scts: Mutex<SctCache>,
+    metrics: SubmissionMetrics,
     body_read_timeout: Duration,
     label: String,
     await_publication: bool,
@@ -208,6 +209,7 @@ impl CtLog {
             policy,
             stored_issuers: Mutex::new(HashSet::new()),
             scts: Mutex::new(SctCache::default()),
+            metrics: SubmissionMetrics::default(),
             body_read_timeout,
             label: label.to_string(),
             await_publication: config.await_publication,
@@ -282,10 +284,12 @@ pub fn read_routes<S: LogStorage>(log: Log<S>, ct: Arc<CtLog>) -> Router {
         .with_state((log, ct))
 }
 
-/// RFC 6962 §4.1: `{"chain": [base64 DER, ...]}`.
+/// RFC 6962 §4.1: `{"chain": [base64 DER, ...]}`. Borrowed from the body (base64
+/// needs no JSON escapes; a string with one is copied).
 #[derive(Deserialize)]
-struct AddChainRequest {
-    chain: Vec<String>,
+struct AddChainRequest<'a> {
+    #[serde(borrow)]
+    chain: Vec<std::borrow::Cow<'a, str>>,
 }
 
 fn now_ms() -> u64 {
@@ -319,11 +323,36 @@ pub(crate) fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-fn counted(log: &str, endpoint: &'static str, outcome: &'static str, started: Instant) {
-    metrics::counter!("tlogd_ct_submissions_total", "log" => log.to_string(), "endpoint" => endpoint, "outcome" => outcome)
-        .increment(1);
-    metrics::histogram!("tlogd_ct_submission_duration_seconds", "log" => log.to_string(), "endpoint" => endpoint)
-        .record(started.elapsed().as_secs_f64());
+/// The submission metrics of one CT log, their handles kept: looking a labelled metric
+/// up costs a few allocations and a registry lookup, on every add.
+#[derive(Default)]
+struct SubmissionMetrics {
+    handles: RwLock<HashMap<(&'static str, &'static str), (metrics::Counter, metrics::Histogram)>>,
+}
+
+impl SubmissionMetrics {
+    fn counted(&self, log: &str, endpoint: &'static str, outcome: &'static str, started: Instant) {
+        let elapsed = started.elapsed().as_secs_f64();
+        let known = self
+            .handles
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(endpoint, outcome))
+            .cloned();
+        let (counter, histogram) = known.unwrap_or_else(|| {
+            let handles = (
+                metrics::counter!("tlogd_ct_submissions_total", "log" => log.to_string(), "endpoint" => endpoint, "outcome" => outcome),
+                metrics::histogram!("tlogd_ct_submission_duration_seconds", "log" => log.to_string(), "endpoint" => endpoint),
+            );
+            self.handles
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert((endpoint, outcome), handles.clone());
+            handles
+        });
+        counter.increment(1);
+        histogram.record(elapsed);
+    }
 }
 
 async fn add<S: LogStorage>(
@@ -342,7 +371,7 @@ async fn add<S: LogStorage>(
         ChainKind::Precertificate => "POST /ct/v1/add-pre-chain",
     };
     let (resp, outcome) = add_inner(&log, &ct, kind, route, req).await;
-    counted(&ct.label, endpoint, outcome, started);
+    ct.metrics.counted(&ct.label, endpoint, outcome, started);
     resp
 }
 
