@@ -326,6 +326,11 @@ async fn a_ct_log_takes_chains_and_serves_static_ct_api() {
         .unwrap();
     assert!(dup);
     assert_eq!(again, sct0);
+    // Answered before its chain is validated (from the SCT cache): the leaf alone,
+    // which would not validate, gets the same SCT byte for byte.
+    let (again, dup) = submit(&http, &base, "add-chain", &[&leaf]).await.unwrap();
+    assert!(dup);
+    assert_eq!(again, sct0);
     // A certificate signed by the root directly.
     let (sct1, _) = submit(&http, &base, "add-chain", &[&leaf_by_root])
         .await
@@ -494,6 +499,32 @@ async fn a_ct_log_takes_chains_and_serves_static_ct_api() {
         LogEntry::X509 {
             certificate: leaf.clone(),
         },
+    );
+    // After a restart the SCT cache is empty: a certificate is found in the dedup
+    // index before its chain is validated (its leaf alone gets its SCT, signed anew);
+    // a precertificate's entry needs its issuer, so its chain is validated again
+    // (alone, refused; with its issuer, its original SCT's fields).
+    assert!(d.terminate().success());
+    let mut d = start_ct(dir, &roots, "");
+    d.wait_ready(&http).await;
+    let base = d.url.clone();
+    let (again, dup) = submit(&http, &base, "add-chain", &[&leaf_by_root])
+        .await
+        .unwrap();
+    assert!(dup);
+    assert_same_sct(&again, &sct1, "a certificate from the dedup index");
+    let (status, _) = submit(&http, &base, "add-pre-chain", &[&precert])
+        .await
+        .unwrap_err();
+    assert_eq!(status, 400, "a precertificate's chain is validated again");
+    let (again, dup) = submit(&http, &base, "add-pre-chain", &[&precert, &inter])
+        .await
+        .unwrap();
+    assert!(dup);
+    assert_same_sct(
+        &again,
+        &sct2,
+        "a precertificate resubmitted after a restart",
     );
     let cp2 = checkpoint(&http, &base, 3).await;
     assert_eq!((cp2.size, cp2.root), (cp.size, cp.root));
