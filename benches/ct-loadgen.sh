@@ -88,7 +88,7 @@ for r in $(seq "$rounds"); do
     "$loadgen" --ct --ct-issuer-key "$issuer_key" --log-url "$read_url" --write-log-url "http://127.0.0.1:$port/" --origin "$origin" \
       --log-public-key "$pubkey" --ct-root-cert "$work/root.pem" --ct-root-key "$work/root-key.pem" \
       --ct-precert-chance 0.1 --writers "$writers" --leaf-write-goal "$goal" --dup-chance 0.05 \
-      --readers-full 1 --readers-random 1 --log-pid "$pid" --quiet \
+      --readers-full 1 --readers-random 1 --checkpoint-poll 20ms --log-pid "$pid" --quiet \
       --report-json "$dir/report.json" >"$dir/loadgen.out" 2>&1 || true
     st1=0; [ -n "$store_pid" ] && st1=$(ticks_pid "$store_pid")
     kill "$pid"; wait "$pid" 2>/dev/null || true

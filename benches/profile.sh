@@ -43,7 +43,7 @@ if [ -n "${PROFILE_CT:-}" ]; then
   printf 'listen = "127.0.0.1:%s"\norigin = "bench.example/log"\nprivate_key_file = "%s"\n[storage]\ndir = "%s"\n[metrics]\nlisten = ""\n[ct]\nroots_file = "%s"\n' \
     "$port" "$work/ct-key.pem" "$work/log" "$work/root.pem" > "$work/ct.toml"
   ct_flags=(--ct --origin bench.example/log --ct-root-cert "$work/root.pem" --ct-root-key "$work/root-key.pem"
-    --ct-issuer-key "$PROFILE_CT" --ct-chains 80000 --ct-precert-chance 0.1 --dup-chance 0.05
+    --ct-issuer-key "$PROFILE_CT" --ct-chains 200000 --ct-precert-chance 0.1 --dup-chance 0.05
     --readers-full 1 --readers-random 0)
 fi
 if [ "${PROFILE_BACKEND:-posix}" = mysql ]; then
