@@ -327,8 +327,12 @@ pub(crate) fn hex(b: &[u8]) -> String {
 /// up costs a few allocations and a registry lookup, on every add.
 #[derive(Default)]
 struct SubmissionMetrics {
-    handles: RwLock<HashMap<(&'static str, &'static str), (metrics::Counter, metrics::Histogram)>>,
+    /// By (endpoint, outcome): the submissions counter and the duration histogram.
+    handles: RwLock<HashMap<(&'static str, &'static str), SubmissionHandles>>,
 }
+
+/// One (endpoint, outcome)'s counter and its endpoint's duration histogram.
+type SubmissionHandles = (metrics::Counter, metrics::Histogram);
 
 impl SubmissionMetrics {
     fn counted(&self, log: &str, endpoint: &'static str, outcome: &'static str, started: Instant) {
