@@ -491,18 +491,22 @@ pub enum ChainError {
 }
 
 thread_local! {
-    /// Set by [`validate_if_cheap`]: a signature check off ring's fast paths is not
-    /// made but recorded here (`Some(true)`), and the validation given up.
-    static DEFER_COSTLY: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+    /// Under [`validate_if_cheap`]: how many signature checks it made on this thread,
+    /// and whether it gave up on one (deferred). `None` otherwise.
+    static INLINE: std::cell::Cell<Option<(u8, bool)>> = const { std::cell::Cell::new(None) };
 }
 
-/// [`validate`], when every signature it has to check is one ring checks (RSA of 2048
-/// to 8192 bits, ECDSA P-256 and P-384 with SHA-256 or SHA-384, and Ed25519: tens of
-/// microseconds each, and CA links are checked once per process), on the calling
-/// thread; `None` when one is not (P-521, small RSA keys, compressed points: up to a
-/// few milliseconds each), to be validated with [`validate`] where blocking is fine.
-/// A caller on an async runtime validates inline what costs about as much as handing
-/// it to another thread, and hands off only the rest.
+/// The uncached signature checks [`validate_if_cheap`] makes before it defers: a chain
+/// of made-up links costs an async thread at most this many cheap checks.
+const INLINE_CHECKS: u8 = 3;
+
+/// [`validate`], on the calling thread, when its signature checks are few (at most
+/// [`INLINE_CHECKS`] not already cached) and cheap (ring's RSA of 2048 to 4096 bits,
+/// ECDSA P-256, Ed25519: 20 to 60 µs each; CA links are checked once per process);
+/// `None` when one is not (P-384 ~0.7 ms, larger RSA keys, P-521, the fallbacks to
+/// RustCrypto), to be validated with [`validate`] where blocking is fine. A caller on
+/// an async runtime validates inline what costs about as much as handing it to
+/// another thread, and hands off only the rest.
 pub fn validate_if_cheap(
     chain: &[Vec<u8>],
     kind: ChainKind,
@@ -510,21 +514,36 @@ pub fn validate_if_cheap(
     policy: &ChainPolicy,
     now_ms: u64,
 ) -> Option<Result<ValidatedChain, ChainError>> {
-    DEFER_COSTLY.set(Some(false));
+    /// Leaves the thread as it found it, even if `validate` panics.
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            INLINE.set(None);
+        }
+    }
+    INLINE.set(Some((0, false)));
+    let _reset = Reset;
     let validated = validate(chain, kind, roots, policy, now_ms);
-    let deferred = DEFER_COSTLY.replace(None) == Some(true);
+    let deferred = INLINE.get().is_some_and(|(_, deferred)| deferred);
     (!deferred).then_some(validated)
 }
 
-/// Under [`validate_if_cheap`], refuses a costly check (and says so); else `Ok`.
-fn costly_check() -> Result<(), VerifyError> {
-    if DEFER_COSTLY.get().is_some() {
-        DEFER_COSTLY.set(Some(true));
-        return Err(VerifyError::Unsupported(
-            "deferred: a costly signature check".into(),
-        ));
+/// Before a signature check: under [`validate_if_cheap`], one that is `cheap` within
+/// its budget goes on; any other is refused, and the deferral recorded. Otherwise `Ok`.
+fn inline_check(cheap: bool) -> Result<(), VerifyError> {
+    match INLINE.get() {
+        None => Ok(()),
+        Some((made, false)) if cheap && made < INLINE_CHECKS => {
+            INLINE.set(Some((made + 1, false)));
+            Ok(())
+        }
+        Some((made, _)) => {
+            INLINE.set(Some((made, true)));
+            Err(VerifyError::Unsupported(
+                "deferred: a costly signature check".into(),
+            ))
+        }
     }
-    Ok(())
 }
 
 /// Validates a submitted chain (leaf first, DER) for `kind`'s endpoint against the
@@ -1213,12 +1232,13 @@ fn verify_signature_by(child: &Cert<'_>, issuer: &Cert<'_>, ring: bool) -> Resul
             if key_oid.value != OID_RSA_KEY {
                 return Err(invalid("an RSA signature but the issuer's key is not RSA"));
             }
-            if ring && let Some(alg) = ring_rsa(key, SigAlg::RsaPkcs1(hash)) {
+            if ring && let Some((alg, bits)) = ring_rsa(key, SigAlg::RsaPkcs1(hash)) {
+                inline_check(bits <= 4096)?;
                 return ring::signature::UnparsedPublicKey::new(alg, key)
                     .verify(tbs, signature)
                     .map_err(|_| invalid("bad RSA signature"));
             }
-            costly_check()?;
+            inline_check(false)?;
             let key = rsa_key(key)?;
             let scheme = match hash {
                 Hash::Sha1 => Pkcs1v15Sign::new::<Sha1>(),
@@ -1235,12 +1255,13 @@ fn verify_signature_by(child: &Cert<'_>, issuer: &Cert<'_>, ring: bool) -> Resul
                     "an RSA-PSS signature but the issuer's key is not RSA",
                 ));
             }
-            if ring && let Some(alg) = ring_rsa(key, SigAlg::RsaPss(hash)) {
+            if ring && let Some((alg, bits)) = ring_rsa(key, SigAlg::RsaPss(hash)) {
+                inline_check(bits <= 4096)?;
                 return ring::signature::UnparsedPublicKey::new(alg, key)
                     .verify(tbs, signature)
                     .map_err(|_| invalid("bad RSA-PSS signature"));
             }
-            costly_check()?;
+            inline_check(false)?;
             let key = rsa_key(key)?;
             let salt = hash.len();
             let scheme = match hash {
@@ -1260,11 +1281,13 @@ fn verify_signature_by(child: &Cert<'_>, issuer: &Cert<'_>, ring: bool) -> Resul
                 .filter(|p| p.tag == der::OID)
                 .ok_or_else(|| invalid("an EC key without a named curve"))?;
             if ring && let Some(alg) = ring_ecdsa(curve.value, key, hash) {
+                // P-384 costs ~14x P-256 in ring (benches/benches/ct.rs).
+                inline_check(curve.value == OID_P256)?;
                 return ring::signature::UnparsedPublicKey::new(alg, key)
                     .verify(tbs, signature)
                     .map_err(|_| invalid("bad ECDSA signature"));
             }
-            costly_check()?;
+            inline_check(false)?;
             verify_ecdsa(curve.value, key, &hash.digest(tbs), signature)
         }
         SigAlg::Ed25519 => {
@@ -1276,6 +1299,7 @@ fn verify_signature_by(child: &Cert<'_>, issuer: &Cert<'_>, ring: bool) -> Resul
             let key: &[u8; 32] = key
                 .try_into()
                 .map_err(|_| invalid("an Ed25519 key not of 32 bytes"))?;
+            inline_check(true)?;
             let key = ed25519_dalek::VerifyingKey::from_bytes(key).map_err(invalid)?;
             let sig = ed25519_dalek::Signature::from_slice(signature).map_err(invalid)?;
             key.verify(tbs, &sig)
@@ -1284,15 +1308,18 @@ fn verify_signature_by(child: &Cert<'_>, issuer: &Cert<'_>, ring: bool) -> Resul
     }
 }
 
-/// ring's verification algorithm for `alg` under the RSAPublicKey `der_key`, when the
-/// key is within what ring takes: a modulus of 2048 to 8192 bits and a public exponent
+/// ring's verification algorithm for `alg` under the RSAPublicKey `der_key`, and the
+/// modulus's bits, when the key is within what ring takes: a modulus of 2048 to 8192 bits and a public exponent
 /// that is odd, at least 3 and at most 32 bits (ring refuses others, and its error
 /// does not say why). Then ring's answer is final; otherwise the `rsa` crate decides
 /// (smaller legacy keys, unusual exponents), so what is accepted does not depend on
 /// the library. ring is ~12× faster here (2048-bit, SHA-256: ~30–40 µs against
 /// ~410–490 µs), and every add of a chain under an RSA issuer verifies the leaf's
 /// signature (benches/results/history.md, 2026-11-27).
-fn ring_rsa(der_key: &[u8], alg: SigAlg) -> Option<&'static ring::signature::RsaParameters> {
+fn ring_rsa(
+    der_key: &[u8],
+    alg: SigAlg,
+) -> Option<(&'static ring::signature::RsaParameters, usize)> {
     use ring::signature as rs;
     let seq = der::read_exact(der_key, der::SEQUENCE).ok()?;
     let mut r = Reader::new(seq.value);
@@ -1316,7 +1343,7 @@ fn ring_rsa(der_key: &[u8], alg: SigAlg) -> Option<&'static ring::signature::Rsa
     if !(2048..=MAX_RSA_BITS).contains(&n_bits) || !(2..=32).contains(&e_bits) || !e_odd {
         return None;
     }
-    Some(match alg {
+    let params = match alg {
         SigAlg::RsaPkcs1(Hash::Sha1) => &rs::RSA_PKCS1_2048_8192_SHA1_FOR_LEGACY_USE_ONLY,
         SigAlg::RsaPkcs1(Hash::Sha256) => &rs::RSA_PKCS1_2048_8192_SHA256,
         SigAlg::RsaPkcs1(Hash::Sha384) => &rs::RSA_PKCS1_2048_8192_SHA384,
@@ -1325,14 +1352,15 @@ fn ring_rsa(der_key: &[u8], alg: SigAlg) -> Option<&'static ring::signature::Rsa
         SigAlg::RsaPss(Hash::Sha384) => &rs::RSA_PSS_2048_8192_SHA384,
         SigAlg::RsaPss(Hash::Sha512) => &rs::RSA_PSS_2048_8192_SHA512,
         _ => return None,
-    })
+    };
+    Some((params, n_bits))
 }
 
 /// ring's verification algorithm for an ECDSA signature with `hash` under the key
 /// `point` on `curve`, when ring takes it: P-256 or P-384 with SHA-256 or SHA-384, an
 /// uncompressed point. Then ring's answer is final; otherwise (P-521, SHA-1, SHA-512,
 /// a compressed point) RustCrypto decides, and both take the same signatures (tests
-/// compare them). ring is ~5× faster on P-256 and ~9x on P-384 (`benches/benches/ct.rs`),
+/// compare them). ring is ~5× faster on P-256 and ~1.5× on P-384 (`benches/benches/ct.rs`),
 /// and every add of a chain under an ECDSA issuer verifies the leaf's signature.
 fn ring_ecdsa(
     curve: &[u8],

@@ -289,8 +289,13 @@ pub fn read_routes<S: LogStorage>(log: Log<S>, ct: Arc<CtLog>) -> Router {
 #[derive(Deserialize)]
 struct AddChainRequest<'a> {
     #[serde(borrow)]
-    chain: Vec<std::borrow::Cow<'a, str>>,
+    chain: Vec<Base64Der<'a>>,
 }
+
+/// One base64 certificate of a chain (a `Cow` inside a `Vec` is only borrowed through
+/// a newtype: serde borrows a field's `Cow` when told to, never a `Vec`'s elements).
+#[derive(Deserialize)]
+struct Base64Der<'a>(#[serde(borrow)] std::borrow::Cow<'a, str>);
 
 fn now_ms() -> u64 {
     SystemTime::now()
@@ -407,7 +412,7 @@ async fn add_inner<S: LogStorage>(
     let Some(leaf) = request.chain.first() else {
         return bad("the chain is empty".into());
     };
-    let leaf = match B64.decode(leaf.as_bytes()) {
+    let leaf = match B64.decode(leaf.0.as_bytes()) {
         Ok(der) => der,
         Err(e) => return bad(format!("chain[0] is not base64: {e}")),
     };
@@ -422,7 +427,7 @@ async fn add_inner<S: LogStorage>(
     let mut chain = Vec::with_capacity(request.chain.len());
     chain.push(leaf);
     for (i, c) in request.chain.iter().enumerate().skip(1) {
-        match B64.decode(c.as_bytes()) {
+        match B64.decode(c.0.as_bytes()) {
             Ok(der) => chain.push(der),
             Err(e) => return bad(format!("chain[{i}] is not base64: {e}")),
         }
@@ -526,7 +531,10 @@ async fn add_inner<S: LogStorage>(
             "the entry is logged but no checkpoint covers it yet; resubmit for its SCT",
         );
     }
-    let body = ct.sct_body(&dedup_key, &stored);
+    // A precertificate resubmitted with another chain could name another issuer key
+    // than the one logged: its SCT is signed from this chain but not remembered.
+    let remember = !added.duplicate || kind == ChainKind::Certificate;
+    let body = ct.sct_body(remember.then_some(&dedup_key), &stored);
     (
         sct_response(body, added.duplicate),
         if added.duplicate { "duplicate" } else { "ok" },
@@ -565,11 +573,11 @@ impl CtLog {
             chain: Vec::new(),
         };
         let stored = timestamped_entry(&submission, first.index, timestamp);
-        Some(sct_response(self.sct_body(dedup_key, &stored), true))
+        Some(sct_response(self.sct_body(Some(dedup_key), &stored), true))
     }
 
-    /// Sign the SCT of `stored` and remember the answer under `dedup_key`.
-    fn sct_body(&self, dedup_key: &[u8; 32], stored: &TimestampedEntry) -> Bytes {
+    /// Sign the SCT of `stored`, and remember the answer under `dedup_key` if given.
+    fn sct_body(&self, dedup_key: Option<&[u8; 32]>, stored: &TimestampedEntry) -> Bytes {
         let sct = SignedCertificateTimestamp::sign(&self.key, stored);
         let body = Bytes::from(
             serde_json::json!({
@@ -581,10 +589,12 @@ impl CtLog {
             })
             .to_string(),
         );
-        self.scts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(*dedup_key, body.clone());
+        if let Some(key) = dedup_key {
+            self.scts
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(*key, body.clone());
+        }
         body
     }
 }

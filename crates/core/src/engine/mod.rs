@@ -645,9 +645,11 @@ impl<S: LogStorage> Log<S> {
     pub fn committed_duplicate(&self, key: &[u8; 32]) -> Option<AddOutcome> {
         let inner = &self.inner;
         let dedup = inner.dedup.as_ref()?;
-        inner.dedup_lookups.increment(1);
         match dedup.get(key) {
+            // Counted as a lookup and a hit only when it answers: a miss goes on to
+            // `Log::add`, which looks up and counts once.
             Ok(Some(first)) if first.index < self.committed_size() => {
+                inner.dedup_lookups.increment(1);
                 inner.dedup_hits.increment(1);
                 Some(AddOutcome::duplicate_of(first))
             }

@@ -471,6 +471,29 @@ fn cheap_chains_validate_inline_and_costly_ones_are_deferred() {
     // After a deferral, plain validation of the same chain is unaffected.
     assert!(validate_if_cheap(&p521, Cert_, &p521_roots, &policy, now).is_none());
     assert!(validate(&p521, Cert_, &p521_roots, &policy, now).is_ok());
+    // A P-384 leaf (~0.7 ms in ring) is deferred too.
+    let p384 = chain(&["tesseract/test_leaf_cert_signed_by_intermediate.pem", T_INT]);
+    let p384_roots = roots(&["tesseract/test_root_ca_cert.pem"]);
+    assert!(validate_if_cheap(&p384, Cert_, &p384_roots, &policy, now).is_none());
+    assert!(validate(&p384, Cert_, &p384_roots, &policy, now).is_ok());
+}
+
+/// At most [`INLINE_CHECKS`] cheap checks inline, none costly; a deferral sticks until
+/// the next validation; outside `validate_if_cheap` every check goes on.
+#[test]
+fn inline_checks_are_few_and_cheap() {
+    assert!(inline_check(false).is_ok());
+    INLINE.set(Some((0, false)));
+    for _ in 0..INLINE_CHECKS {
+        assert!(inline_check(true).is_ok());
+    }
+    assert!(inline_check(true).is_err());
+    assert_eq!(INLINE.get(), Some((INLINE_CHECKS, true)));
+    INLINE.set(Some((0, false)));
+    assert!(inline_check(false).is_err());
+    assert!(inline_check(true).is_err(), "once deferred, deferred");
+    INLINE.set(None);
+    assert!(inline_check(false).is_ok());
 }
 
 #[test]
