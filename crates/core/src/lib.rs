@@ -2,7 +2,7 @@
 //!
 //! The format and math modules ([`hash`], [`tile`], [`bundle`], [`merkle`], [`proof`],
 //! [`note`], [`mldsa`], [`personality`], [`checkpoint`], [`cosignature`],
-//! [`witness`]) are pure: no I/O, no async runtime. The [`engine`] module
+//! [`witness`], [`time`]) are pure: no I/O, no async runtime. The [`engine`] module
 //! (feature `engine`, on by default) is the generic sequencing queue, integrator and
 //! checkpoint publisher over the [`engine::LogStorage`] trait.
 
@@ -16,6 +16,7 @@ pub mod note;
 pub mod personality;
 pub mod proof;
 pub mod tile;
+pub mod time;
 pub mod witness;
 
 #[cfg(feature = "engine")]

@@ -1577,24 +1577,7 @@ fn pem_blocks(pem: &[u8]) -> Vec<PemBlock> {
 
 /// Milliseconds since the epoch as an RFC 3339 UTC time, for messages.
 fn rfc3339(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let (days, sod) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Days to civil date (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        sod / 3600,
-        sod / 60 % 60,
-        sod % 60
-    )
+    tlogd_core::time::format_rfc3339_ms(ms)
 }
 
 #[cfg(test)]

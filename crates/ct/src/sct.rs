@@ -32,6 +32,21 @@ impl SignedCertificateTimestamp {
             signature: key.sign_randomized(&signature_input(entry)),
         }
     }
+
+    /// The JSON body of an `add-chain` or `add-pre-chain` answer (RFC 6962 §4.1), in
+    /// its field order: `sct_version` (0), `id`, `timestamp`, `extensions`, `signature`,
+    /// the bytes in base64.
+    pub fn to_json(&self) -> String {
+        use base64::Engine as _;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        format!(
+            "{{\"sct_version\":0,\"id\":\"{}\",\"timestamp\":{},\"extensions\":\"{}\",\"signature\":\"{}\"}}",
+            b64.encode(self.log_id),
+            self.timestamp,
+            b64.encode(&self.extensions),
+            b64.encode(&self.signature)
+        )
+    }
 }
 
 /// The `TimestampedEntry` the log stores for `submission` sequenced at `index` with
@@ -71,5 +86,17 @@ mod tests {
         )
         .unwrap();
         assert!(rest.is_empty());
+        // The answer's JSON: RFC 6962 §4.1's fields, in its order.
+        let json = SignedCertificateTimestamp {
+            log_id: [0xfb; 32],
+            timestamp: 1234,
+            extensions: vec![0, 0, 5, 0, 0, 0, 0, 8],
+            signature: vec![4, 3, 0, 1, 0xff],
+        }
+        .to_json();
+        assert_eq!(
+            json,
+            "{\"sct_version\":0,\"id\":\"+/v7+/v7+/v7+/v7+/v7+/v7+/v7+/v7+/v7+/v7+/s=\",\"timestamp\":1234,\"extensions\":\"AAAFAAAAAAg=\",\"signature\":\"BAMAAf8=\"}"
+        );
     }
 }

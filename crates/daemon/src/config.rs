@@ -882,35 +882,11 @@ pub fn parse_rfc3339_ms(s: &str) -> anyhow::Result<u64> {
     if !(1970..=9999).contains(&y) || !(1..=12).contains(&mo) || h > 23 || mi > 59 || sec > 59 {
         return Err(bad());
     }
-    let leap = y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
-    let month_days = [
-        31,
-        if leap { 29 } else { 28 },
-        31,
-        30,
-        31,
-        30,
-        31,
-        31,
-        30,
-        31,
-        30,
-        31,
-    ];
-    if d == 0 || d > month_days[mo as usize - 1] {
+    if d == 0 || d > u64::from(tlogd_core::time::days_in_month(y as i64, mo as u32)) {
         return Err(bad());
     }
-    // Days since the epoch (the civil-from-days algorithm, run backwards).
-    let (yy, mm) = if mo <= 2 {
-        (y - 1, mo + 9)
-    } else {
-        (y, mo - 3)
-    };
-    let era = yy / 400;
-    let yoe = yy - era * 400;
-    let doy = (153 * mm + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
+    // From 1970 on (checked above): not negative.
+    let days = tlogd_core::time::days_from_civil(y as i64, mo as u32, d as u32) as u64;
     Ok(((days * 24 + h) * 60 + mi) * 60_000 + sec * 1000 + millis)
 }
 

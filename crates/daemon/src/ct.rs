@@ -578,17 +578,7 @@ impl CtLog {
 
     /// Sign the SCT of `stored`, and remember the answer under `dedup_key` if given.
     fn sct_body(&self, dedup_key: Option<&[u8; 32]>, stored: &TimestampedEntry) -> Bytes {
-        let sct = SignedCertificateTimestamp::sign(&self.key, stored);
-        let body = Bytes::from(
-            serde_json::json!({
-                "sct_version": 0,
-                "id": B64.encode(sct.log_id),
-                "timestamp": sct.timestamp,
-                "extensions": B64.encode(&sct.extensions),
-                "signature": B64.encode(&sct.signature),
-            })
-            .to_string(),
-        );
+        let body = Bytes::from(SignedCertificateTimestamp::sign(&self.key, stored).to_json());
         if let Some(key) = dedup_key {
             self.scts
                 .lock()

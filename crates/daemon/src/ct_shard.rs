@@ -281,24 +281,7 @@ struct Interval {
 /// `.fff` only when there are milliseconds (the inverse of
 /// [`crate::config::parse_rfc3339_ms`]).
 pub fn format_rfc3339_ms(ms: u64) -> String {
-    let secs = ms / 1000;
-    let days = secs / 86_400;
-    let rem = secs % 86_400;
-    // Civil from days (days since 1970-01-01).
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + u64::from(m <= 2);
-    let (h, mi, s) = (rem / 3600, rem % 3600 / 60, rem % 60);
-    match ms % 1000 {
-        0 => format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z"),
-        f => format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{f:03}Z"),
-    }
+    tlogd_core::time::format_rfc3339_ms(i64::try_from(ms).unwrap_or(i64::MAX))
 }
 
 fn now_ms() -> u64 {

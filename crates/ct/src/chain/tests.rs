@@ -45,14 +45,8 @@ fn roots(names: &[&str]) -> Roots {
 }
 
 /// Milliseconds since the epoch at midnight UTC of a date.
-fn day(y: i64, m: i64, d: i64) -> u64 {
-    // Howard Hinnant's days_from_civil.
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    ((era * 146_097 + doe - 719_468) * 86_400_000) as u64
+fn day(y: i64, m: u32, d: u32) -> u64 {
+    (tlogd_core::time::days_from_civil(y, m, d) * 86_400_000) as u64
 }
 
 /// 2026-01-01: after most vector leaves expired (validation ignores it by default).
