@@ -5,13 +5,14 @@
 //!
 //! An add, in order:
 //!
-//! 0. A resubmission is answered before its chain is validated: the SCT last signed
+//! 0. The body (at most [`MAX_CHAIN_BODY`], TesseraCT's bound) is parsed; a
+//!    resubmission is answered before its chain is validated: the SCT last signed
 //!    for the same leaf ([`SctCache`]), or, for a certificate, one signed from what the
 //!    dedup index holds (its index and timestamp; the entry is the leaf itself). Its
 //!    chain was validated when it was logged, and its SCT commits the log to nothing
 //!    new, so the chain sent again is not checked (it may differ: RFC 6962 §4.1).
-//! 1. The body (at most [`MAX_CHAIN_BODY`], TesseraCT's bound) is parsed and the chain
-//!    validated against the roots (`tlogd_ct::chain`), off the async threads: `400`
+//! 1. The chain is validated against the roots (`tlogd_ct::chain`): on the request's
+//!    thread when its checks are few and cheap, else off the async threads; `400`
 //!    with the reason when it does not validate.
 //!    Certificates older than `[ct] old_not_before_days` are rate-limited (`429`).
 //! 2. Every issuer of the verified path, the root included, is stored at
@@ -432,9 +433,10 @@ async fn add_inner<S: LogStorage>(
             Err(e) => return bad(format!("chain[{i}] is not base64: {e}")),
         }
     }
-    // Signature checks through ring take tens of microseconds, about what handing the
-    // chain to another thread costs: here. Others take up to milliseconds per link
-    // (P-521, small RSA keys): off the async threads, which serve every other request.
+    // A few cheap signature checks (RSA up to 4096 bits, P-256: 20-60 µs each) cost
+    // about what handing the chain to another thread costs: here. Others (P-384 ~0.7
+    // ms, P-521, small RSA keys, long chains of unknown links): off the async threads,
+    // which serve every other request (`validate_if_cheap`).
     let roots = ct.roots();
     let validated = match validate_if_cheap(&chain, kind, &roots.roots, &ct.policy, now_ms()) {
         Some(v) => Ok(v),
