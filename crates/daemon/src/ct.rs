@@ -298,10 +298,11 @@ struct AddChainRequest<'a> {
 #[derive(Deserialize)]
 struct Base64Der<'a>(#[serde(borrow)] std::borrow::Cow<'a, str>);
 
-fn now_ms() -> u64 {
+/// Milliseconds since the Unix epoch (0 before it).
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// `503` with `msg` and a jittered `Retry-After`: retrying later can succeed.

@@ -19,7 +19,7 @@
 //!   shard read-only (Sunlight freezes a week after the limit, the default grace).
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
@@ -36,6 +36,7 @@ use tlogd_core::note::Note;
 use tlogd_static_ct::sth::note_key_id;
 
 use crate::config::{CtConfig, log_list_url};
+use crate::ct::now_ms;
 
 /// What `log_software` names.
 const SOFTWARE: (&str, &str) = ("tlogd", env!("CARGO_PKG_VERSION"));
@@ -282,12 +283,6 @@ struct Interval {
 /// [`crate::config::parse_rfc3339_ms`]).
 pub fn format_rfc3339_ms(ms: u64) -> String {
     tlogd_core::time::format_rfc3339_ms(i64::try_from(ms).unwrap_or(i64::MAX))
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// `GET /log.v3.json` of `log`.
