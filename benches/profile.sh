@@ -19,6 +19,14 @@
 # reader) with chains whose intermediate has that key, and stages for the signature
 # checks (ring, RustCrypto), X.509/DER parsing and JSON/base64.
 #   PROFILE_CT=rsa2048 PROFILE_WRITERS=128 benches/profile.sh ct-rsa
+# A CT run lasts 24 s and records from 5 s after its first entry, so that its 250,000
+# chains (minted first, not timed) last past the recording at ~10k adds/s: a pool used
+# up turns the rest of the run into resubmissions.
+# PROFILE_CT_CHAINS=N mints N chains instead of 250,000; writers cycle through them, so
+# with a small N (2000) nearly every add is a resubmission answered from the SCT cache,
+# and the table is per answer (the loadgen's acknowledged rate over the recording)
+# rather than per append:
+#   PROFILE_CT=rsa2048 PROFILE_CT_CHAINS=2000 PROFILE_WRITERS=128 benches/profile.sh dups
 #
 # Needs perf (linux-perf) and the release binaries (cargo build --release --workspace
 # --all-targets). The stages are heuristics over symbol names: good for before/after on
@@ -35,6 +43,7 @@ bench_work tlogd-profile
 port=$(free_port)
 "$bin/tlogd" keygen --origin bench.example/log --out "$work/key" > "$work/vkey" 2>/dev/null
 ct_flags=()
+duration=30s warmup=10
 if [ -n "${PROFILE_CT:-}" ]; then
   openssl ecparam -name prime256v1 -genkey -noout -out "$work/ct-key.pem" 2>/dev/null
   chmod 600 "$work/ct-key.pem"
@@ -42,8 +51,9 @@ if [ -n "${PROFILE_CT:-}" ]; then
   openssl ec -in "$work/ct-key.pem" -pubout -outform DER 2>/dev/null | base64 -w0 > "$work/vkey"
   printf 'listen = "127.0.0.1:%s"\norigin = "bench.example/log"\nprivate_key_file = "%s"\n[storage]\ndir = "%s"\n[metrics]\nlisten = ""\n[ct]\nroots_file = "%s"\n' \
     "$port" "$work/ct-key.pem" "$work/log" "$work/root.pem" > "$work/ct.toml"
+  duration=24s warmup=5
   ct_flags=(--ct --origin bench.example/log --ct-root-cert "$work/root.pem" --ct-root-key "$work/root-key.pem"
-    --ct-issuer-key "$PROFILE_CT" --ct-chains 200000 --ct-precert-chance 0.1 --dup-chance 0.05
+    --ct-issuer-key "$PROFILE_CT" --ct-chains "${PROFILE_CT_CHAINS:-250000}" --ct-precert-chance 0.1 --dup-chance 0.05
     --readers-full 1 --readers-random 0)
 fi
 if [ "${PROFILE_BACKEND:-posix}" = mysql ]; then
@@ -64,24 +74,30 @@ pids+=("$tl")
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/checkpoint" >/dev/null && break; sleep 0.1; done
 read -r -a lgflags <<< "${LGFLAGS:-}"
 "$bin/tlog-loadgen" --log-url "http://127.0.0.1:$port" --log-public-key "$(cat "$work/vkey")" \
-  --writers "${PROFILE_WRITERS:-256}" --duration 30s --log-pid "$tl" --quiet --report-json "$work/r.json" \
+  --writers "${PROFILE_WRITERS:-256}" --duration "$duration" --log-pid "$tl" --quiet --report-json "$work/r.json" \
   "${ct_flags[@]}" "${lgflags[@]}" >/dev/null &
 lg=$!
 pids+=("$lg")
 size() { curl -sf "http://127.0.0.1:$port/checkpoint" | sed -n 2p; }
 # A CT run mints its chains first (not timed): wait for its first entries.
 for _ in $(seq 300); do [ "$(size || echo 0)" -gt 0 ] && break; sleep 1; done
-sleep 10
-s0=$(size)
+sleep "$warmup"
+# tlogd's CPU ticks (utime + stime, /proc) over the recording, beside the samples.
+ticks() { awk '{print $14 + $15}' "/proc/$tl/stat"; }
+s0=$(size) t0=$(ticks)
 perf record -F 999 -p "$tl" -o "$work/perf.data" -- sleep 12 >/dev/null 2>&1
-s1=$(size)
+s1=$(size) t1=$(ticks)
 wait "$lg" || true
 perf report -i "$work/perf.data" --no-children --sort comm,dso,sym 2>/dev/null | tee "${KEEP_REPORT:-/dev/null}" | grep '%' > "$work/report.txt"
 samples=$(perf script -i "$work/perf.data" -F comm 2>/dev/null | wc -l)
-python3 - "$work/report.txt" "$samples" $((s1 - s0)) "$label" "$work/r.json" <<'PY'
+python3 - "$work/report.txt" "$samples" $((s1 - s0)) "$label" "$work/r.json" "${PROFILE_CT_CHAINS:-}" $((t1 - t0)) "$(getconf CLK_TCK)" <<'PY'
 import collections, json, re, sys
 report, samples, entries, label = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+window_cpu_s = int(sys.argv[7]) / int(sys.argv[8])
 r = json.load(open(sys.argv[5]))
+if sys.argv[6]:
+    # Resubmissions do not grow the tree: count the answers (12 s at the run's rate).
+    entries = int(r['write_rate_per_s'] * 12)
 total = samples / 999 * 1e6 / max(entries, 1)
 NET = r'tcp|inet|skb|ip_|sock|softirq|net_|__dev|loopback|_copy_to_iter|_copy_from_iter|sendmsg|recvmsg|writev|readv|recvfrom|bbr|process_backlog|sk_|fdget|do_syscall|irqentry|kmem|slab'
 SCHED = r'task_switch|schedule|futex|spin_unlock|wake|enqueue|dequeue|pick_next|update_curr|switch'
@@ -112,9 +128,12 @@ for line in open(report):
     m = re.match(r'\s*([\d.]+)%\s+(\S+)\s+(\S+)\s+\[(.)\]\s+(.*)', line)
     if m:
         shares[stage(m[2], m[3], m[4] == 'k', m[5])] += float(m[1])
-print(f"{label}: {r['tree_growth_per_s']:,.0f} appends/s over the run, tlogd {r['log_cpu_us_per_add']:.1f} µs CPU/append "
-      f"(/proc), loadgen {r['loadgen_cpu_us_per_add']:.1f} µs/add; profile: {samples} samples over {entries:,} appends = {total:.1f} µs/append")
-print("| stage | share | µs/append |")
+unit = 'answers' if sys.argv[6] else 'appends'
+rate = r['write_rate_per_s'] if sys.argv[6] else r['tree_growth_per_s']
+print(f"{label}: {rate:,.0f} {unit}/s over the run, tlogd {r['log_cpu_us_per_add']:.1f} µs CPU/append "
+      f"(/proc), loadgen {r['loadgen_cpu_us_per_add']:.1f} µs/add; profile: {samples} samples over {entries:,} {unit} = {total:.1f} µs each; "
+      f"/proc over the recording: {window_cpu_s * 1e6 / max(entries, 1):.1f} µs each")
+print(f"| stage | share | µs per {unit[:-1]} |")
 print("|---|---|---|")
 for k, v in shares.most_common():
     print(f"| {k} | {v:.1f} % | {v * total / 100:.2f} |")

@@ -42,6 +42,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use base64::Engine as _;
 use p256::ecdsa::signature::Verifier as _;
@@ -119,17 +120,12 @@ const KNOWN_UNSUPPORTED: &[(&str, &str)] = &[
 /// their DER, in the order given (`get-roots`, RFC 6962 §4.7, lists them so).
 #[derive(Clone, Default)]
 pub struct Roots {
-    certs: Vec<RootCert>,
+    certs: Vec<Arc<CaCert>>,
     by_fingerprint: HashMap<[u8; 32], usize>,
     /// Raw subject Name → indices: the roots that may have issued a certificate naming
     /// that issuer (several roots can share a name, e.g. an RSA and an ECDSA
     /// generation of one CA).
     by_subject: HashMap<Vec<u8>, Vec<usize>>,
-}
-
-#[derive(Clone)]
-struct RootCert {
-    der: Vec<u8>,
 }
 
 impl fmt::Debug for Roots {
@@ -173,24 +169,28 @@ impl Roots {
 
     /// Adds one root (its DER); `Ok(false)` if it was already there.
     fn push(&mut self, der: Vec<u8>) -> Result<bool, String> {
-        let fingerprint: [u8; 32] = Sha256::digest(&der).into();
-        if self.by_fingerprint.contains_key(&fingerprint) {
-            return Ok(false);
+        let root = CaCert::parse(der).map_err(|e| e.to_string())?;
+        Ok(self.push_parsed(Arc::new(root)))
+    }
+
+    /// Adds one parsed root; `false` if it was already there.
+    fn push_parsed(&mut self, root: Arc<CaCert>) -> bool {
+        if self.by_fingerprint.contains_key(&root.fingerprint) {
+            return false;
         }
-        let subject = Cert::parse(&der)
-            .map_err(|e| e.to_string())?
-            .subject
-            .to_vec();
         let index = self.certs.len();
-        self.by_fingerprint.insert(fingerprint, index);
-        self.by_subject.entry(subject).or_default().push(index);
-        self.certs.push(RootCert { der });
-        Ok(true)
+        self.by_fingerprint.insert(root.fingerprint, index);
+        self.by_subject
+            .entry(root.cert().subject.to_vec())
+            .or_default()
+            .push(index);
+        self.certs.push(root);
+        true
     }
 
     /// The roots' DER, in order (for `get-roots`).
     pub fn ders(&self) -> impl Iterator<Item = &[u8]> {
-        self.certs.iter().map(|c| c.der.as_slice())
+        self.certs.iter().map(|c| c.der())
     }
 
     /// How many roots.
@@ -214,18 +214,19 @@ impl Roots {
     pub fn union(&self, other: &Roots) -> Roots {
         let mut out = self.clone();
         for c in &other.certs {
-            // Each was parsed when `other` was built; pushing it again cannot fail.
-            let _ = out.push(c.der.clone());
+            out.push_parsed(c.clone());
         }
         out
     }
 
-    /// The accepted root that issued `child` (certificate `index` of the chain), parsed.
-    fn issuer_of<'r>(
-        &'r self,
+    /// The accepted root that issued `child` (certificate `index` of the chain).
+    /// `parsed`: `child` as parsed once, which remembers the roots found to sign it.
+    fn issuer_of(
+        &self,
         child: &Cert<'_>,
         index: usize,
-    ) -> Result<(&'r [u8], Cert<'r>), ChainError> {
+        parsed: Option<&CaCert>,
+    ) -> Result<&Arc<CaCert>, ChainError> {
         let candidates = self
             .by_subject
             .get(child.issuer)
@@ -233,10 +234,17 @@ impl Roots {
             .unwrap_or_default();
         let mut failure: Option<VerifyError> = None;
         for &i in candidates {
-            let der = self.certs[i].der.as_slice();
-            let Ok(root) = Cert::parse(der) else { continue };
-            match verify_signed_by(child, &root) {
-                Ok(()) => return Ok((der, root)),
+            let root = &self.certs[i];
+            if parsed.is_some_and(|p| p.is_signed_by(&root.fingerprint)) {
+                return Ok(root);
+            }
+            match verify_signed_by(child, root.cert()) {
+                Ok(()) => {
+                    if let Some(p) = parsed {
+                        p.signed_by(root.fingerprint);
+                    }
+                    return Ok(root);
+                }
                 Err(e) => {
                     failure.get_or_insert(e);
                 }
@@ -565,21 +573,36 @@ pub fn validate(
             max: MAX_CHAIN_LEN,
         });
     }
-    let certs = chain
-        .iter()
-        .enumerate()
-        .map(|(index, der)| Cert::parse(der).map_err(|e| e.at(index)))
-        .collect::<Result<Vec<_>, _>>()?;
-    let fingerprints: Vec<[u8; 32]> = chain.iter().map(|d| Sha256::digest(d).into()).collect();
+    // The leaf is parsed for each submission (it is new, or answered before this as a
+    // resubmission); the CA certificates after it are parsed once per process and found
+    // by their bytes (`CaCert`), as every submission under one intermediate repeats
+    // them.
+    let leaf = Cert::parse(&chain[0]).map_err(|e| e.at(0))?;
+    let mut cas: Vec<Arc<CaCert>> = Vec::with_capacity(chain.len() - 1);
+    let mut parsed_now = Vec::new();
+    for (index, der) in chain.iter().enumerate().skip(1) {
+        match cached_ca(der) {
+            Some(ca) => cas.push(ca),
+            None => {
+                cas.push(Arc::new(
+                    CaCert::parse(der.clone()).map_err(|e| e.at(index))?,
+                ));
+                parsed_now.push(index - 1);
+            }
+        }
+    }
     // A path never repeats a certificate (Go's verifier skips a candidate already in
-    // the chain); a repeat would also be stored twice.
-    for (index, f) in fingerprints.iter().enumerate() {
-        if let Some(first) = fingerprints[..index].iter().position(|g| g == f) {
+    // the chain); a repeat would also be stored twice. (Equal bytes: equal
+    // fingerprints.)
+    for index in 1..chain.len() {
+        if let Some(first) = chain[..index].iter().position(|c| *c == chain[index]) {
             return Err(ChainError::Duplicate { index, first });
         }
     }
+    let certs: Vec<&Cert<'_>> = std::iter::once(&leaf)
+        .chain(cas.iter().map(|c| c.cert()))
+        .collect();
 
-    let leaf = &certs[0];
     let is_precert = leaf
         .is_precertificate()
         .map_err(ChainError::InvalidPoison)?;
@@ -588,22 +611,36 @@ pub fn validate(
         (ChainKind::Precertificate, false) => return Err(ChainError::CertificateToAddPreChain),
         _ => {}
     }
-    check_policy(leaf, policy, now_ms)?;
+    check_policy(&leaf, policy, now_ms)?;
 
     // RFC 6962 §3.1: a valid signature chain, using the intermediates as submitted.
     for (index, pair) in certs.windows(2).enumerate() {
-        check_issued(&pair[0], index, &pair[1])?;
+        // From certificate 1 on, the child is a CA certificate parsed once, which
+        // remembers the issuers (by fingerprint) found to have signed it: the same
+        // bytes, the same answer.
+        let child = index.checked_sub(1).map(|c| &cas[c]);
+        if child.is_some_and(|c| c.is_signed_by(&cas[index].fingerprint)) {
+            continue;
+        }
+        check_issued(pair[0], index, pair[1])?;
+        if let Some(c) = child {
+            c.signed_by(cas[index].fingerprint);
+        }
     }
     let last = certs.len() - 1;
-    let appended = if roots.contains(&fingerprints[last]) {
+    let last_is_root = match cas.last() {
+        Some(ca) => roots.contains(&ca.fingerprint),
+        None => roots.contains(&Sha256::digest(&chain[0]).into()),
+    };
+    let appended = if last_is_root {
         None
     } else {
-        Some(roots.issuer_of(&certs[last], last)?)
+        Some(roots.issuer_of(certs[last], last, cas.last().map(|c| &**c))?)
     };
 
-    let mut path: Vec<&Cert<'_>> = certs.iter().collect();
-    if let Some((_, root)) = &appended {
-        path.push(root);
+    let mut path: Vec<&Cert<'_>> = certs.clone();
+    if let Some(root) = appended {
+        path.push(root.cert());
     }
     // RFC 6962 §3.1: a precertificate may be signed by a Precertificate Signing
     // Certificate, a CA certificate with the Certificate Transparency EKU certified
@@ -626,7 +663,7 @@ pub fn validate(
         SubmittedEntry::Precertificate {
             // RFC 6962 §3.2: the key of the CA that will issue the final certificate.
             issuer_key_hash: Sha256::digest(key_holder.spki).into(),
-            tbs_certificate: precert_tbs(leaf, pre)?,
+            tbs_certificate: precert_tbs(&leaf, pre)?,
             pre_certificate: chain[0].clone(),
         }
     } else {
@@ -636,16 +673,116 @@ pub fn validate(
     };
 
     let mut issuers: Vec<Vec<u8>> = chain[1..].to_vec();
-    let mut fps: Vec<[u8; 32]> = fingerprints[1..].to_vec();
-    if let Some((der, _)) = appended {
-        issuers.push(der.to_vec());
-        fps.push(Sha256::digest(der).into());
+    let mut fps: Vec<[u8; 32]> = cas.iter().map(|c| c.fingerprint).collect();
+    if let Some(root) = appended {
+        issuers.push(root.der().to_vec());
+        fps.push(root.fingerprint);
+    }
+    let not_before_ms = leaf.not_before_ms();
+    // Only the CA certificates of a chain that validated are kept: a submitter cannot
+    // fill the cache with made-up ones.
+    for i in parsed_now {
+        remember_ca(&cas[i]);
     }
     Ok(ValidatedChain {
         submission: Submission { entry, chain: fps },
         issuers,
-        not_before_ms: leaf.not_before_ms(),
+        not_before_ms,
     })
+}
+
+/// How many CA certificates [`cached_ca`] keeps (a CT log sees a few hundred
+/// intermediates); when full it starts over.
+const CA_CACHE_SIZE: usize = 1024;
+
+/// How many issuers one [`CaCert`] remembers as having signed it.
+const SIGNED_BY_SIZE: usize = 8;
+
+/// An issuer certificate (a root, or a CA certificate of a chain that validated),
+/// parsed once and kept with its bytes and fingerprint.
+struct CaCert {
+    cert: OwnedCert,
+    /// SHA-256 of the DER.
+    fingerprint: [u8; 32],
+    /// Fingerprints of the issuers whose signature on this certificate verified: a
+    /// signature's validity depends on nothing but these bytes and the issuer's key,
+    /// so it is checked once. Leaves are never parsed into a `CaCert`.
+    verified_issuers: Mutex<Vec<[u8; 32]>>,
+}
+
+self_cell::self_cell!(
+    /// A certificate's DER and its parse, borrowing from it.
+    struct OwnedCert {
+        owner: Box<[u8]>,
+        #[covariant]
+        dependent: Cert,
+    }
+);
+
+impl CaCert {
+    fn parse(der: Vec<u8>) -> Result<Self, CertError> {
+        let fingerprint = Sha256::digest(&der).into();
+        Ok(CaCert {
+            cert: OwnedCert::try_new(der.into_boxed_slice(), |d| Cert::parse(d))?,
+            fingerprint,
+            verified_issuers: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn der(&self) -> &[u8] {
+        self.cert.borrow_owner()
+    }
+
+    fn cert(&self) -> &Cert<'_> {
+        self.cert.borrow_dependent()
+    }
+
+    /// Whether the issuer with this fingerprint was found to have signed it.
+    fn is_signed_by(&self, issuer: &[u8; 32]) -> bool {
+        self.verified_issuers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(issuer)
+    }
+
+    /// Remembers that the issuer with this fingerprint signed it.
+    fn signed_by(&self, issuer: [u8; 32]) {
+        let mut v = self
+            .verified_issuers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if v.len() >= SIGNED_BY_SIZE {
+            v.clear();
+        }
+        if !v.contains(&issuer) {
+            v.push(issuer);
+        }
+    }
+}
+
+type CaCache = HashMap<Box<[u8]>, Arc<CaCert>, foldhash::fast::RandomState>;
+
+fn ca_cache() -> &'static Mutex<CaCache> {
+    static CACHE: OnceLock<Mutex<CaCache>> = OnceLock::new();
+    CACHE.get_or_init(Default::default)
+}
+
+/// The CA certificate with exactly these bytes, if parsed before in a chain that
+/// validated.
+fn cached_ca(der: &[u8]) -> Option<Arc<CaCert>> {
+    ca_cache()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(der)
+        .cloned()
+}
+
+fn remember_ca(ca: &Arc<CaCert>) {
+    let mut cache = ca_cache().lock().unwrap_or_else(|e| e.into_inner());
+    if cache.len() >= CA_CACHE_SIZE {
+        cache.clear();
+    }
+    cache.insert(ca.der().into(), ca.clone());
 }
 
 // ---------------------------------------------------------------------------------------

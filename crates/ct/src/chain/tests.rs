@@ -891,6 +891,43 @@ fn a_corrupted_signature_is_refused() {
     assert!(e.to_string().contains("signature"), "{e}");
 }
 
+#[test]
+fn ca_certificates_are_parsed_once_and_checked_against_the_roots_every_time() {
+    let roots = azul_roots();
+    let c = chain(&[A_LEAF, A_INT]);
+    let first = ok(&c, Cert_, &roots);
+    // The intermediate of a chain that validated is kept parsed, found by its bytes,
+    // and gives the same answer.
+    assert!(cached_ca(&c[1]).is_some());
+    assert_eq!(ok(&c, Cert_, &roots), first);
+    // The leaf is checked every time, under a kept intermediate too.
+    let mut bad = c.clone();
+    let last = bad[0].len() - 1;
+    bad[0][last] ^= 1;
+    assert!(matches!(
+        err(&bad, Cert_, &roots),
+        ChainError::NotIssuer { index: 0, .. }
+    ));
+    // A kept intermediate does not stand for a root: under roots that do not hold
+    // its issuer, the chain has none.
+    let e = err(&c, Cert_, &super::tests::roots(&[T_ROOT]));
+    assert!(matches!(e, ChainError::NoRoot { index: 1, .. }), "{e}");
+}
+
+#[test]
+fn ca_certificates_of_refused_chains_are_not_kept() {
+    let roots = azul_roots();
+    let mut c = chain(&[A_LEAF, A_INT]);
+    // The intermediate's own signature broken: it still parses, and still signs the
+    // leaf, but no root signed it.
+    let last = c[1].len() - 1;
+    c[1][last] ^= 1;
+    let e = err(&c, Cert_, &roots);
+    assert!(matches!(e, ChainError::NoRoot { index: 1, .. }), "{e}");
+    assert!(cached_ca(&c[1]).is_none());
+    assert!(cached_ca(&c[0]).is_none());
+}
+
 /// Replaces the first occurrence of `from` in `der` by `to` (same length).
 fn patched(der: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
     let at = der
