@@ -39,7 +39,7 @@ shift $(($# > 0 ? 1 : 0))
 bin="$CARGO_TARGET_DIR/release"
 tlogd="${TLOGD_BIN:-$bin/tlogd}"
 source benches/lib.sh
-bench_work tlogd-profile
+bench_work tlogd-profile "${PROFILE_KEEP_DIR:-}"
 port=$(free_port)
 "$bin/tlogd" keygen --origin bench.example/log --out "$work/key" > "$work/vkey" 2>/dev/null
 ct_flags=()
@@ -85,7 +85,7 @@ sleep "$warmup"
 # tlogd's CPU ticks (utime + stime, /proc) over the recording, beside the samples.
 ticks() { awk '{print $14 + $15}' "/proc/$tl/stat"; }
 s0=$(size) t0=$(ticks)
-perf record -F 999 -p "$tl" -o "$work/perf.data" -- sleep 12 >/dev/null 2>&1
+perf record -F 999 ${PROFILE_PERF_FLAGS:-} -p "$tl" -o "$work/perf.data" -- sleep 12 >/dev/null 2>&1
 s1=$(size) t1=$(ticks)
 wait "$lg" || true
 perf report -i "$work/perf.data" --no-children --sort comm,dso,sym 2>/dev/null | tee "${KEEP_REPORT:-/dev/null}" | grep '%' > "$work/report.txt"

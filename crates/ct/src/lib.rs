@@ -19,4 +19,4 @@ mod submission;
 
 pub use personality::{StaticCt, certificate_dedup_key, precertificate_dedup_key};
 pub use signer::{Rfc6962Check, Rfc6962Signer};
-pub use submission::{Submission, SubmittedEntry};
+pub use submission::{Submission, SubmittedEntry, SubmittedLeaf};

@@ -8,7 +8,7 @@ use tlogd_static_ct::leaf::{TileLeaf, TimestampedEntry};
 use tlogd_static_ct::sct::leaf_index_extension;
 use tlogd_static_ct::{LogEntry, parse_data_tile, split_data_tile};
 
-use crate::submission::Submission;
+use crate::submission::{Submission, SubmittedLeaf};
 
 /// The static-ct-api personality: entries are [`Submission`]s, bundled in data tiles
 /// (`tile/data/<N>`) as `TileLeaf`s, hashed as RFC 6962 `MerkleTreeLeaf`s.
@@ -83,17 +83,16 @@ impl Personality for StaticCt {
                 max: MAX_SUBMISSION,
             });
         }
-        Submission::decode(entry).map_err(invalid)?;
+        Submission::leaf_of_encoded(entry).map_err(invalid)?;
         // The leaf hash covers the timestamp and the leaf_index: `encode` computes it.
         Ok([0; 32])
     }
 
     fn dedup_key(&self, entry: &[u8]) -> [u8; 32] {
-        match Submission::decode(entry) {
-            Ok(s) => {
-                let (e, pre) = s.log_entry();
-                dedup_key_of(&e, pre.as_deref())
-            }
+        // What `dedup_key_of` gives for the decoded entry, without copying it.
+        match Submission::leaf_of_encoded(entry) {
+            Ok(SubmittedLeaf::Certificate(der)) => certificate_dedup_key(der),
+            Ok(SubmittedLeaf::Precertificate(der)) => precertificate_dedup_key(der),
             // Refused by `accept` before any lookup; keyed apart from any entry.
             Err(_) => Sha256::digest(entry).into(),
         }
@@ -198,7 +197,15 @@ mod tests {
         for i in 0..3 {
             let s = submission(i);
             let bytes = s.encode().unwrap();
-            assert_eq!(Submission::decode(&bytes), Ok(s));
+            assert_eq!(Submission::decode(&bytes), Ok(s.clone()));
+            // The borrowed read gives the leaf the owned one holds.
+            let leaf = match &s.entry {
+                SubmittedEntry::Certificate { der } => SubmittedLeaf::Certificate(der),
+                SubmittedEntry::Precertificate {
+                    pre_certificate, ..
+                } => SubmittedLeaf::Precertificate(pre_certificate),
+            };
+            assert_eq!(Submission::leaf_of_encoded(&bytes), Ok(leaf));
             assert!(StaticCt.accept(&bytes).is_ok());
             assert!(StaticCt.accept(&bytes[..bytes.len() - 1]).is_err());
             let mut more = bytes.clone();

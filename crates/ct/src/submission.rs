@@ -113,37 +113,40 @@ impl Submission {
 
     /// Read queued bytes back.
     pub fn decode(bytes: &[u8]) -> Result<Self, FormatError> {
-        let mut c = Cursor(bytes);
-        let entry = match c.take(1)?[0] {
-            0 => SubmittedEntry::Certificate {
-                der: c.vec24()?.to_vec(),
+        let (leaf, fingerprints) = parse(bytes)?;
+        let entry = match leaf {
+            EncodedEntry::Certificate(der) => SubmittedEntry::Certificate { der: der.to_vec() },
+            EncodedEntry::Precertificate {
+                issuer_key_hash,
+                tbs_certificate,
+                pre_certificate,
+            } => SubmittedEntry::Precertificate {
+                issuer_key_hash,
+                tbs_certificate: tbs_certificate.to_vec(),
+                pre_certificate: pre_certificate.to_vec(),
             },
-            1 => {
-                let mut issuer_key_hash = [0u8; 32];
-                issuer_key_hash.copy_from_slice(c.take(32)?);
-                SubmittedEntry::Precertificate {
-                    issuer_key_hash,
-                    tbs_certificate: c.vec24()?.to_vec(),
-                    pre_certificate: c.vec24()?.to_vec(),
-                }
-            }
-            t => return Err(bad(format!("entry tag {t}"))),
         };
-        let n = u16::from_be_bytes([c.take(1)?[0], c.take(1)?[0]]) as usize;
-        if n * 32 > u16::MAX as usize {
-            return Err(bad(format!("{n} issuers: too many for a TileLeaf")));
-        }
-        let chain = (0..n)
-            .map(|_| {
-                let mut f = [0u8; 32];
-                f.copy_from_slice(c.take(32)?);
-                Ok(f)
+        let chain = fingerprints
+            .chunks_exact(32)
+            .map(|f| {
+                let mut out = [0u8; 32];
+                out.copy_from_slice(f);
+                out
             })
-            .collect::<Result<Vec<_>, FormatError>>()?;
-        if !c.0.is_empty() {
-            return Err(bad("trailing bytes"));
-        }
+            .collect();
         Ok(Submission { entry, chain })
+    }
+
+    /// The submitted leaf of queued bytes, checked as [`Submission::decode`] checks
+    /// them but nothing copied: what the engine asks of every entry it queues
+    /// (accepting it, its dedup key).
+    pub fn leaf_of_encoded(bytes: &[u8]) -> Result<SubmittedLeaf<'_>, FormatError> {
+        Ok(match parse(bytes)?.0 {
+            EncodedEntry::Certificate(der) => SubmittedLeaf::Certificate(der),
+            EncodedEntry::Precertificate {
+                pre_certificate, ..
+            } => SubmittedLeaf::Precertificate(pre_certificate),
+        })
     }
 
     /// The RFC 6962 entry (what the tree hashes), and the precertificate for a
@@ -169,4 +172,50 @@ impl Submission {
             ),
         }
     }
+}
+
+/// The leaf of an encoded submission, borrowed ([`Submission::leaf_of_encoded`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SubmittedLeaf<'a> {
+    /// A certificate's DER.
+    Certificate(&'a [u8]),
+    /// A precertificate's DER, as submitted.
+    Precertificate(&'a [u8]),
+}
+
+/// An encoded submission's entry, borrowed.
+enum EncodedEntry<'a> {
+    Certificate(&'a [u8]),
+    Precertificate {
+        issuer_key_hash: [u8; 32],
+        tbs_certificate: &'a [u8],
+        pre_certificate: &'a [u8],
+    },
+}
+
+/// Reads an encoded submission: its entry and its issuer fingerprints (32 bytes each).
+fn parse(bytes: &[u8]) -> Result<(EncodedEntry<'_>, &[u8]), FormatError> {
+    let mut c = Cursor(bytes);
+    let entry = match c.take(1)?[0] {
+        0 => EncodedEntry::Certificate(c.vec24()?),
+        1 => {
+            let mut issuer_key_hash = [0u8; 32];
+            issuer_key_hash.copy_from_slice(c.take(32)?);
+            EncodedEntry::Precertificate {
+                issuer_key_hash,
+                tbs_certificate: c.vec24()?,
+                pre_certificate: c.vec24()?,
+            }
+        }
+        t => return Err(bad(format!("entry tag {t}"))),
+    };
+    let n = u16::from_be_bytes([c.take(1)?[0], c.take(1)?[0]]) as usize;
+    if n * 32 > u16::MAX as usize {
+        return Err(bad(format!("{n} issuers: too many for a TileLeaf")));
+    }
+    let fingerprints = c.take(n * 32)?;
+    if !c.0.is_empty() {
+        return Err(bad("trailing bytes"));
+    }
+    Ok((entry, fingerprints))
 }
