@@ -247,7 +247,14 @@ async fn committed_tiles_a_crash_left_only_in_the_state_slot_are_published_at_op
     // slot first; a later flush syncs their staged files and renames them into place.
     // Tile 0 is flushed; then a crash before any further flush: staged files torn
     // (written, never synced), no later full tile public, and the newest slot torn as
-    // well, so the previous slot must carry every tile not yet flushed.
+    // well, so the previous slot must carry every tile not yet flushed. Also with that
+    // slot written by the previous release (v4, the same tiles under a SHA-256).
+    for previous_v4 in [false, true] {
+        committed_tiles_left_in_the_slot(previous_v4).await;
+    }
+}
+
+async fn committed_tiles_left_in_the_slot(previous_v4: bool) {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(64);
     cfg.checkpoint_interval = Duration::from_secs(3600);
@@ -279,7 +286,21 @@ async fn committed_tiles_a_crash_left_only_in_the_state_slot_are_published_at_op
         let b = std::fs::read(&p).unwrap();
         std::fs::write(&p, &b[..b.len() / 2]).unwrap();
     }
-    std::fs::write(newest_slot(dir.path()), b"tlogd-posix-state v4\n").unwrap();
+    let newest = newest_slot(dir.path());
+    if previous_v4 {
+        let previous = dir
+            .path()
+            .join(".tlogd")
+            .join(match newest.ends_with("state.0") {
+                true => "state.1",
+                false => "state.0",
+            });
+        assert!(
+            v5_to_old(&previous, "v4"),
+            "the previous slot carries no tile"
+        );
+    }
+    std::fs::write(&newest, b"tlogd-posix-state v5\n").unwrap();
     let storage = Arc::new(open(dir.path(), ORIGIN).unwrap());
     let size = storage.load_state().await.unwrap().unwrap().size;
     assert!((512..700).contains(&size), "recovered size {size}");
@@ -291,6 +312,10 @@ async fn committed_tiles_a_crash_left_only_in_the_state_slot_are_published_at_op
         "tile/0/001",
     ] {
         assert!(dir.path().join(rel).exists(), "{rel} was not published");
+    }
+    for n in ["state.0", "state.1"] {
+        let b = std::fs::read(dir.path().join(".tlogd").join(n)).unwrap();
+        assert!(b.starts_with(b"tlogd-posix-state v5\n"), "{n}");
     }
     // The whole tree, read from the public files, and the log goes on from there.
     let verifier = NoteSigner::from_skey(SKEY).unwrap().verifier();
@@ -305,57 +330,81 @@ async fn committed_tiles_a_crash_left_only_in_the_state_slot_are_published_at_op
     assert_eq!((r.state.size, r.checkpoint_size), (size + 300, size + 300));
 }
 
-#[tokio::test]
-async fn a_log_of_the_previous_release_is_read_and_both_slots_are_upgraded() {
+/// Rewrite the v5 slot record at `path` as an earlier release would have written the
+/// same state: `old` is "v4" (the same fields, a SHA-256 instead of the CRC-32C) or
+/// "v3" (no carried tiles: only for a record carrying none). Stale bytes follow, as
+/// in a slot file. Whether the record carried tiles.
+fn v5_to_old(path: &std::path::Path, old: &str) -> bool {
     use sha2::Digest;
-    let dir = tempfile::tempdir().unwrap();
-    {
+    let b = std::fs::read(path).unwrap();
+    assert!(b.starts_with(b"tlogd-posix-state v5\n"));
+    let len = u32::from_be_bytes(b[21..25].try_into().unwrap()) as usize;
+    let body = &b[25..len - 4];
+    // The count of carried tiles follows the edge: find it by walking the record.
+    let at = 2 + u16::from_be_bytes([body[0], body[1]]) as usize + 8 + 40;
+    let mut at = at + 1;
+    for _ in 0..body[at - 1] {
+        let n = u32::from_be_bytes(body[at + 11..at + 15].try_into().unwrap()) as usize;
+        at += 15 + n;
+    }
+    let carries = body[at..at + 4] != [0; 4];
+    let fields = match old {
+        "v4" => body,
+        "v3" => {
+            assert!(!carries, "a v3 record carries no tiles");
+            &body[..body.len() - 4]
+        }
+        _ => panic!("{old}"),
+    };
+    let mut rec = format!("tlogd-posix-state {old}\n").into_bytes();
+    rec.extend_from_slice(&((25 + fields.len() + 32) as u32).to_be_bytes());
+    rec.extend_from_slice(fields);
+    let sum = sha2::Sha256::digest(&rec);
+    rec.extend_from_slice(&sum);
+    rec.extend_from_slice(&[7; 100]);
+    std::fs::write(path, rec).unwrap();
+    carries
+}
+
+#[tokio::test]
+async fn logs_of_earlier_releases_are_read_and_both_slots_are_upgraded() {
+    for old in ["v4", "v3"] {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let storage = Arc::new(open(dir.path(), ORIGIN).unwrap());
+            let (log, tasks) = Log::open(storage, None, config(64)).await.unwrap();
+            let entries = (0..200).map(|i| Bytes::from(format!("v{i}"))).collect();
+            add_in_order(&log, entries, 0).await;
+            log.shutdown();
+            tasks.join().await;
+        }
+        // Both slots as an earlier release wrote them.
+        let slots = ["state.0", "state.1"].map(|n| dir.path().join(".tlogd").join(n));
+        for p in &slots {
+            assert!(!v5_to_old(p, old), "{} carries tiles", p.display());
+        }
         let storage = Arc::new(open(dir.path(), ORIGIN).unwrap());
-        let (log, tasks) = Log::open(storage, None, config(64)).await.unwrap();
-        let entries = (0..200).map(|i| Bytes::from(format!("v{i}"))).collect();
-        add_in_order(&log, entries, 0).await;
+        assert_eq!(storage.load_state().await.unwrap().unwrap().size, 200);
+        // An earlier release can no longer read either slot, so it refuses the log
+        // rather than fall back to an older commit.
+        for p in &slots {
+            assert!(
+                std::fs::read(p)
+                    .unwrap()
+                    .starts_with(b"tlogd-posix-state v5\n"),
+                "{old}: {} not rewritten",
+                p.display()
+            );
+        }
+        let (log, tasks) = Log::open(storage.clone(), None, config(64)).await.unwrap();
+        let more = (200..300).map(|i| Bytes::from(format!("v{i}"))).collect();
+        add_in_order(&log, more, 200).await;
         log.shutdown();
         tasks.join().await;
+        let verifier = NoteSigner::from_skey(SKEY).unwrap().verifier();
+        let r = check_log(&*storage, ORIGIN, &verifier, None).await.unwrap();
+        assert_eq!((r.state.size, r.checkpoint_size), (300, 300));
     }
-    // Both slots as the previous release wrote them: a v4 record carrying nothing is
-    // a v3 record plus the (zero) count of carried tiles.
-    let slots = ["state.0", "state.1"].map(|n| dir.path().join(".tlogd").join(n));
-    for p in &slots {
-        let b = std::fs::read(p).unwrap();
-        let len = u32::from_be_bytes(b[21..25].try_into().unwrap()) as usize;
-        let body = &b[..len - 32];
-        assert_eq!(
-            &body[body.len() - 4..],
-            &[0; 4],
-            "{} carries tiles",
-            p.display()
-        );
-        let mut v3 = b"tlogd-posix-state v3\n".to_vec();
-        v3.extend_from_slice(&((len - 4) as u32).to_be_bytes());
-        v3.extend_from_slice(&body[25..body.len() - 4]);
-        let sum = sha2::Sha256::digest(&v3);
-        v3.extend_from_slice(&sum);
-        std::fs::write(p, v3).unwrap();
-    }
-    let storage = Arc::new(open(dir.path(), ORIGIN).unwrap());
-    assert_eq!(storage.load_state().await.unwrap().unwrap().size, 200);
-    // An earlier release can no longer read either slot, so it refuses the log
-    // rather than fall back to an older commit.
-    for p in &slots {
-        assert!(
-            std::fs::read(p)
-                .unwrap()
-                .starts_with(b"tlogd-posix-state v4\n")
-        );
-    }
-    let (log, tasks) = Log::open(storage.clone(), None, config(64)).await.unwrap();
-    let more = (200..300).map(|i| Bytes::from(format!("v{i}"))).collect();
-    add_in_order(&log, more, 200).await;
-    log.shutdown();
-    tasks.join().await;
-    let verifier = NoteSigner::from_skey(SKEY).unwrap().verifier();
-    let r = check_log(&*storage, ORIGIN, &verifier, None).await.unwrap();
-    assert_eq!((r.state.size, r.checkpoint_size), (300, 300));
 }
 
 #[tokio::test]

@@ -1533,7 +1533,11 @@ impl<S: LogStorage> Log<S> {
             *edge = Some(current);
             return Err(Retry::Frozen);
         }
-        let mut next_edge = current.clone();
+        // Appended in place, not on a copy: copying the edge would copy its partial
+        // bundle (up to 255 entries, ~300 KB for a CT log) once more per batch. A
+        // refused write restores it from `undo` instead.
+        let undo = current.undo_point();
+        let mut next_edge = current;
         let tiles = next_edge
             .append(&*inner.config.personality, &batch.entries, &batch.leaves)
             .map_err(|e| Retry::Bug(e.to_string()))?;
@@ -1577,8 +1581,9 @@ impl<S: LogStorage> Log<S> {
             Err(StorageError::WritesRefused(reason)) => {
                 metrics::counter!("tlogd_storage_errors_total", "log" => self.inner.config.name.clone(), "backend" => backend, "op" => "commit_refused").increment(1);
                 // Nothing persisted (a failed write, not a failed sync): the edge we
-                // took is still the stored one.
-                *edge = Some(current);
+                // took is still the stored one. (When the batch completed the bundle
+                // it cannot be restored in place, and the next attempt reloads it.)
+                *edge = next_edge.undo(undo);
                 Err(Retry::WritesRefused(reason))
             }
             Err(e) => {
@@ -2264,7 +2269,38 @@ struct Edge {
     frozen: bool,
 }
 
+/// What [`Edge::undo`] needs to take an [`Edge`] back to before an
+/// [`Edge::append`]: all but the partial bundle, which only grew unless it filled up.
+struct EdgeUndo {
+    tree: TileTree,
+    bundle_len: usize,
+    last_timestamp: u64,
+}
+
 impl Edge {
+    /// See [`EdgeUndo`].
+    fn undo_point(&self) -> EdgeUndo {
+        EdgeUndo {
+            tree: self.tree.clone(),
+            bundle_len: self.bundle.len(),
+            last_timestamp: self.last_timestamp,
+        }
+    }
+
+    /// This edge as it was at `undo`, after appends that were not committed; `None`
+    /// when an append filled the bundle (its bytes went to the batch), so the edge
+    /// must be loaded again.
+    fn undo(mut self, undo: EdgeUndo) -> Option<Edge> {
+        let same_bundle = self.tree.size() / TILE_WIDTH == undo.tree.size() / TILE_WIDTH;
+        if !same_bundle || self.bundle.len() < undo.bundle_len {
+            return None;
+        }
+        self.bundle.truncate(undo.bundle_len);
+        self.tree = undo.tree;
+        self.last_timestamp = undo.last_timestamp;
+        Some(self)
+    }
+
     fn state(&self) -> TreeState {
         TreeState {
             size: self.tree.size(),

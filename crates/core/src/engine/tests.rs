@@ -294,6 +294,49 @@ async fn a_resubmission_after_an_uncertain_commit_that_persisted_is_not_logged_a
     );
 }
 
+/// A refused write (nothing persisted) takes the edge back in place to what it was
+/// before the batch: the same state, partial bundle and timestamp, from which the
+/// retry appends the same tiles; a batch that filled the bundle cannot be undone so,
+/// and the edge is reloaded instead.
+#[test]
+fn an_edge_appended_in_place_is_undone_unless_its_bundle_filled() {
+    let batch = |from: u64, n: u64| {
+        let entries: Vec<Bytes> = (from..from + n).map(entry).collect();
+        let leaves: Vec<Hash> = entries.iter().map(|e| leaf_hash(e)).collect();
+        (entries, leaves)
+    };
+    let mut edge = Edge {
+        tree: TileTree::empty(),
+        bundle: Vec::new(),
+        last_timestamp: 0,
+        frozen: false,
+    };
+    let (entries, leaves) = batch(0, 100);
+    edge.append(&TlogTiles, &entries, &leaves).unwrap();
+    let before = edge.clone();
+    // One batch that stays in bundle 0, one that fills it.
+    for (n, undone) in [(100, true), (200, false)] {
+        let mut edge = before.clone();
+        let undo = edge.undo_point();
+        let (entries, leaves) = batch(100, n);
+        let tiles = edge.append(&TlogTiles, &entries, &leaves).unwrap();
+        assert_eq!(edge.state().size, 100 + n);
+        match edge.undo(undo) {
+            Some(mut edge) => {
+                assert!(undone, "{n}");
+                assert_eq!(edge.state(), before.state());
+                assert_eq!(edge.bundle, before.bundle);
+                assert_eq!(edge.last_timestamp, before.last_timestamp);
+                // The retry appends the same tiles (tlog-tiles bundles hold no
+                // timestamp).
+                let again = edge.append(&TlogTiles, &entries, &leaves).unwrap();
+                assert_eq!(again, tiles);
+            }
+            None => assert!(!undone, "{n}"),
+        }
+    }
+}
+
 /// A store where another frontend commits its prepared batch right after this
 /// frontend's commit fails: the failed batch is overtaken before it is read back.
 struct Overtaken {
