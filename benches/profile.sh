@@ -51,6 +51,8 @@ if [ -n "${PROFILE_CT:-}" ]; then
   openssl ec -in "$work/ct-key.pem" -pubout -outform DER 2>/dev/null | base64 -w0 > "$work/vkey"
   printf 'listen = "127.0.0.1:%s"\norigin = "bench.example/log"\nprivate_key_file = "%s"\n[storage]\ndir = "%s"\n[metrics]\nlisten = ""\n[ct]\nroots_file = "%s"\n' \
     "$port" "$work/ct-key.pem" "$work/log" "$work/root.pem" > "$work/ct.toml"
+  # PROFILE_BATCH_AGE_MS: the integrator lingers that long for more entries ([batching]).
+  [ -z "${PROFILE_BATCH_AGE_MS:-}" ] || printf '[batching]\nmax_age_ms = %s\n' "$PROFILE_BATCH_AGE_MS" >> "$work/ct.toml"
   duration=24s warmup=5
   ct_flags=(--ct --origin bench.example/log --ct-root-cert "$work/root.pem" --ct-root-key "$work/root-key.pem"
     --ct-issuer-key "$PROFILE_CT" --ct-chains "${PROFILE_CT_CHAINS:-250000}" --ct-precert-chance 0.1 --dup-chance 0.05

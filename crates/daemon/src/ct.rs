@@ -434,6 +434,10 @@ async fn add_inner<S: LogStorage>(
             Err(e) => return bad(format!("chain[{i}] is not base64: {e}")),
         }
     }
+    // The body may be a slice of the connection's read buffer (`read_body`): let it go
+    // before waiting on validation and the commit.
+    drop(request);
+    drop(body);
     // A few cheap signature checks (RSA up to 4096 bits, P-256: 20-60 µs each) cost
     // about what handing the chain to another thread costs: here. Others (P-384 ~0.7
     // ms, P-521, small RSA keys, long chains of unknown links): off the async threads,

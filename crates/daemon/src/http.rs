@@ -296,11 +296,21 @@ const DRAIN_LIMIT: u64 = 1 << 20;
 /// Read an add's body: at most [`MAX_ENTRY_SIZE`] bytes (one more is enough to know it
 /// is too large), within `timeout`.
 async fn read_entry(headers: &HeaderMap, body: Body, timeout: Duration) -> Result<Bytes, Response> {
-    read_body(headers, body, timeout, MAX_ENTRY_SIZE, "entry").await
+    // Copied out: the entry is held until its batch commits (see `read_body`).
+    read_body(headers, body, timeout, MAX_ENTRY_SIZE, "entry")
+        .await
+        .map(|b| Bytes::copy_from_slice(&b))
 }
 
 /// Read a request body of at most `max` bytes (`what`, in the `413`'s words) within
 /// `timeout`; otherwise the one-line answer to send.
+///
+/// The bytes are usually a slice of the connection's read buffer (8 KiB or more), as
+/// hyper hands a body over: a caller that holds them long (an entry, until its batch
+/// commits) copies them out, or every queued entry would pin a whole buffer (the
+/// queue's byte limit counting a small fraction of it) and hyper would allocate a
+/// fresh one for the connection's next request. One parsed and dropped at once (a CT
+/// chain) need not be.
 pub(crate) async fn read_body(
     headers: &HeaderMap,
     body: Body,
@@ -338,12 +348,7 @@ pub(crate) async fn read_body(
     }
     let limited = Limited::new(body, max + 1);
     match tokio::time::timeout(timeout, limited.collect()).await {
-        // Copied out: hyper hands the body over as a slice of the connection's read
-        // buffer (8 KiB or more), and the entry is held until its batch commits. Kept
-        // as a slice, every queued entry would pin a whole buffer (the queue's byte
-        // limit counting a small fraction of it), and hyper would allocate a fresh
-        // one for the connection's next request.
-        Ok(Ok(collected)) => Ok(Bytes::copy_from_slice(&collected.to_bytes())),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
         Err(_) => {
             let mut resp = text(
                 StatusCode::REQUEST_TIMEOUT,

@@ -573,7 +573,7 @@ async fn open_log(c: &Config, l: &LogSection, clients: &Clients) -> anyhow::Resu
     };
     lc.name = l.label().to_string();
     lc.batch_max_entries = l.batching.max_entries;
-    lc.batch_max_age = Duration::from_millis(l.batching.max_age_ms);
+    lc.batch_max_age = l.batching.max_age(l.ct.is_some());
     lc.checkpoint_interval = Duration::from_millis(l.checkpoint.interval_ms);
     lc.republish_interval = Duration::from_millis(l.checkpoint.republish_interval_ms);
     lc.checkpoint_max_age = Duration::from_millis(l.checkpoint.max_age_ms);
