@@ -26,7 +26,10 @@
 # with a small N (2000) nearly every add is a resubmission answered from the SCT cache,
 # and the table is per answer (the loadgen's acknowledged rate over the recording)
 # rather than per append:
-#   PROFILE_CT=rsa2048 PROFILE_CT_CHAINS=2000 PROFILE_WRITERS=128 benches/profile.sh dups
+#   PROFILE_CT=rsa2048 PROFILE_CT_CHAINS=2000 PROFILE_WRITERS=128 \
+#     LGFLAGS="--verify-fraction 0" benches/profile.sh dups
+# (without --verify-fraction 0 the loadgen re-reads a full data tile for each
+# resubmission it samples, and tlogd's CPU for serving those counts per answer).
 #
 # Needs perf (linux-perf) and the release binaries (cargo build --release --workspace
 # --all-targets). The stages are heuristics over symbol names: good for before/after on
