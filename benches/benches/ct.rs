@@ -1,11 +1,13 @@
 //! Criterion benches of a CT add's CPU (benches/README.md, "Certificate Transparency"):
-//! the signature libraries side by side (why ring checks leaves and signs SCTs while
-//! RustCrypto signs tree heads), and a chain's whole validation under each kind of
-//! issuer key, as `tlog-loadgen --ct --ct-issuer-key` mints them.
+//! the signature libraries side by side (why aws-lc-rs checks leaves and signs SCTs,
+//! over ring and RustCrypto, while RustCrypto signs tree heads), and a chain's whole
+//! validation under each kind of issuer key, as `tlog-loadgen --ct --ct-issuer-key`
+//! mints them.
 
 use std::hint::black_box;
 use std::sync::Arc;
 
+use aws_lc_rs::signature as als;
 use base64::Engine as _;
 use criterion::{Criterion, criterion_group, criterion_main};
 use p256::ecdsa::signature::hazmat::PrehashVerifier as _;
@@ -17,20 +19,43 @@ use tlogd_static_ct::LogKey;
 
 const MESSAGE: &[u8] = &[0x5a; 200];
 
-/// SCT signing: RFC 6979 through RustCrypto against ring's randomized signatures.
+/// SCT signing: RFC 6979 through RustCrypto against randomized signatures in
+/// aws-lc-rs (what `LogKey::sign_randomized` uses) and ring.
 fn sct_signing(c: &mut Criterion) {
-    let key = LogKey::from_scalar(&[7u8; 32]).expect("a valid scalar");
+    let scalar = [7u8; 32];
+    let key = LogKey::from_scalar(&scalar).expect("a valid scalar");
+    let rng = ring::rand::SystemRandom::new();
+    let point = p256::ecdsa::SigningKey::from_slice(&scalar)
+        .expect("a valid scalar")
+        .verifying_key()
+        .to_encoded_point(false);
+    let ring_key = rs::EcdsaKeyPair::from_private_key_and_public_key(
+        &rs::ECDSA_P256_SHA256_ASN1_SIGNING,
+        &scalar,
+        point.as_bytes(),
+        &rng,
+    )
+    .expect("ring takes the key");
     let mut g = c.benchmark_group("ct_sct_sign");
     g.bench_function("p256_rustcrypto_rfc6979", |b| {
         b.iter(|| key.sign(black_box(MESSAGE)))
     });
-    g.bench_function("p256_ring_randomized", |b| {
+    g.bench_function("p256_aws_lc_randomized", |b| {
         b.iter(|| key.sign_randomized(black_box(MESSAGE)))
+    });
+    g.bench_function("p256_ring_randomized", |b| {
+        b.iter(|| {
+            ring_key
+                .sign(&rng, black_box(MESSAGE))
+                .expect("a signature")
+        })
     });
     g.finish();
 }
 
-/// One leaf signature checked: RustCrypto (`p256`, `p384`, `rsa`) against ring.
+/// One leaf signature checked: RustCrypto (`p256`, `p384`, `rsa`) against ring and
+/// aws-lc-rs (the key parsed for each check, and parsed once as `tlogd_ct::chain` keeps
+/// it for a cached issuer).
 fn leaf_verification(c: &mut Criterion) {
     let rng = ring::rand::SystemRandom::new();
     let mut g = c.benchmark_group("ct_verify");
@@ -58,6 +83,12 @@ fn leaf_verification(c: &mut Criterion) {
                     .expect("verifies")
             })
         });
+        let aws_alg = if name.starts_with("p256") {
+            &als::ECDSA_P256_SHA256_ASN1
+        } else {
+            &als::ECDSA_P384_SHA384_ASN1
+        };
+        aws_lc_pair(&mut g, name, aws_alg, &point, &der);
         if name.starts_with("p256") {
             g.bench_function(format!("{name}_rustcrypto"), |b| {
                 b.iter(|| {
@@ -96,6 +127,13 @@ fn leaf_verification(c: &mut Criterion) {
                 .expect("verifies")
         })
     });
+    aws_lc_pair(
+        &mut g,
+        "rsa2048_sha256",
+        &als::RSA_PKCS1_2048_8192_SHA256,
+        &public,
+        &sig,
+    );
     g.bench_function("rsa2048_sha256_rsa_crate", |b| {
         use rsa::pkcs1::DecodeRsaPublicKey as _;
         b.iter(|| {
@@ -109,6 +147,32 @@ fn leaf_verification(c: &mut Criterion) {
         })
     });
     g.finish();
+}
+
+/// aws-lc-rs's check of `sig` by `public` under `alg`: the key parsed for each check,
+/// and parsed once.
+fn aws_lc_pair(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    name: &str,
+    alg: &'static dyn als::VerificationAlgorithm,
+    public: &[u8],
+    sig: &[u8],
+) {
+    g.bench_function(format!("{name}_aws_lc"), |b| {
+        b.iter(|| {
+            als::UnparsedPublicKey::new(alg, public)
+                .verify(black_box(MESSAGE), sig)
+                .expect("verifies")
+        })
+    });
+    let parsed = als::ParsedPublicKey::new(alg, public).expect("aws-lc-rs takes the key");
+    g.bench_function(format!("{name}_aws_lc_parsed"), |b| {
+        b.iter(|| {
+            parsed
+                .verify_sig(black_box(MESSAGE), sig)
+                .expect("verifies")
+        })
+    });
 }
 
 /// A whole chain validated (leaf, minted intermediate, root), its CA link cached as

@@ -30,8 +30,9 @@
 //! RSASSA-PSS with SHA-256, SHA-384 or SHA-512 in the parameter forms Go accepts;
 //! ECDSA on P-256, P-384 or P-521 with SHA-1, SHA-256, SHA-384 or SHA-512, in any
 //! combination (the digest named by the algorithm, applied to the curve as FIPS 186-4
-//! §6.4 says); Ed25519. Others (DSA, MD5, SHA-224, ...) are refused by name. RSA is
-//! verified with ring where it takes the key, else with the `rsa` crate (`ring_rsa`).
+//! §6.4 says); Ed25519. Others (DSA, MD5, SHA-224, ...) are refused by name. RSA and
+//! ECDSA are verified with aws-lc-rs where it takes the key (`fast_rsa`, `fast_ecdsa`),
+//! else with RustCrypto (the `rsa`, `p256`, `p384` and `p521` crates).
 //!
 //! The submission's leaf is then checked against the operator's [`ChainPolicy`], and the
 //! entry to log is built: the certificate, or for a precertificate (RFC 6962 §3.2) the
@@ -509,9 +510,9 @@ thread_local! {
 const INLINE_CHECKS: u8 = 3;
 
 /// [`validate`], on the calling thread, when its signature checks are few (at most
-/// [`INLINE_CHECKS`] not already cached) and cheap (ring's RSA of 2048 to 4096 bits,
-/// ECDSA P-256, Ed25519: 20 to 60 µs each; CA links are checked once per process);
-/// `None` when one is not (P-384 ~0.7 ms, larger RSA keys, P-521, the fallbacks to
+/// [`INLINE_CHECKS`] not already cached) and cheap (aws-lc-rs's RSA of 2048 to 4096
+/// bits, ECDSA P-256, Ed25519: 15 to 60 µs each; CA links are checked once per process);
+/// `None` when one is not (P-384 ~0.2 ms, larger RSA keys, P-521, the fallbacks to
 /// RustCrypto), to be validated with [`validate`] where blocking is fine. A caller on
 /// an async runtime validates inline what costs about as much as handing it to
 /// another thread, and hands off only the rest.
@@ -818,6 +819,9 @@ struct Cert<'a> {
     subject: &'a [u8],
     spki: &'a [u8],
     extensions: Vec<Ext<'a>>,
+    /// Its public key as aws-lc-rs parsed it for the first algorithm it verified
+    /// (`verify_fast`); `None` inside if aws-lc-rs refused it.
+    fast_key: OnceLock<Option<(SigAlg, aws_lc_rs::signature::ParsedPublicKey)>>,
 }
 
 /// Why a certificate is refused before any chain check.
@@ -920,6 +924,7 @@ impl<'a> Cert<'a> {
             subject: subject.raw,
             spki: spki.raw,
             extensions,
+            fast_key: OnceLock::new(),
         })
     }
 
@@ -1346,9 +1351,9 @@ fn verify_signature(child: &Cert<'_>, issuer: &Cert<'_>) -> Result<(), VerifyErr
     verify_signature_by(child, issuer, true)
 }
 
-/// [`verify_signature`], RSA through ring where it takes the key (`ring`), else through
-/// the `rsa` crate (tests compare the two).
-fn verify_signature_by(child: &Cert<'_>, issuer: &Cert<'_>, ring: bool) -> Result<(), VerifyError> {
+/// [`verify_signature`], RSA and ECDSA through aws-lc-rs where it takes the key
+/// (`fast`), else through RustCrypto (tests compare the two).
+fn verify_signature_by(child: &Cert<'_>, issuer: &Cert<'_>, fast: bool) -> Result<(), VerifyError> {
     let alg = signature_algorithm(&child.sig_alg)?;
     let signature = whole_bytes(child.signature)?;
     // SubjectPublicKeyInfo ::= SEQUENCE { algorithm AlgorithmIdentifier, subjectPublicKey BIT STRING }
@@ -1372,11 +1377,10 @@ fn verify_signature_by(child: &Cert<'_>, issuer: &Cert<'_>, ring: bool) -> Resul
             if key_oid.value != OID_RSA_KEY {
                 return Err(invalid("an RSA signature but the issuer's key is not RSA"));
             }
-            if ring && let Some((alg, bits)) = ring_rsa(key, SigAlg::RsaPkcs1(hash)) {
+            if fast && let Some((params, bits)) = fast_rsa(key, alg) {
                 inline_check(bits <= 4096)?;
-                return ring::signature::UnparsedPublicKey::new(alg, key)
-                    .verify(tbs, signature)
-                    .map_err(|_| invalid("bad RSA signature"));
+                return verify_fast(issuer, alg, params, key, tbs, signature)
+                    .map_err(|()| invalid("bad RSA signature"));
             }
             inline_check(false)?;
             let key = rsa_key(key)?;
@@ -1395,11 +1399,10 @@ fn verify_signature_by(child: &Cert<'_>, issuer: &Cert<'_>, ring: bool) -> Resul
                     "an RSA-PSS signature but the issuer's key is not RSA",
                 ));
             }
-            if ring && let Some((alg, bits)) = ring_rsa(key, SigAlg::RsaPss(hash)) {
+            if fast && let Some((params, bits)) = fast_rsa(key, alg) {
                 inline_check(bits <= 4096)?;
-                return ring::signature::UnparsedPublicKey::new(alg, key)
-                    .verify(tbs, signature)
-                    .map_err(|_| invalid("bad RSA-PSS signature"));
+                return verify_fast(issuer, alg, params, key, tbs, signature)
+                    .map_err(|()| invalid("bad RSA-PSS signature"));
             }
             inline_check(false)?;
             let key = rsa_key(key)?;
@@ -1420,12 +1423,11 @@ fn verify_signature_by(child: &Cert<'_>, issuer: &Cert<'_>, ring: bool) -> Resul
             let curve = key_params
                 .filter(|p| p.tag == der::OID)
                 .ok_or_else(|| invalid("an EC key without a named curve"))?;
-            if ring && let Some(alg) = ring_ecdsa(curve.value, key, hash) {
-                // P-384 costs ~14x P-256 in ring (benches/benches/ct.rs).
+            if fast && let Some(params) = fast_ecdsa(curve.value, key, hash) {
+                // P-384 costs ~4x P-256 in aws-lc-rs, P-521 more (benches/benches/ct.rs).
                 inline_check(curve.value == OID_P256)?;
-                return ring::signature::UnparsedPublicKey::new(alg, key)
-                    .verify(tbs, signature)
-                    .map_err(|_| invalid("bad ECDSA signature"));
+                return verify_fast(issuer, alg, params, key, tbs, signature)
+                    .map_err(|()| invalid("bad ECDSA signature"));
             }
             inline_check(false)?;
             verify_ecdsa(curve.value, key, &hash.digest(tbs), signature)
@@ -1448,19 +1450,44 @@ fn verify_signature_by(child: &Cert<'_>, issuer: &Cert<'_>, ring: bool) -> Resul
     }
 }
 
-/// ring's verification algorithm for `alg` under the RSAPublicKey `der_key`, and the
-/// modulus's bits, when the key is within what ring takes: a modulus of 2048 to 8192 bits and a public exponent
-/// that is odd, at least 3 and at most 32 bits (ring refuses others, and its error
-/// does not say why). Then ring's answer is final; otherwise the `rsa` crate decides
-/// (smaller legacy keys, unusual exponents), so what is accepted does not depend on
-/// the library. ring is ~12× faster here (2048-bit, SHA-256: ~30–40 µs against
-/// ~410–490 µs), and every add of a chain under an RSA issuer verifies the leaf's
-/// signature (benches/results/history.md, 2026-11-27).
-fn ring_rsa(
-    der_key: &[u8],
+/// A verification algorithm of aws-lc-rs.
+type FastParams = dyn aws_lc_rs::signature::VerificationAlgorithm;
+
+/// Verifies `signature` over `message` with aws-lc-rs, under `issuer`'s `key` (the
+/// public key's bits), for `params` (what `alg` is in aws-lc-rs). The key is parsed once
+/// per parsed `issuer`, for the first algorithm it verifies: a CA certificate kept in
+/// the cache (`CaCert`) then checks each leaf under it without setting its key up again
+/// (~2.4 µs of an RSA-2048 check's ~18.5). Another algorithm under the same key is
+/// rare (an issuer signs with one) and parses it each time.
+fn verify_fast(
+    issuer: &Cert<'_>,
     alg: SigAlg,
-) -> Option<(&'static ring::signature::RsaParameters, usize)> {
-    use ring::signature as rs;
+    params: &'static FastParams,
+    key: &[u8],
+    message: &[u8],
+    signature: &[u8],
+) -> Result<(), ()> {
+    use aws_lc_rs::signature::{ParsedPublicKey, UnparsedPublicKey};
+    let parsed = issuer
+        .fast_key
+        .get_or_init(|| ParsedPublicKey::new(params, key).ok().map(|k| (alg, k)));
+    match parsed {
+        Some((parsed_for, parsed)) if *parsed_for == alg => parsed.verify_sig(message, signature),
+        _ => UnparsedPublicKey::new(params, key).verify(message, signature),
+    }
+    .map_err(|_| ())
+}
+
+/// aws-lc-rs's verification algorithm for `alg` under the RSAPublicKey `der_key`, and
+/// the modulus's bits, when the key is within what it takes: a modulus of 2048 to 8192
+/// bits and a public exponent that is odd, at least 3 and at most 32 bits (it refuses
+/// others, and its error does not say why). Then its answer is final; otherwise the
+/// `rsa` crate decides (smaller legacy keys, unusual exponents), so what is accepted
+/// does not depend on the library. aws-lc-rs is ~15-20× faster here (2048-bit, SHA-256:
+/// ~16 µs with the key parsed once, against ~310 µs), and every add of a chain under
+/// an RSA issuer verifies the leaf's signature (benches/benches/ct.rs).
+fn fast_rsa(der_key: &[u8], alg: SigAlg) -> Option<(&'static FastParams, usize)> {
+    use aws_lc_rs::signature as rs;
     let seq = der::read_exact(der_key, der::SEQUENCE).ok()?;
     let mut r = Reader::new(seq.value);
     let n = r.expect(der::INTEGER, "").ok()?;
@@ -1483,7 +1510,7 @@ fn ring_rsa(
     if !(2048..=MAX_RSA_BITS).contains(&n_bits) || !(2..=32).contains(&e_bits) || !e_odd {
         return None;
     }
-    let params = match alg {
+    let params: &'static FastParams = match alg {
         SigAlg::RsaPkcs1(Hash::Sha1) => &rs::RSA_PKCS1_2048_8192_SHA1_FOR_LEGACY_USE_ONLY,
         SigAlg::RsaPkcs1(Hash::Sha256) => &rs::RSA_PKCS1_2048_8192_SHA256,
         SigAlg::RsaPkcs1(Hash::Sha384) => &rs::RSA_PKCS1_2048_8192_SHA384,
@@ -1496,28 +1523,26 @@ fn ring_rsa(
     Some((params, n_bits))
 }
 
-/// ring's verification algorithm for an ECDSA signature with `hash` under the key
-/// `point` on `curve`, when ring takes it: P-256 or P-384 with SHA-256 or SHA-384, an
-/// uncompressed point. Then ring's answer is final; otherwise (P-521, SHA-1, SHA-512,
-/// a compressed point) RustCrypto decides, and both take the same signatures (tests
-/// compare them). ring is ~5× faster on P-256 and ~1.5× on P-384 (`benches/benches/ct.rs`),
-/// and every add of a chain under an ECDSA issuer verifies the leaf's signature.
-fn ring_ecdsa(
-    curve: &[u8],
-    point: &[u8],
-    hash: Hash,
-) -> Option<&'static ring::signature::EcdsaVerificationAlgorithm> {
-    use ring::signature as rs;
+/// aws-lc-rs's verification algorithm for an ECDSA signature with `hash` under the key
+/// `point` on `curve`, when it takes it: P-256 or P-384 with SHA-256 or SHA-384, an
+/// uncompressed point. Then its answer is final; otherwise (P-521, SHA-1, SHA-512, a
+/// compressed point) RustCrypto decides, and both take the same signatures (tests
+/// compare them). aws-lc-rs is ~5× faster than RustCrypto on P-256 and ~5.6× on P-384
+/// (`benches/benches/ct.rs`), and every add of a chain under an ECDSA issuer verifies
+/// the leaf's signature.
+fn fast_ecdsa(curve: &[u8], point: &[u8], hash: Hash) -> Option<&'static FastParams> {
+    use aws_lc_rs::signature as rs;
     if point.first() != Some(&0x04) {
         return None;
     }
-    Some(match (curve, hash) {
+    let params: &'static FastParams = match (curve, hash) {
         (OID_P256, Hash::Sha256) => &rs::ECDSA_P256_SHA256_ASN1,
         (OID_P256, Hash::Sha384) => &rs::ECDSA_P256_SHA384_ASN1,
         (OID_P384, Hash::Sha256) => &rs::ECDSA_P384_SHA256_ASN1,
         (OID_P384, Hash::Sha384) => &rs::ECDSA_P384_SHA384_ASN1,
         _ => return None,
-    })
+    };
+    Some(params)
 }
 
 /// An RSAPublicKey (RFC 8017 §A.1.1): SEQUENCE { modulus INTEGER, publicExponent INTEGER }.

@@ -505,6 +505,8 @@ pub struct LogIdentity {
     pub spki: Vec<u8>,
     /// RFC 6962 `LogID`: its SHA-256.
     pub log_id: [u8; 32],
+    /// The key, parsed once: every SCT is checked.
+    verifier: tlogd_static_ct::signer::LogVerifier,
 }
 
 /// An SCT, checked.
@@ -541,8 +543,14 @@ impl LogIdentity {
             .map_err(|e| mint_err("--log-public-key: not base64", e))?;
         tlogd_static_ct::signer::check_public_key(&spki)
             .map_err(|e| mint_err("--log-public-key", e))?;
+        let verifier = tlogd_static_ct::signer::LogVerifier::new(&spki)
+            .map_err(|e| mint_err("--log-public-key", e))?;
         let log_id = Sha256::digest(&spki).into();
-        Ok(LogIdentity { spki, log_id })
+        Ok(LogIdentity {
+            spki,
+            log_id,
+            verifier,
+        })
     }
 
     /// Check the answer `body` to submitting `chain`: a v1 SCT from this log whose
@@ -572,12 +580,14 @@ impl LogIdentity {
             .ok_or_else(|| sct_err("no leaf_index extension (static-ct-api)"))?;
         let signature = b64("signature", &j.signature)?;
         let te = timestamped_entry(chain, j.timestamp, extensions.clone());
-        let rest = tlogd_static_ct::signer::verify(&self.spki, &signature_input(&te), &signature)
+        let rest = self
+            .verifier
+            .verify(&signature_input(&te), &signature)
             .map_err(|e| {
-            sct_err(format!(
-                "its signature does not verify over the entry submitted: {e}"
-            ))
-        })?;
+                sct_err(format!(
+                    "its signature does not verify over the entry submitted: {e}"
+                ))
+            })?;
         if !rest.is_empty() {
             return Err(sct_err("trailing bytes after the signature"));
         }

@@ -5,9 +5,9 @@
 //! - [`LogKey::sign`] is deterministic (RFC 6979, RustCrypto `p256`): the same input
 //!   and key give the same bytes, so a tree head signed twice (a restart, another
 //!   frontend) is one signature. Once per checkpoint, its cost does not matter.
-//! - [`LogKey::sign_randomized`] (ring, precomputed base-point tables) is several
-//!   times faster and signs an SCT on every add. Nothing needs an SCT's signature to
-//!   repeat: RFC 6962 §4.1's "same SCT" for a resubmission is its fields (the entry,
+//! - [`LogKey::sign_randomized`] (aws-lc-rs, precomputed base-point tables) is ten
+//!   times faster (~15 µs; ring ~17) and signs an SCT on every add. Nothing needs an
+//!   SCT's signature to repeat: RFC 6962 §4.1's "same SCT" for a resubmission is its fields (the entry,
 //!   timestamp, extensions), and any valid signature over them is that SCT.
 
 use p256::ecdsa::signature::Signer;
@@ -32,8 +32,8 @@ pub struct KeyError(String);
 #[derive(Clone)]
 pub struct LogKey {
     key: SigningKey,
-    /// The same key for ring's faster, randomized signatures.
-    fast: std::sync::Arc<ring::signature::EcdsaKeyPair>,
+    /// The same key for aws-lc-rs's faster, randomized signatures.
+    fast: std::sync::Arc<aws_lc_rs::signature::EcdsaKeyPair>,
     spki: Vec<u8>,
     log_id: [u8; 32],
 }
@@ -104,13 +104,12 @@ impl LogKey {
             .to_vec();
         let log_id = Sha256::digest(&spki).into();
         let point = key.verifying_key().to_encoded_point(false);
-        let fast = ring::signature::EcdsaKeyPair::from_private_key_and_public_key(
-            &ring::signature::ECDSA_P256_SHA256_ASN1_SIGNING,
+        let fast = aws_lc_rs::signature::EcdsaKeyPair::from_private_key_and_public_key(
+            &aws_lc_rs::signature::ECDSA_P256_SHA256_ASN1_SIGNING,
             &key.to_bytes(),
             point.as_bytes(),
-            &ring::rand::SystemRandom::new(),
         )
-        .map_err(|e| KeyError(format!("ring refuses the key: {e}")))?;
+        .map_err(|e| KeyError(format!("aws-lc-rs refuses the key: {e}")))?;
         Ok(LogKey {
             key,
             fast: std::sync::Arc::new(fast),
@@ -137,11 +136,14 @@ impl LogKey {
         digitally_signed(sig.as_bytes())
     }
 
-    /// [`LogKey::sign`] with a random nonce, through ring: for SCTs, one per add. The
+    /// [`LogKey::sign`] with a random nonce, through aws-lc-rs: for SCTs, one per add. The
     /// system's random source failing (it does not on Linux after boot) falls back to
     /// the deterministic signature, never to no signature.
     pub fn sign_randomized(&self, message: &[u8]) -> Vec<u8> {
-        match self.fast.sign(&ring::rand::SystemRandom::new(), message) {
+        match self
+            .fast
+            .sign(&aws_lc_rs::rand::SystemRandom::new(), message)
+        {
             Ok(sig) => digitally_signed(sig.as_ref()),
             Err(_) => self.sign(message),
         }
@@ -165,32 +167,62 @@ pub fn check_public_key(spki: &[u8]) -> Result<(), KeyError> {
 }
 
 /// Check a `DigitallySigned` over `message` by the key whose DER
-/// `SubjectPublicKeyInfo` is `spki`; the bytes after the struct are returned.
+/// `SubjectPublicKeyInfo` is `spki`; the bytes after the struct are returned. A caller
+/// checking many under one key keeps a [`LogVerifier`].
 pub fn verify<'a>(spki: &[u8], message: &[u8], signed: &'a [u8]) -> Result<&'a [u8], FormatError> {
-    use p256::pkcs8::DecodePublicKey;
-    let key = p256::PublicKey::from_public_key_der(spki)
-        .map_err(|e| format_error("public key", e.to_string()))?;
-    let key = VerifyingKey::from(key);
-    let mut r = Reader::new(signed, "DigitallySigned");
-    let algorithms = r.take(2)?;
-    if algorithms != [HASH_SHA256, SIGNATURE_ECDSA] {
-        return Err(format_error(
-            "DigitallySigned",
-            format!("algorithms {algorithms:02x?}, not SHA-256 with ECDSA"),
-        ));
+    LogVerifier::new(spki)?.verify(message, signed)
+}
+
+/// A log's public key, parsed once, that checks its `DigitallySigned` structs (SCTs and
+/// tree heads): a verifier of every SCT, as tlog-loadgen is, shares its cores with the
+/// log.
+#[derive(Clone)]
+pub struct LogVerifier {
+    key: std::sync::Arc<aws_lc_rs::signature::ParsedPublicKey>,
+}
+
+impl std::fmt::Debug for LogVerifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LogVerifier(ECDSA P-256)")
     }
-    let der = r.vec(2, 1)?;
-    let rest = &signed[r.position()..];
-    Signature::from_der(der).map_err(|e| format_error("DigitallySigned", e.to_string()))?;
-    // ring checks several times faster than RustCrypto (a verifier of every SCT, as
-    // tlog-loadgen is, shares its cores with the log); the DER was parsed above, so
-    // both take the same signatures.
-    let point = key.to_encoded_point(false);
-    ring::signature::UnparsedPublicKey::new(
-        &ring::signature::ECDSA_P256_SHA256_ASN1,
-        point.as_bytes(),
-    )
-    .verify(message, der)
-    .map_err(|_| format_error("DigitallySigned", "the signature does not verify"))?;
-    Ok(rest)
+}
+
+impl LogVerifier {
+    /// The verifier of the ECDSA P-256 key whose DER `SubjectPublicKeyInfo` is `spki`.
+    pub fn new(spki: &[u8]) -> Result<Self, FormatError> {
+        use p256::pkcs8::DecodePublicKey;
+        let key = p256::PublicKey::from_public_key_der(spki)
+            .map_err(|e| format_error("public key", e.to_string()))?;
+        let point = VerifyingKey::from(key).to_encoded_point(false);
+        let key = aws_lc_rs::signature::ParsedPublicKey::new(
+            &aws_lc_rs::signature::ECDSA_P256_SHA256_ASN1,
+            point.as_bytes(),
+        )
+        .map_err(|e| format_error("public key", e.to_string()))?;
+        Ok(LogVerifier {
+            key: std::sync::Arc::new(key),
+        })
+    }
+
+    /// Check a `DigitallySigned` over `message`; the bytes after the struct are
+    /// returned.
+    pub fn verify<'a>(&self, message: &[u8], signed: &'a [u8]) -> Result<&'a [u8], FormatError> {
+        let mut r = Reader::new(signed, "DigitallySigned");
+        let algorithms = r.take(2)?;
+        if algorithms != [HASH_SHA256, SIGNATURE_ECDSA] {
+            return Err(format_error(
+                "DigitallySigned",
+                format!("algorithms {algorithms:02x?}, not SHA-256 with ECDSA"),
+            ));
+        }
+        let der = r.vec(2, 1)?;
+        let rest = &signed[r.position()..];
+        // Parsed as DER first, so that what is accepted does not depend on how lax the
+        // library's own parser is.
+        Signature::from_der(der).map_err(|e| format_error("DigitallySigned", e.to_string()))?;
+        self.key
+            .verify_sig(message, der)
+            .map_err(|_| format_error("DigitallySigned", "the signature does not verify"))?;
+        Ok(rest)
+    }
 }

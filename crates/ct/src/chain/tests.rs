@@ -433,7 +433,7 @@ fn azul_sha1_rsa_and_p521_chains_validate() {
     }
 }
 
-/// What ring checks is validated on the calling thread; a P-521 link (RustCrypto,
+/// What aws-lc-rs checks cheaply is validated on the calling thread; a P-521 link (RustCrypto,
 /// milliseconds) defers the whole chain, which [`validate`] then takes; a refusal is
 /// the same either way, and deferring leaves no state behind.
 #[test]
@@ -465,7 +465,7 @@ fn cheap_chains_validate_inline_and_costly_ones_are_deferred() {
     // After a deferral, plain validation of the same chain is unaffected.
     assert!(validate_if_cheap(&p521, Cert_, &p521_roots, &policy, now).is_none());
     assert!(validate(&p521, Cert_, &p521_roots, &policy, now).is_ok());
-    // A P-384 leaf (~0.7 ms in ring) is deferred too.
+    // A P-384 leaf (~0.2 ms in aws-lc-rs) is deferred too.
     let p384 = chain(&["tesseract/test_leaf_cert_signed_by_intermediate.pem", T_INT]);
     let p384_roots = roots(&["tesseract/test_root_ca_cert.pem"]);
     assert!(validate_if_cheap(&p384, Cert_, &p384_roots, &policy, now).is_none());
@@ -1078,11 +1078,11 @@ fn errors_are_one_line() {
     }
 }
 
-/// RSA links go through ring when it takes the key, and ring answers as the `rsa` crate
+/// RSA links go through aws-lc-rs when it takes the key, and it answers as the `rsa` crate
 /// does: PKCS#1 v1.5 with SHA-1 and SHA-256 and PSS links of the test data verify both
 /// ways, and with one signature bit flipped fail both ways.
 #[test]
-fn ring_and_the_rsa_crate_agree_on_rsa_links() {
+fn aws_lc_and_the_rsa_crate_agree_on_rsa_links() {
     let mut seen = Vec::new();
     for (child, issuer) in [
         (
@@ -1106,18 +1106,21 @@ fn ring_and_the_rsa_crate_agree_on_rsa_links() {
         seen.push(alg);
         let (_, parsed) = x509_parser::parse_x509_certificate(&i).unwrap();
         let key = &parsed.public_key().subject_public_key.data;
-        assert!(ring_rsa(key, alg).is_some(), "{issuer}: ring takes its key");
-        for ring in [true, false] {
-            verify_signature_by(&child_cert, &issuer_cert, ring)
-                .unwrap_or_else(|e| panic!("{child} (ring: {ring}): {e:?}"));
+        assert!(
+            fast_rsa(key, alg).is_some(),
+            "{issuer}: aws-lc-rs takes its key"
+        );
+        for fast in [true, false] {
+            verify_signature_by(&child_cert, &issuer_cert, fast)
+                .unwrap_or_else(|e| panic!("{child} (aws-lc-rs: {fast}): {e:?}"));
         }
         let mut bad = c.clone();
         *bad.last_mut().unwrap() ^= 1;
         let bad = Cert::parse(&bad).unwrap();
-        for ring in [true, false] {
+        for fast in [true, false] {
             assert!(
-                verify_signature_by(&bad, &issuer_cert, ring).is_err(),
-                "{child} flipped (ring: {ring})"
+                verify_signature_by(&bad, &issuer_cert, fast).is_err(),
+                "{child} flipped (aws-lc-rs: {fast})"
             );
         }
     }
@@ -1130,13 +1133,50 @@ fn ring_and_the_rsa_crate_agree_on_rsa_links() {
     }
 }
 
-/// ECDSA links go through ring when it takes them (P-256 and P-384, SHA-256 and
-/// SHA-384, uncompressed points), and ring answers as RustCrypto does: over every pair
+/// An issuer's key parsed for one algorithm (`verify_fast`) is used for that algorithm
+/// only: a signature under another still verifies, and a bad one under the parsed key
+/// still fails.
+#[test]
+fn an_issuer_key_parsed_once_serves_only_its_algorithm() {
+    let (c, i) = (
+        cert("azul/sha1-rsa-intermediate-cert.pem"),
+        cert("azul/sha1-rsa-root-ca-cert.pem"),
+    );
+    let issuer = Cert::parse(&i).unwrap();
+    let child = Cert::parse(&c).unwrap();
+    assert_eq!(
+        signature_algorithm(&child.sig_alg).unwrap(),
+        SigAlg::RsaPkcs1(Hash::Sha1)
+    );
+    let (_, parsed) = x509_parser::parse_x509_certificate(&i).unwrap();
+    let key = &parsed.public_key().subject_public_key.data;
+    let sha256 = SigAlg::RsaPkcs1(Hash::Sha256);
+    let (params, _) = fast_rsa(key, sha256).unwrap();
+    let signature = whole_bytes(child.signature).unwrap();
+    // The SHA-1 signature read as SHA-256 fails, and leaves the key parsed for SHA-256.
+    assert!(verify_fast(&issuer, sha256, params, key, child.tbs, signature).is_err());
+    assert!(matches!(issuer.fast_key.get(), Some(Some((a, _))) if *a == sha256));
+    verify_signature_by(&child, &issuer, true).expect("SHA-1 under a key parsed for SHA-256");
+    let mut bad = c.clone();
+    *bad.last_mut().unwrap() ^= 1;
+    let bad = Cert::parse(&bad).unwrap();
+    // Parsed for SHA-1 now, on a fresh parse of the issuer: the good one verifies, the
+    // flipped one does not.
+    let issuer = Cert::parse(&i).unwrap();
+    verify_signature_by(&child, &issuer, true).unwrap();
+    assert!(
+        matches!(issuer.fast_key.get(), Some(Some((a, _))) if *a == SigAlg::RsaPkcs1(Hash::Sha1))
+    );
+    assert!(verify_signature_by(&bad, &issuer, true).is_err());
+}
+
+/// ECDSA links go through aws-lc-rs when it takes them (P-256 and P-384, SHA-256 and
+/// SHA-384, uncompressed points), and it answers as RustCrypto does: over every pair
 /// of an ECDSA-signed certificate and an EC-keyed certificate of the test data, both
-/// accept or both refuse, a flipped signature bit fails both, and ring's cases cover
+/// accept or both refuse, a flipped signature bit fails both, and aws-lc-rs's cases cover
 /// P-256 and P-384 links that verify.
 #[test]
-fn ring_and_rustcrypto_agree_on_ecdsa_links() {
+fn aws_lc_and_rustcrypto_agree_on_ecdsa_links() {
     let mut files = Vec::new();
     let mut stack = vec![std::path::PathBuf::from(DIR)];
     while let Some(dir) = stack.pop() {
@@ -1165,7 +1205,7 @@ fn ring_and_rustcrypto_agree_on_ecdsa_links() {
             matches!(signature_algorithm(&c.sig_alg), Ok(SigAlg::Ecdsa(_)))
         })
         .collect();
-    let mut ring_verified = std::collections::BTreeSet::new();
+    let mut fast_verified = std::collections::BTreeSet::new();
     for child in &ecdsa_signed {
         let child_cert = Cert::parse(child).unwrap();
         let Ok(SigAlg::Ecdsa(hash)) = signature_algorithm(&child_cert.sig_alg) else {
@@ -1185,24 +1225,24 @@ fn ring_and_rustcrypto_agree_on_ecdsa_links() {
             };
             let curve = curve.as_bytes().to_vec();
             let point = &spki.subject_public_key.data;
-            let by_ring = verify_signature_by(&child_cert, &issuer_cert, true).is_ok();
+            let by_fast = verify_signature_by(&child_cert, &issuer_cert, true).is_ok();
             let by_rustcrypto = verify_signature_by(&child_cert, &issuer_cert, false).is_ok();
-            assert_eq!(by_ring, by_rustcrypto, "ring and RustCrypto disagree");
-            if by_ring && ring_ecdsa(&curve, point, hash).is_some() {
-                ring_verified.insert((curve.clone(), hash.len()));
+            assert_eq!(by_fast, by_rustcrypto, "aws-lc-rs and RustCrypto disagree");
+            if by_fast && fast_ecdsa(&curve, point, hash).is_some() {
+                fast_verified.insert((curve.clone(), hash.len()));
                 let mut bad = child.to_vec();
                 *bad.last_mut().unwrap() ^= 1;
                 let bad = Cert::parse(&bad).unwrap();
-                for ring in [true, false] {
-                    assert!(verify_signature_by(&bad, &issuer_cert, ring).is_err());
+                for fast in [true, false] {
+                    assert!(verify_signature_by(&bad, &issuer_cert, fast).is_err());
                 }
             }
         }
     }
     for covered in [(OID_P256.to_vec(), 32), (OID_P384.to_vec(), 48)] {
         assert!(
-            ring_verified.contains(&covered),
-            "{covered:?} not covered: {ring_verified:?}"
+            fast_verified.contains(&covered),
+            "{covered:?} not covered: {fast_verified:?}"
         );
     }
 }
