@@ -35,8 +35,8 @@ pub use tlogd_http::client;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -55,7 +55,7 @@ use crate::client::{BaseUrl, Client, ClientError, H2cPool};
 use crate::clock::IntegrationClock;
 use crate::duration::parse_duration;
 use crate::reader::LogReader;
-use crate::stats::{OpRow, Sample, Stats};
+use crate::stats::{OpRow, Sample, Stats, lock};
 
 /// Command-line arguments (also built directly by tests).
 #[derive(clap::Parser, Clone, Debug)]
@@ -104,6 +104,13 @@ pub struct Args {
     /// (a chain sent again is a duplicate). 0: --leaf-write-goal if given, else 20000.
     #[arg(long, default_value_t = 0)]
     pub ct_chains: usize,
+    /// With --ct: when each SCT's signature is checked. `after`: once writing stops
+    /// (each answer's other fields at once), so that the driver's ECDSA checks (~50 µs
+    /// each) do not take the cores of a log measured on the same machine; `during`: as
+    /// each answer arrives, before its add counts. Either way every SCT is checked, and
+    /// one that does not verify fails the run.
+    #[arg(long, value_enum, default_value_t = ct::SctChecks::After)]
+    pub ct_sct_checks: ct::SctChecks,
     /// Bearer token sent with every request.
     #[arg(long)]
     pub bearer_token: Option<String>,
@@ -276,6 +283,11 @@ pub struct Report {
     pub ct_mint_seconds: f64,
     /// With --ct: acknowledged submissions of precertificates (add-pre-chain).
     pub ct_precerts: u64,
+    /// With --ct: SCTs whose signature was checked once writing stopped
+    /// (`--ct-sct-checks after`; the others were checked as they arrived).
+    pub ct_scts_checked_after: u64,
+    /// With --ct: seconds those checks took.
+    pub ct_sct_check_seconds: f64,
 }
 
 /// An acknowledged add, on its way to the integration clock.
@@ -412,6 +424,11 @@ struct CtRun {
     precerts: AtomicU64,
     /// Seconds minting took.
     mint_seconds: f64,
+    /// SCTs whose signature is checked once writing stops (`--ct-sct-checks after`),
+    /// with the chain each answered.
+    deferred: Mutex<Vec<(usize, ct::UncheckedSct)>>,
+    /// How many were deferred (at most [`ct::MAX_DEFERRED_SCTS`]).
+    deferred_count: AtomicUsize,
 }
 
 struct Ctx {
@@ -679,6 +696,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<Report> {
         let _ = t.await;
     }
     ctx.inbox.writers_done.store(true, Ordering::Release);
+    let deferred = check_deferred_scts(&ctx).await;
     let backlog_at_write_end = ctx.stats.verify_backlog.load(Ordering::Relaxed);
     // Let the clock see every written entry covered and the verifier check every
     // sampled one, within the runtime limit.
@@ -726,6 +744,17 @@ pub async fn run(mut args: Args) -> anyhow::Result<Report> {
     let end_size = s.tree_size.load(Ordering::Relaxed);
     let failures = s.failures();
     let mut reasons = failures.clone();
+    if let Some(first) = &deferred.first_failure {
+        // First: the list of failures may be full of what follows from it (entries
+        // read back that are not what the SCT said).
+        reasons.insert(
+            0,
+            format!(
+                "{} SCTs checked after writing do not verify; the first: {first}",
+                deferred.failed
+            ),
+        );
+    }
     if write_errors > 0 {
         reasons.push(format!("{write_errors} adds failed"));
     }
@@ -804,6 +833,8 @@ pub async fn run(mut args: Args) -> anyhow::Result<Report> {
             .ct
             .as_ref()
             .map_or(0, |c| c.precerts.load(Ordering::Relaxed)),
+        ct_scts_checked_after: deferred.checked,
+        ct_sct_check_seconds: deferred.seconds,
     };
     if let Some(p) = &ctx.args.report_json {
         std::fs::write(p, serde_json::to_vec_pretty(&report)?)
@@ -1027,7 +1058,68 @@ async fn prepare_ct(args: &Args) -> anyhow::Result<CtRun> {
         next: AtomicU64::new(0),
         precerts: AtomicU64::new(0),
         mint_seconds,
+        deferred: Mutex::new(Vec::new()),
+        deferred_count: AtomicUsize::new(0),
     })
+}
+
+/// The SCT signatures checked once writing stopped (`--ct-sct-checks after`).
+#[derive(Default)]
+struct DeferredChecks {
+    checked: u64,
+    seconds: f64,
+    /// How many did not verify, and why the first did not.
+    failed: u64,
+    first_failure: Option<String>,
+}
+
+/// Check the SCT signatures deferred by `--ct-sct-checks after`, on every core; each
+/// that does not verify fails its add, as it would have at once.
+async fn check_deferred_scts(ctx: &Arc<Ctx>) -> DeferredChecks {
+    let Some(ct) = &ctx.ct else {
+        return DeferredChecks::default();
+    };
+    let started = Instant::now();
+    let deferred = std::mem::take(&mut *lock(&ct.deferred));
+    let n = deferred.len();
+    if n == 0 {
+        return DeferredChecks::default();
+    }
+    let failures: Arc<Mutex<(u64, Option<String>)>> = Arc::default();
+    let deferred = Arc::new(deferred);
+    let parts = std::thread::available_parallelism().map_or(2, |p| p.get());
+    let per_part = n.div_ceil(parts);
+    let mut jobs = Vec::new();
+    for part in 0..parts {
+        let (ctx, deferred, failures) = (ctx.clone(), deferred.clone(), failures.clone());
+        jobs.push(tokio::task::spawn_blocking(move || {
+            let (Some(ct), s) = (&ctx.ct, &ctx.stats) else {
+                return;
+            };
+            let end = ((part + 1) * per_part).min(deferred.len());
+            for (c, sct) in deferred.get(part * per_part..end).unwrap_or_default() {
+                let chain = &ct.pool[*c];
+                if let Err(e) = ct.log.check_signature(chain, sct) {
+                    s.write_errors.fetch_add(1, Ordering::Relaxed);
+                    let mut f = lock(&failures);
+                    f.0 += 1;
+                    f.1.get_or_insert_with(|| format!("{} (chain {c}): SCT: {e}", chain.path()));
+                }
+            }
+        }));
+    }
+    for j in jobs {
+        if let Err(e) = j.await {
+            ctx.stats.fail(format!("checking SCTs: {e}"));
+        }
+    }
+    let (failed, first_failure) = std::mem::take(&mut *lock(&failures));
+    DeferredChecks {
+        checked: n as u64,
+        seconds: started.elapsed().as_secs_f64(),
+        failed,
+        first_failure,
+    }
 }
 
 /// A CT writer (--ct): submits the minted chains, each SCT checked before its add
@@ -1043,8 +1135,12 @@ async fn ct_writer(ctx: Arc<Ctx>, w: usize, seed: u64) {
     let mut turn = w;
     let s = &ctx.stats;
     let pool = ct.pool.len() as u64;
+    // SCTs whose signature this writer defers (`--ct-sct-checks after`), handed over
+    // when it stops.
+    let mut deferred = Vec::new();
     loop {
         if ctx.stop_writing.load(Ordering::Relaxed) {
+            lock(&ct.deferred).append(&mut deferred);
             return;
         }
         if let Some(p) = &pacer {
@@ -1070,7 +1166,18 @@ async fn ct_writer(ctx: Arc<Ctx>, w: usize, seed: u64) {
                 continue;
             }
         };
-        let sct = match ct.log.check_sct(chain, &r.body) {
+        let defer = args.ct_sct_checks == ct::SctChecks::After
+            && ct.deferred_count.fetch_add(1, Ordering::Relaxed) < ct::MAX_DEFERRED_SCTS;
+        let checked = ct.log.read_sct(&r.body).and_then(|sct| {
+            if defer {
+                let fields = sct.fields.clone();
+                deferred.push((c, sct));
+                Ok(fields)
+            } else {
+                ct.log.check_signature(chain, &sct).map(|()| sct.fields)
+            }
+        });
+        let sct = match checked {
             Ok(sct) => sct,
             Err(e) => {
                 s.write_errors.fetch_add(1, Ordering::Relaxed);

@@ -114,8 +114,12 @@ pub fn table(r: &Report) -> String {
     if r.mode == "static-ct-api" {
         let _ = writeln!(
             o,
-            " CT: {} chains minted in {:.2} s before the run, {} precertificates acknowledged",
-            r.ct_chains_minted, r.ct_mint_seconds, r.ct_precerts
+            " CT: {} chains minted in {:.2} s before the run, {} precertificates acknowledged, {} SCT signatures checked after writing ({:.2} s)",
+            r.ct_chains_minted,
+            r.ct_mint_seconds,
+            r.ct_precerts,
+            r.ct_scts_checked_after,
+            r.ct_sct_check_seconds
         );
     }
     for f in &r.failure_reasons {

@@ -165,6 +165,8 @@ async fn a_ct_run_against_tlogd_succeeds_and_its_report_adds_up() {
     );
     assert!(r.ct_precerts >= 20, "{} precertificates", r.ct_precerts);
     assert_eq!(r.write_errors, 0);
+    // By default every SCT's signature is checked once writing stops.
+    assert_eq!(r.ct_scts_checked_after, adds);
     assert_eq!(
         r.tree_growth, r.writes_new,
         "tree growth equals the unique chains logged"
@@ -229,8 +231,9 @@ async fn a_ct_run_with_another_logs_key_fails() {
 }
 
 /// SCTs whose signature does not cover what was submitted (a log answering with a
-/// timestamp other than the one it signed) fail the run, named. (No add counts, so the
-/// run writes for its --duration.)
+/// timestamp other than the one it signed) fail the run, named, whether checked as
+/// they arrive (no add counts, so the run writes for its --duration) or once writing
+/// stops (every add acknowledged is then an error).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_sct_that_does_not_verify_fails_the_run() {
     let dir = tempfile::tempdir().unwrap();
@@ -240,26 +243,43 @@ async fn an_sct_that_does_not_verify_fails_the_run() {
     })
     .await;
     let pk = log_public_key();
-    let a = ct_args(
-        &url,
-        &pk,
-        &cert,
-        &key,
-        &["--writers", "2", "--duration", "2s"],
-    );
-    let r = tokio::time::timeout(Duration::from_secs(150), run(a))
-        .await
-        .expect("the run ends")
-        .unwrap();
-    assert!(!r.ok);
-    assert!(
-        r.failure_reasons
-            .iter()
-            .any(|f| f.contains("ct/v1/add-chain") && f.contains("does not verify")),
-        "{:?}",
-        r.failure_reasons
-    );
-    assert_eq!(r.writes_new + r.writes_duplicate, 0);
+    for checks in ["during", "after"] {
+        let a = ct_args(
+            &url,
+            &pk,
+            &cert,
+            &key,
+            &[
+                "--writers",
+                "2",
+                "--duration",
+                "2s",
+                "--ct-sct-checks",
+                checks,
+            ],
+        );
+        let r = tokio::time::timeout(Duration::from_secs(150), run(a))
+            .await
+            .expect("the run ends")
+            .unwrap();
+        assert!(!r.ok, "{checks}");
+        assert!(
+            r.failure_reasons
+                .iter()
+                .any(|f| f.contains("ct/v1/add-chain") && f.contains("does not verify")),
+            "{checks}: {:?}",
+            r.failure_reasons
+        );
+        let adds = r.writes_new + r.writes_duplicate;
+        if checks == "during" {
+            assert_eq!(adds, 0);
+            assert_eq!(r.ct_scts_checked_after, 0);
+        } else {
+            assert!(adds > 0);
+            assert_eq!(r.ct_scts_checked_after, adds);
+            assert_eq!(r.write_errors, adds);
+        }
+    }
 }
 
 /// Move every SCT's timestamp by a millisecond, leaving its signature as it was.
