@@ -13,7 +13,9 @@
 # MariaDB with durable commits), tesseract (publication awaiter off: answered once
 # sequenced, as tlogd does), tesseract-await (its default); default: tlogd tesseract.
 # CT_ISSUER_KEY=rsa2048|p256|p384 (default p256): the intermediate's key, which signs
-# every leaf. The storage server's CPU per add (MinIO, MariaDB) is its own column,
+# every leaf. CT_SCT_CHECKS=after|during: when the driver checks each SCT's signature
+# (unset: the loadgen's default, after writing stops, off the measured cores). The
+# storage server's CPU per add (MinIO, MariaDB) is its own column,
 # counted over the whole run (minting included, when it idles).
 # Needs: a release build of tlogd and tlog-loadgen (cargo build --release -p tlogd
 # -p tlog-loadgen); Go to build TesseraCT's server once.
@@ -45,7 +47,7 @@ pubkey=$(openssl ec -in "$work/key.pem" -pubout -outform DER 2>/dev/null | base6
 issuer_key=${CT_ISSUER_KEY:-p256}
 if [[ " ${modes[*]} " == *" tlogd-minio "* ]]; then start_minio; fi
 if [[ " ${modes[*]} " == *" tlogd-mariadb "* ]]; then start_mariadb "$work/mariadb"; fi
-echo "# issuer key: $issuer_key"
+echo "# issuer key: $issuer_key; SCT checks: ${CT_SCT_CHECKS:-default (after writing)}"
 echo "mode round goal writers adds_per_s new dup precerts server_cpu_us_per_add add_p50_ms add_p99_ms integrate_p50_ms integrate_p99_ms mint_s ok store_cpu_us_per_add"
 for r in $(seq "$rounds"); do
   for mode in "${modes[@]}"; do
@@ -89,6 +91,7 @@ for r in $(seq "$rounds"); do
       --log-public-key "$pubkey" --ct-root-cert "$work/root.pem" --ct-root-key "$work/root-key.pem" \
       --ct-precert-chance 0.1 --writers "$writers" --leaf-write-goal "$goal" --dup-chance 0.05 \
       --readers-full 1 --readers-random 1 --checkpoint-poll 20ms --log-pid "$pid" --quiet \
+      ${CT_SCT_CHECKS:+--ct-sct-checks "$CT_SCT_CHECKS"} \
       --report-json "$dir/report.json" >"$dir/loadgen.out" 2>&1 || true
     st1=0; [ -n "$store_pid" ] && st1=$(ticks_pid "$store_pid")
     kill "$pid"; wait "$pid" 2>/dev/null || true

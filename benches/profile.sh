@@ -17,7 +17,7 @@
 # PROFILE_CT=rsa2048|p256|p384 profiles a CT log instead (static-ct-api, dedup on):
 # the loadgen's CT mode (--ct, 10 % precertificates, 5 % duplicates, one random
 # reader) with chains whose intermediate has that key, and stages for the signature
-# checks (ring, RustCrypto), X.509/DER parsing and JSON/base64.
+# checks (aws-lc-rs, ring, RustCrypto), X.509/DER parsing and JSON/base64.
 #   PROFILE_CT=rsa2048 PROFILE_WRITERS=128 benches/profile.sh ct-rsa
 # A CT run lasts 24 s and records from 5 s after its first entry, so that its 250,000
 # chains (minted first, not timed) last past the recording at ~10k adds/s: a pool used
@@ -111,7 +111,7 @@ def stage(comm, dso, kernel, sym):
     if comm.startswith('rocksdb'): return 'dedup index: RocksDB flush and compaction threads'
     if 'rocksdb' in sym or dso.startswith('libstdc'): return 'dedup index: RocksDB lookups and inserts'
     if re.search(r'malloc|_int_free|cfree|unlink_chunk|consolidate|realloc|^_?mi_', sym): return 'allocator'
-    if re.search(r'ring_core|nistz|ring::|bn_mul_mont|p256_point|LIMBS_|GFp_', sym): return 'signatures: ring (chain verification, SCT signing)'
+    if re.search(r'aws_lc|ring_core|nistz|ring::|bn_mul_mont|bn_sqr|p256_point|LIMBS_|GFp_|bignum_', sym): return 'signatures: aws-lc-rs, ring (chain verification, SCT signing)'
     if re.search(r'p256::|p384::|p521::|primeorder|elliptic_curve|num_bigint|rsa::|ed25519|curve25519', sym): return 'signatures: RustCrypto'
     if 'sha2' in sym: return 'hashing (SHA-256)'
     if re.search(r'tlogd_ct::chain|tlogd_ct::der|x509_parser|asn1_rs|der_parser|der::', sym): return 'X.509/DER parsing and chain policy'
