@@ -1076,8 +1076,8 @@ struct DeferredChecks {
 }
 
 /// Check the SCT signatures deferred by `--ct-sct-checks after`, on every core, once
-/// every entry written was integrated and verified; each
-/// that does not verify fails its add, as it would have at once.
+/// every entry written was integrated and verified; each that does not verify fails
+/// its add, as it would have at once.
 async fn check_deferred_scts(ctx: &Arc<Ctx>) -> DeferredChecks {
     let Some(ct) = &ctx.ct else {
         return DeferredChecks::default();
@@ -1088,35 +1088,40 @@ async fn check_deferred_scts(ctx: &Arc<Ctx>) -> DeferredChecks {
     if n == 0 {
         return DeferredChecks::default();
     }
-    let failures: Arc<Mutex<(u64, Option<String>)>> = Arc::default();
     let deferred = Arc::new(deferred);
     let parts = std::thread::available_parallelism().map_or(2, |p| p.get());
     let per_part = n.div_ceil(parts);
     let mut jobs = Vec::new();
     for part in 0..parts {
-        let (ctx, deferred, failures) = (ctx.clone(), deferred.clone(), failures.clone());
+        let (ctx, deferred) = (ctx.clone(), deferred.clone());
+        // Each part answers how many of its SCTs did not verify, and why the first did not.
         jobs.push(tokio::task::spawn_blocking(move || {
-            let (Some(ct), s) = (&ctx.ct, &ctx.stats) else {
-                return;
+            let (mut failed, mut first) = (0u64, None);
+            let Some(ct) = &ctx.ct else {
+                return (failed, first);
             };
             let end = ((part + 1) * per_part).min(deferred.len());
             for (c, sct) in deferred.get(part * per_part..end).unwrap_or_default() {
                 let chain = &ct.pool[*c];
                 if let Err(e) = ct.log.check_signature(chain, sct) {
-                    s.write_errors.fetch_add(1, Ordering::Relaxed);
-                    let mut f = lock(&failures);
-                    f.0 += 1;
-                    f.1.get_or_insert_with(|| format!("{} (chain {c}): SCT: {e}", chain.path()));
+                    ctx.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+                    failed += 1;
+                    first.get_or_insert_with(|| format!("{} (chain {c}): SCT: {e}", chain.path()));
                 }
             }
+            (failed, first)
         }));
     }
+    let (mut failed, mut first_failure) = (0, None);
     for j in jobs {
-        if let Err(e) = j.await {
-            ctx.stats.fail(format!("checking SCTs: {e}"));
+        match j.await {
+            Ok((n, first)) => {
+                failed += n;
+                first_failure = first_failure.or(first);
+            }
+            Err(e) => ctx.stats.fail(format!("checking SCTs: {e}")),
         }
     }
-    let (failed, first_failure) = std::mem::take(&mut *lock(&failures));
     DeferredChecks {
         checked: n as u64,
         seconds: started.elapsed().as_secs_f64(),

@@ -7,8 +7,9 @@
 //!   frontend) is one signature. Once per checkpoint, its cost does not matter.
 //! - [`LogKey::sign_randomized`] (aws-lc-rs, precomputed base-point tables) is ten
 //!   times faster (~15 µs; ring ~17) and signs an SCT on every add. Nothing needs an
-//!   SCT's signature to repeat: RFC 6962 §4.1's "same SCT" for a resubmission is its fields (the entry,
-//!   timestamp, extensions), and any valid signature over them is that SCT.
+//!   SCT's signature to repeat: RFC 6962 §4.1's "same SCT" for a resubmission is its
+//!   fields (the entry, timestamp, extensions), and any valid signature over them is
+//!   that SCT.
 
 use p256::ecdsa::signature::Signer;
 use p256::ecdsa::{DerSignature, Signature, SigningKey, VerifyingKey};
