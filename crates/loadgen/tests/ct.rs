@@ -233,7 +233,8 @@ async fn a_ct_run_with_another_logs_key_fails() {
 /// SCTs whose signature does not cover what was submitted (a log answering with a
 /// timestamp other than the one it signed) fail the run, named, whether checked as
 /// they arrive (no add counts, so the run writes for its --duration) or once writing
-/// stops (every add acknowledged is then an error).
+/// stops (every add acknowledged is then an error, and only the first is named: no
+/// precertificates, so that it is an add-chain's).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_sct_that_does_not_verify_fails_the_run() {
     let dir = tempfile::tempdir().unwrap();
@@ -256,6 +257,8 @@ async fn an_sct_that_does_not_verify_fails_the_run() {
                 "2s",
                 "--ct-sct-checks",
                 checks,
+                "--ct-precert-chance",
+                "0",
             ],
         );
         let r = tokio::time::timeout(Duration::from_secs(150), run(a))
