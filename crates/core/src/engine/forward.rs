@@ -19,16 +19,21 @@
 //!    forwarded here are forwarded, so a misconfigured pair cannot bounce entries.
 //! 2. The answer gives each entry its index (or why it was refused), exactly what a
 //!    local add answers; the batch's adds resolve with it.
-//! 3. [`ForwardError::Unsent`] (the request cannot have reached the sequencing
-//!    frontend: it refused the connection) puts the batch back at the head of the
-//!    queue and forwarding pauses for [`FORWARD_PAUSE`]: this frontend commits it
-//!    itself, by compare-and-swap, as it would without forwarding.
-//! 4. [`ForwardError::Unknown`] (sent, but no answer: a timeout, a cut connection)
-//!    answers the batch's adds [`AddError::Uncertain`] (503: resubmit): the other
-//!    frontend may have logged them, so committing them here could log them twice.
-//!    Forwarding goes on, so a resubmission reaches the index of the frontend that
-//!    may hold the entry; only a second unknown in a row (the other frontend hangs)
-//!    pauses it.
+//! 3. [`ForwardError::Unsent`] (nothing was queued there, for certain: the connection
+//!    was refused, or the sequencing frontend refused the request and said so with
+//!    [`REFUSED_MARKER`]; never a bare status, which a response budget, a proxy or a
+//!    load balancer can give after the batch was committed: [`classify_answer`]) puts
+//!    the batch back at the head of the queue and forwarding pauses for
+//!    [`FORWARD_PAUSE`]: this frontend commits it itself, by compare-and-swap, as it
+//!    would without forwarding.
+//! 4. [`ForwardError::Unknown`] (sent, but no answer that tells: a timeout, a cut
+//!    connection, any other status) answers the batch's adds [`AddError::Uncertain`]
+//!    (503: resubmit): the other frontend may have logged them, so committing them
+//!    here could log them twice. Their entries stay in this frontend's in-flight map,
+//!    tied to the sequencing frontend: a resubmission of one is only ever forwarded
+//!    (the sequencing frontend's index answers it), never committed here; while
+//!    forwarding is paused it is answered 503. Forwarding goes on; only a second
+//!    unknown in a row (the other frontend hangs) pauses it.
 //!
 //! With forwarding, the dedup index of the sequencing frontend sees every frontend's
 //! entries. While it cannot be reached, each frontend commits and deduplicates on its
@@ -61,14 +66,59 @@ pub const FORWARD_PAUSE: Duration = Duration::from_secs(5);
 /// Why a forward did not answer.
 #[derive(Debug, thiserror::Error)]
 pub enum ForwardError {
-    /// The request cannot have reached the sequencing frontend (the connection was
-    /// refused or could not be made): nothing was logged there.
+    /// Nothing of the batch was queued at the sequencing frontend, for certain: the
+    /// connection could not be made, or the sequencing frontend itself refused the
+    /// request before queueing any entry and said so ([`REFUSED_MARKER`]). Only this
+    /// lets the forwarding frontend commit the batch itself.
     #[error("forward not sent: {0}")]
     Unsent(String),
-    /// Sent, but the answer did not come back (a timeout, a reset, a refusal of the
-    /// whole request): the entries may have been logged there.
+    /// Sent, and no answer that tells what became of the entries: a timeout, a reset,
+    /// or any status without [`REFUSED_MARKER`] (a response budget, a proxy or a load
+    /// balancer can answer 503 after the batch was delivered and committed). The
+    /// entries may be logged there.
     #[error("forward unanswered: {0}")]
     Unknown(String),
+}
+
+/// How the body of the sequencing frontend's answer starts when it refused a forward
+/// before queueing any of its entries (a wrong token, another log's origin, a bad
+/// body, its forward slots full): the one answer besides a refused connection that
+/// lets the forwarding frontend commit the batch itself. A status alone never does:
+/// a response budget, a proxy or a load balancer can produce any of them.
+pub const REFUSED_MARKER: &str = "tlogd-forward-refused: ";
+
+/// The query parameter naming the log a forward is for (its origin, percent-encoded):
+/// the sequencing frontend refuses a forward for another log ([`REFUSED_MARKER`]), so
+/// a `forward.to` naming the wrong log of a multi-log daemon logs nothing there.
+pub const ORIGIN_PARAM: &str = "origin";
+
+/// Whether an answer's body says the forward was refused before queueing
+/// ([`REFUSED_MARKER`]).
+pub fn is_refusal(body: &[u8]) -> bool {
+    body.starts_with(REFUSED_MARKER.as_bytes())
+}
+
+/// How a forwarding frontend reads the sequencing frontend's HTTP answer to a forward
+/// of `n` entries: `200` is one outcome per entry; a refusal whose body carries
+/// [`REFUSED_MARKER`] ([`is_refusal`]) is [`ForwardError::Unsent`]; every other answer
+/// is [`ForwardError::Unknown`], since it may come after the entries were committed.
+pub fn classify_answer(
+    status: u16,
+    refused_before_queueing: bool,
+    body: &[u8],
+    n: usize,
+) -> Result<Vec<ForwardedOutcome>, ForwardError> {
+    let why = || {
+        format!(
+            "{status}: {}",
+            String::from_utf8_lossy(&body[..body.len().min(200)]).trim()
+        )
+    };
+    match status {
+        200 => decode_outcomes(body, n).map_err(|e| ForwardError::Unknown(e.to_string())),
+        _ if refused_before_queueing => Err(ForwardError::Unsent(why())),
+        _ => Err(ForwardError::Unknown(why())),
+    }
 }
 
 /// What one forwarded entry became, as the sequencing frontend answered it.

@@ -83,6 +83,12 @@ impl MemoryStorage {
         self.lock().commit_delay = delay;
     }
 
+    /// Lose the batch a [`Fault::PersistLate`] left on its way: it never lands (a
+    /// request that died in the network).
+    pub fn drop_late(&self) {
+        self.lock().late = None;
+    }
+
     /// Advance the stored state behind the engine's back (another frontend).
     pub fn force_state(&self, state: TreeState) {
         self.lock().tree = Some(state);

@@ -113,7 +113,7 @@ use crate::merkle::TileTree;
 use crate::note::{LogSigner, NoteSigner, NoteVerifier};
 use crate::personality::{EntryError, Personality, TlogTiles};
 use crate::tile::{self, TILE_WIDTH, TileId, TileKind};
-use queue::{InFlight, PendingBatch, Placed, Placement, Pushed, Queue, QueueLimits};
+use queue::{InFlight, PendingBatch, Placed, Placement, Pushed, Queue, QueueLimits, Uncertainty};
 
 /// Tuning and identity of one log.
 #[derive(Clone)]
@@ -417,17 +417,49 @@ struct Inner<S> {
     forward_paused_until: Mutex<Option<Instant>>,
     /// Forwards in a row that went unanswered.
     forward_unknowns: std::sync::atomic::AtomicU32,
+    /// The integrator holds outcomes that may still land ([`InFlight::Uncertain`]):
+    /// an idle integrator reads the tree now and then to learn them.
+    open_outcomes: AtomicBool,
+    /// Bumped each time the integrator has read the tree to learn open outcomes:
+    /// resubmissions of their entries wait on it.
+    learned: watch::Sender<u64>,
+    /// Aborts the background tasks ([`LogTasks::abort`]).
+    aborts: Mutex<Vec<tokio::task::AbortHandle>>,
 }
 
 /// The background tasks of a [`Log`]; await [`LogTasks::join`] after [`Log::shutdown`].
 pub struct LogTasks {
     handles: Vec<JoinHandle<()>>,
+    log: Box<dyn Abortable>,
+}
+
+/// What [`LogTasks::abort`] needs of its log, whatever its storage type.
+trait Abortable: Send + Sync {
+    fn abort(&self);
+}
+
+impl<S: LogStorage> Abortable for Log<S> {
+    fn abort(&self) {
+        Log::abort(self)
+    }
 }
 
 impl LogTasks {
     /// Wait until the integrator has drained the queue, the final checkpoint is
     /// published and the dedup index has caught up.
     pub async fn join(self) {
+        for h in self.handles {
+            let _ = h.await;
+        }
+    }
+
+    /// Stop the log as a crash would: its background tasks are cancelled at their
+    /// next await point, whatever they were doing (a commit half done included), and
+    /// every add waiting is answered [`AddError::Uncertain`] (what a client whose
+    /// connection died knows). Storage is the only truth afterwards: open the log
+    /// again to go on. For tests and the simulator.
+    pub async fn abort(self) {
+        self.log.abort();
         for h in self.handles {
             let _ = h.await;
         }
@@ -521,6 +553,9 @@ impl<S: LogStorage> Log<S> {
             forwards: Arc::new(tokio::sync::Semaphore::new(forward::MAX_FORWARDS_IN_FLIGHT)),
             forward_paused_until: Mutex::new(None),
             forward_unknowns: Default::default(),
+            open_outcomes: AtomicBool::new(false),
+            learned: watch::Sender::new(0),
+            aborts: Mutex::new(Vec::new()),
             config,
         });
         metrics::gauge!("tlogd_integrated_tree_size", "log" => inner.config.name.clone())
@@ -545,7 +580,13 @@ impl<S: LogStorage> Log<S> {
             "publisher",
             async move { l.run_publisher(committed_rx).await },
         ));
-        Ok((log, LogTasks { handles }))
+        Ok((
+            log.clone(),
+            LogTasks {
+                handles,
+                log: Box::new(log),
+            },
+        ))
     }
 
     /// The storage this log commits to.
@@ -630,10 +671,37 @@ impl<S: LogStorage> Log<S> {
     /// Sequence `entry`. Resolves once the entry and a tree state containing it are
     /// durable (or, for a duplicate, to the index where the same bytes already are).
     pub async fn add(&self, entry: Bytes) -> Result<AddOutcome, AddError> {
-        match self.push_entry(entry, false)? {
-            Ok(pushed) => self.await_pushed(pushed).await,
-            Err(known) => Ok(known),
+        let mut deadline = None;
+        loop {
+            match self.push_entry(entry.clone(), false)? {
+                Ok(Pushed::Uncertain) => {
+                    // A resubmission of an entry whose commit may still land: wait a
+                    // little for the integrator to learn the outcome, never queue it
+                    // for a second index (503 if it stays open).
+                    let until = *deadline.get_or_insert_with(|| {
+                        tokio::time::Instant::now()
+                            + self.inner.config.commit_retry.min(UNCERTAIN_WAIT)
+                    });
+                    if !self.wait_learned(until).await {
+                        return Err(AddError::Uncertain);
+                    }
+                }
+                Ok(pushed) => return self.await_pushed(pushed).await,
+                Err(known) => return Ok(known),
+            }
         }
+    }
+
+    /// Ask the integrator to read the tree for its open outcomes and wait until it has
+    /// (true) or `until` passes (false).
+    async fn wait_learned(&self, until: tokio::time::Instant) -> bool {
+        let mut rx = self.inner.learned.subscribe();
+        rx.mark_unchanged();
+        self.inner.work.notify_one();
+        matches!(
+            tokio::time::timeout_at(until, rx.changed()).await,
+            Ok(Ok(()))
+        )
     }
 
     /// What the dedup index says of an entry whose [`Personality::dedup_key`] is `key`,
@@ -668,6 +736,9 @@ impl<S: LogStorage> Log<S> {
         let mut outcomes = Vec::with_capacity(pushed.len());
         for p in pushed {
             outcomes.push(match p {
+                // Maybe logged here by a commit still open: the forwarding frontend
+                // answers its client 503 and keeps the entry tied to this one.
+                Ok(Ok(Pushed::Uncertain)) => Err(AddError::Uncertain),
                 Ok(Ok(pushed)) => self.await_pushed(pushed).await,
                 Ok(Err(known)) => Ok(known),
                 Err(e) => Err(e),
@@ -753,6 +824,7 @@ impl<S: LogStorage> Log<S> {
                 inner.dedup_hits.increment(1);
                 Ok(AddOutcome::duplicate_of(first))
             }
+            Pushed::Uncertain => Err(AddError::Uncertain),
         }
     }
 
@@ -771,6 +843,11 @@ impl<S: LogStorage> Log<S> {
             Some(runtime) => runtime.spawn(task),
             None => tokio::spawn(task),
         };
+        self.inner
+            .aborts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(task.abort_handle());
         let log = self.clone();
         tokio::spawn(async move {
             if let Err(e) = task.await
@@ -803,6 +880,30 @@ impl<S: LogStorage> Log<S> {
         };
         drop(queued);
         self.inner.work.notify_one();
+    }
+
+    /// See [`LogTasks::abort`].
+    fn abort(&self) {
+        for task in self
+            .inner
+            .aborts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
+            task.abort();
+        }
+        self.inner.ready.store(false, Ordering::Release);
+        let queued = {
+            let mut q = lock(&self.inner.queue);
+            q.closed = true;
+            q.entries = 0;
+            q.bytes = 0;
+            q.freezes.clear();
+            std::mem::take(&mut q.batches)
+        };
+        // Answered "uncertain" as they drop (`PendingBatch`'s `Drop`).
+        drop(queued);
     }
 
     /// Resolves, with the reason, once a background task of the log has died (a bug):
@@ -948,12 +1049,28 @@ impl<S: LogStorage> Log<S> {
                 self.forward_unanswered(&*forwarder, &why);
                 Err(AddError::Uncertain)
             }
-            Err(ForwardError::Unsent(why)) => {
-                // Nothing reached the other frontend: commit the batch here, first.
+            Err(ForwardError::Unsent(why)) if batch.forward_only.is_empty() => {
+                // Nothing was queued at the other frontend, for certain: commit the
+                // batch here, first.
                 counter("unsent").increment(1);
                 self.pause_forwarding(&*forwarder, &why);
                 lock(&inner.queue).batches.push_front(batch);
                 inner.work.notify_one();
+                return;
+            }
+            Err(ForwardError::Unsent(why)) => {
+                // It holds resubmissions of entries an earlier forward may have logged
+                // there: never committed here. Answered "may be logged" (resubmit);
+                // the others were logged nowhere.
+                counter("unsent").increment(1);
+                self.pause_forwarding(&*forwarder, &why);
+                {
+                    let mut q = lock(&inner.queue);
+                    q.entries -= n;
+                    q.bytes -= batch.bytes;
+                    q.release(&batch, None);
+                }
+                batch.slot.complete(Err(AddError::Uncertain));
                 return;
             }
             Err(ForwardError::Unknown(why)) => {
@@ -968,12 +1085,29 @@ impl<S: LogStorage> Log<S> {
             let mut q = lock(&inner.queue);
             q.entries -= n;
             q.bytes -= batch.bytes;
-            // Resubmissions find the entries in the other frontend's index, not here.
-            for h in &batch.hashes {
-                if matches!(q.inflight.get(h), Some(InFlight::Pending(slot, _)) if Arc::ptr_eq(slot, &batch.slot))
-                {
-                    q.inflight.remove(h);
+            match &result {
+                // Answered: resubmissions find the entries in the other frontend's
+                // index, not here; an entry it answered "may be logged" stays tied to
+                // it.
+                Ok(placed) => {
+                    for (i, h) in batch.hashes.iter().enumerate() {
+                        if !matches!(q.inflight.get(h), Some(InFlight::Pending(slot, _)) if Arc::ptr_eq(slot, &batch.slot))
+                        {
+                            continue;
+                        }
+                        match placed.index_of(batch.pushed_position(i)) {
+                            Err(AddError::Uncertain) => {
+                                q.inflight
+                                    .insert(*h, InFlight::Uncertain { forwarded: true });
+                            }
+                            _ => {
+                                q.inflight.remove(h);
+                            }
+                        }
+                    }
                 }
+                // Unanswered: the other frontend may hold every entry.
+                Err(_) => q.release(&batch, Some(Uncertainty::Forwarded)),
             }
         }
         batch.slot.complete(result);
@@ -1016,6 +1150,7 @@ impl<S: LogStorage> Log<S> {
             Linger,
             Freeze,
             Wait,
+            Watch,
             Done,
         }
         let inner = &self.inner;
@@ -1026,6 +1161,7 @@ impl<S: LogStorage> Log<S> {
                     // Entries accepted before a freeze was asked for are committed first.
                     None if !q.freezes.is_empty() => Next::Freeze,
                     None if q.closed => Next::Done,
+                    None if inner.open_outcomes.load(Ordering::Acquire) => Next::Watch,
                     None => Next::Wait,
                     Some(b) => {
                         let full = b.entries.len() >= inner.limits.batch_max_entries;
@@ -1052,6 +1188,15 @@ impl<S: LogStorage> Log<S> {
                     }
                 }
                 Next::Wait => inner.work.notified().await,
+                // Idle with outcomes that may still land: read the tree when a
+                // resubmission asks, and now and then, to learn them.
+                Next::Watch => {
+                    let _ = tokio::time::timeout(SETTLE_EVERY, inner.work.notified()).await;
+                    let q = lock(&inner.queue);
+                    if q.batches.is_empty() && q.freezes.is_empty() && !q.closed {
+                        return Some(Work::Settle);
+                    }
+                }
             }
         }
     }
@@ -1066,17 +1211,24 @@ impl<S: LogStorage> Log<S> {
         let mut edge = Some(edge);
         // Since when the sequencing lock is held, if it is.
         let mut sequencer: Option<Instant> = None;
-        // A batch whose commit outcome is still unknown (its adds were answered
-        // `Uncertain`): no batch is committed before it is resolved, so it can never
-        // be appended twice.
-        let mut unresolved: Option<Unresolved> = None;
+        // Batches whose commit outcome is not known (their adds were answered
+        // `Uncertain`): each is remembered, its entries kept in flight, until a read of
+        // the tree proves it landed or can never land; every commit first checks the
+        // tree it builds on against them, so none can ever be appended twice.
+        let mut open: Vec<Unresolved> = Vec::new();
         loop {
             while let Some(work) = self.next_work().await {
                 let mut batch = match work {
                     Work::Batch(batch) => batch,
+                    Work::Settle => {
+                        let _ = self
+                            .settle(&mut open, &mut edge, &index_tx, &committed_tx, None)
+                            .await;
+                        continue;
+                    }
                     Work::Freeze(callers) => {
                         let frozen = match self
-                            .settle(&mut unresolved, &mut edge, &index_tx, &committed_tx, None)
+                            .settle(&mut open, &mut edge, &index_tx, &committed_tx, None)
                             .await
                         {
                             Ok(()) => {
@@ -1085,6 +1237,13 @@ impl<S: LogStorage> Log<S> {
                             }
                             Err(reason) => Err(reason),
                         };
+                        // The freeze may have settled what was open (a swap of ours);
+                        // learn it while the tree is read anyway.
+                        if !open.is_empty() {
+                            let _ = self
+                                .settle(&mut open, &mut edge, &index_tx, &committed_tx, None)
+                                .await;
+                        }
                         if sequencer.take().is_some() {
                             inner.storage.release_sequencer(true).await;
                         }
@@ -1098,7 +1257,7 @@ impl<S: LogStorage> Log<S> {
                     .set(self.queue_depth() as f64);
                 let settled = self
                     .settle(
-                        &mut unresolved,
+                        &mut open,
                         &mut edge,
                         &index_tx,
                         &committed_tx,
@@ -1111,6 +1270,18 @@ impl<S: LogStorage> Log<S> {
                     (Ok(()), 1.., false) => self.forward_target(),
                     _ => None,
                 };
+                // Resubmissions of entries an unanswered forward may have logged there
+                // are never committed here: "may be logged" until it answers.
+                if forwarder.is_none() && !batch.forward_only.is_empty() {
+                    {
+                        let mut q = lock(&inner.queue);
+                        q.entries -= n;
+                        q.bytes -= batch.bytes;
+                        q.release(&batch, None);
+                    }
+                    batch.slot.complete(Err(AddError::Uncertain));
+                    continue;
+                }
                 if let Some(forwarder) = forwarder
                     && let Ok(permit) = inner.forwards.clone().acquire_owned().await
                 {
@@ -1133,19 +1304,35 @@ impl<S: LogStorage> Log<S> {
                         timestamp: None,
                     }),
                     Ok(()) => {
-                        self.commit_batch(&mut edge, &batch, &committed_tx, &mut sequencer)
-                            .await
+                        self.commit_batch(
+                            &mut edge,
+                            &batch,
+                            &committed_tx,
+                            &mut sequencer,
+                            &mut open,
+                            &index_tx,
+                        )
+                        .await
                     }
-                    Err(reason) => Err(Outcome::Failed(AddError::Storage(reason))),
+                    // Not attempted: nothing of it was logged, but an earlier outcome
+                    // is open, which an entry of it may repeat (without dedup), so
+                    // never "not logged" (500) now: 503, resubmit.
+                    Err(reason) => {
+                        tracing::warn!(error = %reason, entries = n, "batch not attempted while an earlier outcome is unknown");
+                        Err(Outcome::Failed(AddError::Uncertain))
+                    }
                 };
+                let mut maybe = None;
                 let result = match result {
                     Ok(appended) => Ok(appended),
                     Err(Outcome::Failed(e)) => Err(e),
                     Err(Outcome::Unknown { attempts }) => {
-                        unresolved = Some(Unresolved {
+                        open.push(Unresolved {
                             attempts,
                             hashes: batch.hashes.clone(),
                         });
+                        inner.open_outcomes.store(true, Ordering::Release);
+                        maybe = Some(Uncertainty::Local);
                         Err(AddError::Uncertain)
                     }
                 };
@@ -1157,24 +1344,20 @@ impl<S: LogStorage> Log<S> {
                     let mut q = lock(&inner.queue);
                     q.entries -= n;
                     q.bytes -= batch.bytes;
-                    for (i, h) in batch.hashes.iter().enumerate() {
-                        match &result {
-                            Ok(a) => {
+                    match &result {
+                        Ok(a) => {
+                            for (i, h) in batch.hashes.iter().enumerate() {
                                 let first = Indexed {
                                     index: a.first + i as u64,
                                     timestamp,
                                 };
                                 q.inflight.insert(*h, InFlight::Committed(first));
                             }
-                            // Forget the entry only while it still points at this batch:
-                            // a resubmission queued since may have taken its place.
-                            Err(_) => {
-                                if matches!(q.inflight.get(h), Some(InFlight::Pending(slot, _)) if Arc::ptr_eq(slot, &batch.slot))
-                                {
-                                    q.inflight.remove(h);
-                                }
-                            }
                         }
+                        // Forget the entries (only while they still point at this
+                        // batch: a resubmission queued since may have taken their
+                        // place), or keep them "maybe logged" while the outcome is open.
+                        Err(_) => q.release(&batch, maybe),
                     }
                 }
                 if let Ok(a) = &result
@@ -1220,12 +1403,12 @@ impl<S: LogStorage> Log<S> {
         if sequencer.is_some() {
             inner.storage.release_sequencer(true).await;
         }
-        if unresolved.is_some() {
+        if !open.is_empty() {
             // Shutting down: one more try, so the dedup index learns a batch that did
             // persist. A batch still unknown is learned at the next start (the index
             // catches up from the tree).
             let _ = self
-                .settle(&mut unresolved, &mut edge, &index_tx, &committed_tx, None)
+                .settle(&mut open, &mut edge, &index_tx, &committed_tx, None)
                 .await;
         }
         // Dropping the senders tells the publisher and the dedup follower to finish.
@@ -1234,79 +1417,175 @@ impl<S: LogStorage> Log<S> {
         tracing::info!(size = self.committed_size(), "integrator drained");
     }
 
-    /// Learn the outcome of an earlier uncertain commit, if there is one, before any
-    /// other batch is committed: read the stored tree for up to the commit-retry time.
-    /// `Err` if it is still unknown (the caller's batch then fails, unattempted).
-    ///
-    /// If it persisted, its entries are logged: with dedup on, each becomes
-    /// [`InFlight::Committed`] at its index until the persistent index holds it, and
-    /// resubmissions already queued (in `batch`, the one about to commit, or in the
-    /// queue) leave their batches and are answered with that index
-    /// ([`AddError::Uncertain`] promises exactly that), instead of being logged again.
+    /// Learn what became of the open outcomes (batches answered `Uncertain`), if any,
+    /// before the next batch commits: read the stored tree, for up to the commit-retry
+    /// time. `Err` if it could not be read (the caller's batch is then not attempted).
+    /// An outcome the read cannot decide (its attempt may still land on the tree as
+    /// stored) stays open: the commit that follows checks it again on the tree it
+    /// builds on ([`Log::learn`]).
     async fn settle(
         &self,
-        unresolved: &mut Option<Unresolved>,
+        open: &mut Vec<Unresolved>,
         edge: &mut Option<Edge>,
         index_tx: &mpsc::UnboundedSender<ToIndex>,
         committed_tx: &watch::Sender<TreeState>,
-        batch: Option<&mut PendingBatch>,
+        mut batch: Option<&mut PendingBatch>,
     ) -> Result<(), String> {
-        let Some(u) = unresolved.as_ref() else {
+        if open.is_empty() {
             return Ok(());
-        };
-        match self.resolve(&u.attempts).await {
-            Resolved::Persisted(reloaded, first, timestamp) => {
-                tracing::warn!(
-                    first,
-                    entries = u.hashes.len(),
-                    "an uncertain commit did persist; its entries are logged"
-                );
-                let state = reloaded.state();
-                *edge = Some(reloaded);
-                self.advance(state, committed_tx);
-                if let Some(u) = unresolved.take()
-                    && self.inner.dedup.is_some()
-                {
-                    let logged: HashMap<EntryHash, u64> =
-                        u.hashes.iter().copied().zip(first..).collect();
-                    let timestamp = self.stored_timestamp(Some(timestamp));
-                    let mut q = lock(&self.inner.queue);
-                    for (h, &index) in &logged {
-                        q.inflight
-                            .insert(*h, InFlight::Committed(Indexed { index, timestamp }));
+        }
+        let inner = &self.inner;
+        let deadline = Instant::now() + inner.config.commit_retry;
+        let mut backoff = Duration::from_millis(20);
+        let result = loop {
+            let reason = match Edge::load(&*inner.storage, &*inner.config.personality, None).await {
+                Ok(reloaded) => {
+                    inner.ready.store(true, Ordering::Release);
+                    let stored = reloaded.state();
+                    match self
+                        .learn(stored, open, index_tx, batch.as_deref_mut())
+                        .await
+                    {
+                        Ok(()) => {
+                            *edge = Some(reloaded);
+                            // Never backwards: a rolled-back state is refused at the
+                            // next commit, which compares it with what was seen.
+                            if stored.size > committed_tx.borrow().size {
+                                self.advance(stored, committed_tx);
+                            }
+                            break Ok(());
+                        }
+                        Err(e) => e.to_string(),
                     }
-                    let lookup = |h: &EntryHash| logged.get(h).copied();
-                    let (mut entries, mut bytes) = (0, 0);
-                    for b in batch.into_iter().chain(q.batches.iter_mut()) {
-                        let (n, size) = b.drop_logged(lookup);
-                        entries += n;
-                        bytes += size;
-                    }
-                    q.entries -= entries;
-                    q.bytes -= bytes;
-                    drop(q);
-                    if entries > 0 {
-                        tracing::info!(
-                            entries,
-                            "resubmissions of an uncertain commit answered with its indices"
-                        );
-                    }
-                    let _ = index_tx.send(ToIndex {
-                        first,
-                        timestamp,
-                        hashes: u.hashes,
-                    });
                 }
-                Ok(())
+                Err(e) => {
+                    inner.ready.store(false, Ordering::Release);
+                    e.to_string()
+                }
+            };
+            if Instant::now() + backoff > deadline {
+                break Err(format!(
+                    "an earlier commit's outcome is still unknown: {reason}"
+                ));
             }
-            Resolved::NotPersisted(reloaded) => {
-                *edge = Some(reloaded);
-                *unresolved = None;
-                Ok(())
+            tracing::warn!(error = %reason, "cannot read the tree back to learn a commit's outcome; retrying");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+        };
+        // Resubmissions waiting on the outcome look again.
+        inner.learned.send_modify(|n| *n += 1);
+        result
+    }
+
+    /// Check the open outcomes against `stored`, a state the tree had: an attempt
+    /// whose `next` it holds landed (its entries are logged: each becomes
+    /// [`InFlight::Committed`] until the persistent index holds it, and resubmissions
+    /// still queued, in `batch` or the queue, leave their batches with that index,
+    /// as [`AddError::Uncertain`] promises); an outcome none of whose attempts can
+    /// land any more (each either settled, or built on a state the tree has moved
+    /// past: a compare-and-swap from it can never succeed, and a database
+    /// transaction on it has ended, since the tree moved under its lock) is closed,
+    /// its entries not logged; the rest stay open.
+    async fn learn(
+        &self,
+        stored: TreeState,
+        open: &mut Vec<Unresolved>,
+        index_tx: &mpsc::UnboundedSender<ToIndex>,
+        mut batch: Option<&mut PendingBatch>,
+    ) -> Result<(), StorageError> {
+        let mut i = 0;
+        while i < open.len() {
+            let mut landed = None;
+            for a in &open[i].attempts {
+                if holds(&*self.inner.storage, stored, a.next).await? {
+                    landed = Some(*a);
+                    break;
+                }
             }
-            Resolved::Unknown(reason) => Err(format!(
-                "an earlier commit's outcome is still unknown: {reason}"
-            )),
+            let can_land = open[i]
+                .attempts
+                .iter()
+                .any(|a| !a.settled && a.prev == stored);
+            match landed {
+                Some(a) => {
+                    let u = open.remove(i);
+                    self.logged_late(u, a.prev.size, a.timestamp, index_tx, batch.as_deref_mut());
+                }
+                None if !can_land => {
+                    let u = open.remove(i);
+                    self.not_logged(&u);
+                }
+                None => i += 1,
+            }
+        }
+        self.inner
+            .open_outcomes
+            .store(!open.is_empty(), Ordering::Release);
+        Ok(())
+    }
+
+    /// An open outcome's batch turned out logged from index `first`.
+    fn logged_late(
+        &self,
+        u: Unresolved,
+        first: u64,
+        timestamp: u64,
+        index_tx: &mpsc::UnboundedSender<ToIndex>,
+        batch: Option<&mut PendingBatch>,
+    ) {
+        tracing::warn!(
+            first,
+            entries = u.hashes.len(),
+            "an uncertain commit did persist; its entries are logged"
+        );
+        if self.inner.dedup.is_none() {
+            return;
+        }
+        let logged: HashMap<EntryHash, u64> = u.hashes.iter().copied().zip(first..).collect();
+        let timestamp = self.stored_timestamp(Some(timestamp));
+        let mut q = lock(&self.inner.queue);
+        for (h, &index) in &logged {
+            q.inflight
+                .insert(*h, InFlight::Committed(Indexed { index, timestamp }));
+        }
+        let lookup = |h: &EntryHash| logged.get(h).copied();
+        let (mut entries, mut bytes) = (0, 0);
+        for b in batch.into_iter().chain(q.batches.iter_mut()) {
+            let (n, size) = b.drop_logged(lookup);
+            entries += n;
+            bytes += size;
+        }
+        q.entries -= entries;
+        q.bytes -= bytes;
+        drop(q);
+        if entries > 0 {
+            tracing::info!(
+                entries,
+                "resubmissions of an uncertain commit answered with its indices"
+            );
+        }
+        let _ = index_tx.send(ToIndex {
+            first,
+            timestamp,
+            hashes: u.hashes,
+        });
+    }
+
+    /// An open outcome's batch can no longer land: its entries are not logged, and a
+    /// resubmission may queue them.
+    fn not_logged(&self, u: &Unresolved) {
+        tracing::info!(
+            entries = u.hashes.len(),
+            "an uncertain commit can no longer land; its entries were not logged"
+        );
+        let mut q = lock(&self.inner.queue);
+        for h in &u.hashes {
+            if matches!(
+                q.inflight.get(h),
+                Some(InFlight::Uncertain { forwarded: false })
+            ) {
+                q.inflight.remove(h);
+            }
         }
     }
 
@@ -1323,11 +1602,11 @@ impl<S: LogStorage> Log<S> {
                 Ok(reloaded) => {
                     inner.ready.store(true, Ordering::Release);
                     let stored = reloaded.state();
-                    let mut found = Ok(None);
+                    let mut found = Ok(false);
                     for a in attempts {
                         match holds(&*inner.storage, stored, a.next).await {
                             Ok(true) => {
-                                found = Ok(Some((a.prev.size, a.timestamp)));
+                                found = Ok(true);
                                 break;
                             }
                             Ok(false) => {}
@@ -1335,10 +1614,8 @@ impl<S: LogStorage> Log<S> {
                         }
                     }
                     match found {
-                        Ok(Some((first, timestamp))) => {
-                            return Resolved::Persisted(reloaded, first, timestamp);
-                        }
-                        Ok(None) => return Resolved::NotPersisted(reloaded),
+                        Ok(true) => return Resolved::Persisted(reloaded),
+                        Ok(false) => return Resolved::NotPersisted(reloaded),
                         Err(e) => e.to_string(),
                     }
                 }
@@ -1348,7 +1625,8 @@ impl<S: LogStorage> Log<S> {
                 }
             };
             if Instant::now() + backoff > deadline {
-                return Resolved::Unknown(reason);
+                tracing::warn!(error = %reason, "a commit's outcome could not be learned in time");
+                return Resolved::Unknown;
             }
             let size = attempts.first().map_or(0, |a| a.prev.size);
             tracing::warn!(error = %reason, size, "cannot read the tree back to learn a commit's outcome; retrying");
@@ -1365,6 +1643,8 @@ impl<S: LogStorage> Log<S> {
         batch: &PendingBatch,
         committed_tx: &watch::Sender<TreeState>,
         sequencer: &mut Option<Instant>,
+        open: &mut Vec<Unresolved>,
+        index_tx: &mpsc::UnboundedSender<ToIndex>,
     ) -> Result<Appended, Outcome> {
         let storage = &self.inner.storage;
         let deadline = Instant::now() + self.inner.config.commit_retry;
@@ -1379,13 +1659,21 @@ impl<S: LogStorage> Log<S> {
             // edge is current. Freshly taken, the stored state must be checked.
             let result = match sequencer {
                 Some(_) => {
-                    self.try_commit(edge, batch, committed_tx, false, &mut maybe_late)
+                    let known = Known {
+                        open: &mut *open,
+                        index_tx,
+                    };
+                    self.try_commit(edge, batch, committed_tx, false, &mut maybe_late, known)
                         .await
                 }
                 None => match storage.acquire_sequencer().await {
                     Ok(()) => {
                         *sequencer = Some(Instant::now());
-                        self.try_commit(edge, batch, committed_tx, true, &mut maybe_late)
+                        let known = Known {
+                            open: &mut *open,
+                            index_tx,
+                        };
+                        self.try_commit(edge, batch, committed_tx, true, &mut maybe_late, known)
                             .await
                     }
                     Err(e) => Err(Retry::Transient(e.to_string())),
@@ -1451,6 +1739,7 @@ impl<S: LogStorage> Log<S> {
         committed_tx: &watch::Sender<TreeState>,
         check_stored: bool,
         maybe_late: &mut Vec<Attempt>,
+        known: Known<'_>,
     ) -> Result<Appended, Retry> {
         let inner = &self.inner;
         let backend = inner.storage.backend_name();
@@ -1504,6 +1793,20 @@ impl<S: LogStorage> Log<S> {
             // every add from now on. An attempt of this batch that landed before the
             // freeze is still found below.
             self.note_frozen();
+        }
+        // Earlier batches whose outcome is open: learn from the tree this one builds on
+        // whether one landed (its entries are logged; this batch goes on top of it) or
+        // can no longer land.
+        if !known.open.is_empty() {
+            let before = known.open.len();
+            if let Err(e) = self.learn(prev, known.open, known.index_tx, None).await {
+                *edge = Some(current);
+                return Err(Retry::Transient(e.to_string()));
+            }
+            if known.open.len() < before {
+                self.advance_to(prev, committed_tx);
+                inner.learned.send_modify(|n| *n += 1);
+            }
         }
         for a in maybe_late.iter() {
             match holds(&*inner.storage, prev, a.next).await {
@@ -1567,6 +1870,15 @@ impl<S: LogStorage> Log<S> {
                     .record(batch.entries.len() as f64);
                 *edge = Some(next_edge);
                 self.advance(next, committed_tx);
+                // Our swap moved the tree off every state an open outcome was built on,
+                // each checked above against `prev`: none can land any more.
+                if !known.open.is_empty() {
+                    for u in known.open.drain(..) {
+                        self.not_logged(&u);
+                    }
+                    inner.open_outcomes.store(false, Ordering::Release);
+                    inner.learned.send_modify(|n| *n += 1);
+                }
                 Ok(appended)
             }
             Err(StorageError::Conflict { expected, found }) => {
@@ -1598,7 +1910,7 @@ impl<S: LogStorage> Log<S> {
                 // Uncertain outcome ("fail but persist" or not): learn it from the
                 // committed state.
                 match self.resolve(&[attempt]).await {
-                    Resolved::Persisted(reloaded, ..) => {
+                    Resolved::Persisted(reloaded) => {
                         let state = reloaded.state();
                         *edge = Some(reloaded);
                         self.advance(state, committed_tx);
@@ -1612,7 +1924,7 @@ impl<S: LogStorage> Log<S> {
                             prev.size, next.size
                         )))
                     }
-                    Resolved::Unknown(_) => {
+                    Resolved::Unknown => {
                         maybe_late.push(Attempt {
                             settled: false,
                             ..attempt
@@ -1707,6 +2019,13 @@ impl<S: LogStorage> Log<S> {
             tracing::warn!(error = %reason, "freezing the log failed; retrying");
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    /// [`Log::advance`] unless `state` is not ahead of what was seen committed.
+    fn advance_to(&self, state: TreeState, committed_tx: &watch::Sender<TreeState>) {
+        if state.size > committed_tx.borrow().size {
+            self.advance(state, committed_tx);
         }
     }
 
@@ -2072,7 +2391,16 @@ enum Work {
     Batch(PendingBatch),
     /// Freeze the tree (the queue is empty), then answer these callers.
     Freeze(Vec<tokio::sync::oneshot::Sender<Result<TreeState, String>>>),
+    /// Read the tree to learn open outcomes (idle, or a resubmission asks).
+    Settle,
 }
+
+/// How often an idle integrator with open outcomes reads the tree to learn them.
+const SETTLE_EVERY: Duration = Duration::from_millis(500);
+
+/// Longest a resubmission of an entry whose outcome is open waits for it to be
+/// learned before it is answered 503 (at most the commit-retry time).
+const UNCERTAIN_WAIT: Duration = Duration::from_secs(1);
 
 /// Why a commit attempt did not persist.
 enum Retry {
@@ -2132,6 +2460,12 @@ enum Outcome {
     Unknown { attempts: Vec<Attempt> },
 }
 
+/// The open outcomes a commit attempt checks the tree against ([`Log::learn`]).
+struct Known<'a> {
+    open: &'a mut Vec<Unresolved>,
+    index_tx: &'a mpsc::UnboundedSender<ToIndex>,
+}
+
 /// A batch whose commit outcome is not known yet.
 struct Unresolved {
     attempts: Vec<Attempt>,
@@ -2140,12 +2474,12 @@ struct Unresolved {
 
 /// What reading the tree back told of an uncertain commit.
 enum Resolved {
-    /// The batch is in the tree from this index, at this timestamp; the edge reloaded.
-    Persisted(Edge, u64, u64),
+    /// The batch is in the tree; the edge reloaded.
+    Persisted(Edge),
     /// It is not; the edge reloaded.
     NotPersisted(Edge),
     /// Storage could not be read in time.
-    Unknown(String),
+    Unknown,
 }
 
 /// The committed bundle `id`: a partial bundle of a past size may be gone once its

@@ -110,16 +110,20 @@ pub(crate) struct PendingBatch {
     /// Holds entries another frontend forwarded here: committed here, never forwarded
     /// on ([`super::forward`]).
     pub(crate) pinned: bool,
+    /// Entries resubmitted after a forward of them went unanswered
+    /// ([`InFlight::Uncertain`] `forwarded`): the sequencing frontend may hold them, so
+    /// this batch is only ever forwarded, never committed here.
+    pub(crate) forward_only: Vec<EntryHash>,
 }
 
-/// A batch dropped unanswered (its integrator panicked, or the log failed and drained
-/// its queue) answers its adds with an error instead of leaving them waiting forever.
-/// After [`BatchSlot::complete`] this does nothing.
+/// A batch dropped unanswered (its integrator panicked or was aborted while it
+/// committed, or the log failed and drained its queue) answers its adds instead of
+/// leaving them waiting forever: "may be logged" ([`AddError::Uncertain`]), since a
+/// commit under way when it stopped may have persisted. After [`BatchSlot::complete`]
+/// this does nothing.
 impl Drop for PendingBatch {
     fn drop(&mut self) {
-        self.slot.complete(Err(AddError::Internal(
-            "the log stopped before this entry was committed".into(),
-        )));
+        self.slot.complete(Err(AddError::Uncertain));
     }
 }
 
@@ -133,6 +137,7 @@ impl PendingBatch {
             slot: Arc::default(),
             dropped: Vec::new(),
             pinned: false,
+            forward_only: Vec::new(),
         }
     }
 
@@ -193,6 +198,12 @@ pub(crate) enum InFlight {
     /// Committed (at this index, with this timestamp) but not yet in the persistent
     /// index.
     Committed(Indexed),
+    /// Maybe logged, index unknown: a commit of it failed in a way that may still land
+    /// (the integrator's open outcomes), or (`forwarded`) a forward of it went
+    /// unanswered and the sequencing frontend may hold it. Never queued for a second
+    /// index meanwhile: a resubmission waits for the outcome (503 if it stays open),
+    /// or, if forwarded, is only forwarded again.
+    Uncertain { forwarded: bool },
 }
 
 /// The queue proper, behind one mutex held only for pushes and pops.
@@ -222,6 +233,18 @@ pub(crate) enum Pushed {
     DuplicatePending(Arc<BatchSlot>, u32),
     /// An identical entry is already committed, here.
     DuplicateCommitted(Indexed),
+    /// An identical entry may be logged by a commit whose outcome is still open: wait
+    /// for it to be learned ([`InFlight::Uncertain`]).
+    Uncertain,
+}
+
+/// Why a batch's entries may be logged though its adds got no index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Uncertainty {
+    /// A commit of it here may still land (the integrator keeps the outcome open).
+    Local,
+    /// A forward of it went unanswered: the sequencing frontend may hold it.
+    Forwarded,
 }
 
 /// Limits the queue enforces (see [`super::LogConfig`]).
@@ -250,6 +273,39 @@ impl Queue {
         self.inflight.contains_key(hash)
     }
 
+    /// After `batch` ended unlogged or with its outcome unknown: its entries that
+    /// still point at it leave the in-flight map, except those that may be logged,
+    /// which become [`InFlight::Uncertain`]: all of them when `maybe` (the batch's own
+    /// commit or forward may have landed), and those of `forward_only` always (an
+    /// earlier forward of them may have). A resubmission queued since in another
+    /// batch keeps its own record.
+    pub(crate) fn release(&mut self, batch: &PendingBatch, maybe: Option<Uncertainty>) {
+        for h in &batch.hashes {
+            if !matches!(self.inflight.get(h), Some(InFlight::Pending(slot, _)) if Arc::ptr_eq(slot, &batch.slot))
+            {
+                continue;
+            }
+            let forwarded = batch.forward_only.contains(h);
+            match maybe {
+                Some(Uncertainty::Local) => {
+                    // An earlier forward of it stays the reason to forward it again.
+                    self.inflight.insert(*h, InFlight::Uncertain { forwarded });
+                }
+                Some(Uncertainty::Forwarded) => {
+                    self.inflight
+                        .insert(*h, InFlight::Uncertain { forwarded: true });
+                }
+                None if forwarded => {
+                    self.inflight
+                        .insert(*h, InFlight::Uncertain { forwarded: true });
+                }
+                None => {
+                    self.inflight.remove(h);
+                }
+            }
+        }
+    }
+
     pub(crate) fn push(
         &mut self,
         limits: &QueueLimits,
@@ -270,7 +326,8 @@ impl Queue {
                     return Ok(Pushed::DuplicatePending(slot.clone(), *pos));
                 }
                 Some(InFlight::Committed(index)) => return Ok(Pushed::DuplicateCommitted(*index)),
-                None => {}
+                Some(InFlight::Uncertain { forwarded: false }) => return Ok(Pushed::Uncertain),
+                Some(InFlight::Uncertain { forwarded: true }) | None => {}
             }
         }
         if self.entries >= limits.max_entries || self.bytes + entry.len() > limits.max_bytes {
@@ -300,8 +357,12 @@ impl Queue {
         batch.pinned |= pinned;
         if let Some(h) = hash {
             batch.hashes.push(h);
-            self.inflight
+            let was = self
+                .inflight
                 .insert(h, InFlight::Pending(batch.slot.clone(), pos));
+            if matches!(was, Some(InFlight::Uncertain { forwarded: true })) {
+                batch.forward_only.push(h);
+            }
         }
         Ok(Pushed::Queued(batch.slot.clone(), pos))
     }

@@ -256,6 +256,207 @@ async fn a_commit_that_may_still_land_at_the_deadline_is_answered_uncertain() {
     assert_eq!(logged(&storage, &cfg).await, want);
 }
 
+/// An outcome that may still land outlives its batch (#57, hole 1): a commit fails
+/// `Unsettled` and is still open at the deadline (answered 503); the client resubmits
+/// the same entry, with dedup on, before it lands: the resubmission is answered 503
+/// again, never queued; the next batch finds the late commit landed under it and goes
+/// on top; the resubmission then gets the original index. (The read-back forgot the
+/// open outcome, the resubmission was queued and logged a second time, at 2.)
+#[tokio::test]
+async fn an_outcome_that_may_still_land_outlives_its_batch() {
+    let storage = Arc::new(MemoryStorage::new());
+    let mut cfg = config();
+    cfg.commit_retry = Duration::ZERO;
+    let index = Arc::new(MapIndex::default());
+    let (log, tasks) = Log::open(storage.clone(), Some(index.clone()), cfg.clone())
+        .await
+        .unwrap();
+    assert_eq!(log.add(entry(0)).await.unwrap().index, 0);
+    storage.fail_next_commit(Fault::PersistLate);
+    assert_eq!(log.add(entry(1)).await, Err(AddError::Uncertain));
+    // The tree as stored cannot tell yet: "may be logged", not queued.
+    assert_eq!(log.add(entry(1)).await, Err(AddError::Uncertain));
+    // The late commit lands just before this one, which goes on top of it.
+    assert_eq!(log.add(entry(2)).await.map(|o| o.index), Ok(2));
+    assert_eq!(log.add(entry(1)).await, Ok(AddOutcome::duplicate(1)));
+    log.shutdown();
+    tasks.join().await;
+    let want: Vec<Vec<u8>> = (0..3).map(|i| entry(i).to_vec()).collect();
+    assert_eq!(logged(&storage, &cfg).await, want, "each entry once");
+}
+
+/// An open outcome that turns out never to land (the next batch's swap moved the tree
+/// off the state it was built on) is closed: the resubmission is then queued and
+/// logged, once.
+#[tokio::test]
+async fn an_open_outcome_superseded_by_a_swap_is_closed() {
+    let storage = Arc::new(MemoryStorage::new());
+    let mut cfg = config();
+    cfg.commit_retry = Duration::ZERO;
+    let index = Arc::new(MapIndex::default());
+    let (log, tasks) = Log::open(storage.clone(), Some(index.clone()), cfg.clone())
+        .await
+        .unwrap();
+    storage.fail_next_commit(Fault::PersistLate);
+    assert_eq!(log.add(entry(0)).await, Err(AddError::Uncertain));
+    // The late write is lost for good (its condition can never hold again once the
+    // tree moves): the next commit lands instead.
+    storage.drop_late();
+    assert_eq!(log.add(entry(1)).await.map(|o| o.index), Ok(0));
+    assert_eq!(
+        log.add(entry(0)).await.map(|o| (o.index, o.duplicate)),
+        Ok((1, false))
+    );
+    log.shutdown();
+    tasks.join().await;
+    assert_eq!(
+        logged(&storage, &cfg).await,
+        [1, 0].map(|i| entry(i).to_vec())
+    );
+}
+
+/// While an earlier commit's outcome cannot be learned (storage unreadable), later
+/// batches are answered 503 "may be logged", never 500 "not logged" (#57, hole 3: a
+/// client that believed the 500 and sent the entry elsewhere got it logged twice).
+#[tokio::test]
+async fn no_batch_is_answered_not_logged_while_an_outcome_is_unknown() {
+    let storage = Arc::new(MemoryStorage::new());
+    let mut cfg = config();
+    cfg.commit_retry = Duration::from_millis(50);
+    let (log, tasks) = Log::open(storage.clone(), None, cfg.clone()).await.unwrap();
+    assert_eq!(log.add(entry(0)).await.unwrap().index, 0);
+    storage.fail_next_commit(Fault::PersistThenPartition);
+    assert_eq!(log.add(entry(1)).await, Err(AddError::Uncertain));
+    assert_eq!(log.add(entry(2)).await, Err(AddError::Uncertain));
+    storage.set_unreadable(false);
+    assert_eq!(log.add(entry(2)).await.map(|o| o.index), Ok(2));
+    log.shutdown();
+    tasks.join().await;
+    let want: Vec<Vec<u8>> = (0..3).map(|i| entry(i).to_vec()).collect();
+    assert_eq!(logged(&storage, &cfg).await, want);
+}
+
+/// What a scripted link to the sequencing frontend does with the next forward.
+#[derive(Clone, Copy, Debug)]
+enum Link {
+    /// Delivered and answered.
+    Deliver,
+    /// Delivered (committed there), then the answer is lost or replaced: a timeout, or
+    /// a 503 from a response budget or a proxy (`classify_answer`: unknown).
+    DeliverThenLose,
+    /// The sequencing frontend is down: the connection is refused.
+    Refuse,
+}
+
+/// A forwarder to another `Log` in this process, doing what its script says.
+struct ScriptedForwarder {
+    to: Log<MemoryStorage>,
+    script: Mutex<std::collections::VecDeque<Link>>,
+}
+
+impl Forwarder for ScriptedForwarder {
+    fn target(&self) -> &str {
+        "scripted"
+    }
+    fn forward(
+        &self,
+        entries: Vec<Bytes>,
+    ) -> BoxFuture<'_, Result<Vec<ForwardedOutcome>, ForwardError>> {
+        let step = self
+            .script
+            .lock()
+            .unwrap()
+            .pop_front()
+            .unwrap_or(Link::Deliver);
+        Box::pin(async move {
+            match step {
+                Link::Deliver => Ok(self.to.add_forwarded(entries).await),
+                Link::DeliverThenLose => {
+                    let n = entries.len();
+                    self.to.add_forwarded(entries).await;
+                    forward::classify_answer(503, false, b"busy: too many response bytes", n)
+                }
+                Link::Refuse => Err(ForwardError::Unsent("connection refused".into())),
+            }
+        })
+    }
+}
+
+/// A forward committed by the sequencing frontend whose answer was lost (a timeout, or
+/// a 503 from its response budget) leaves the entry tied to it (#57, hole 2 and the
+/// measured case): the client's resubmission while the sequencing frontend is down is
+/// answered 503, not committed here; once it is back, the resubmission is forwarded
+/// and answered with the original index. (The resubmission was committed by the
+/// forwarding frontend at a second index.)
+#[tokio::test]
+async fn an_unanswered_forward_is_never_committed_by_the_forwarding_frontend() {
+    let storage = Arc::new(MemoryStorage::new());
+    let cfg = config();
+    let (s, s_tasks) = Log::open(
+        storage.clone(),
+        Some(Arc::new(MapIndex::default())),
+        cfg.clone(),
+    )
+    .await
+    .unwrap();
+    let forwarder = Arc::new(ScriptedForwarder {
+        to: s.clone(),
+        script: Mutex::new([Link::DeliverThenLose, Link::Refuse, Link::Deliver].into()),
+    });
+    let mut f_cfg = cfg.clone();
+    f_cfg.forward = Some(forwarder);
+    let (f, f_tasks) = Log::open(storage.clone(), Some(Arc::new(MapIndex::default())), f_cfg)
+        .await
+        .unwrap();
+    assert_eq!(f.add(entry(0)).await, Err(AddError::Uncertain));
+    // The sequencing frontend is down: forwarding pauses, and the resubmission is not
+    // committed here.
+    assert_eq!(f.add(entry(0)).await, Err(AddError::Uncertain));
+    assert_eq!(f.add(entry(0)).await, Err(AddError::Uncertain), "paused");
+    // Other entries are committed here meanwhile.
+    assert_eq!(f.add(entry(1)).await.map(|o| o.index), Ok(1));
+    // Back, and forwarding again: the resubmission reaches its index there.
+    *f.inner.forward_paused_until.lock().unwrap() = None;
+    assert_eq!(f.add(entry(0)).await, Ok(AddOutcome::duplicate(0)));
+    f.shutdown();
+    f_tasks.join().await;
+    s.shutdown();
+    s_tasks.join().await;
+    assert_eq!(
+        logged(&storage, &cfg).await,
+        [0, 1].map(|i| entry(i).to_vec())
+    );
+}
+
+/// The one rule by which a forwarding frontend reads an answer: only the sequencing
+/// frontend's own "refused before queueing" lets it commit the batch itself; any bare
+/// status (a budget's or a proxy's 503 after the batch was committed) is unknown.
+#[test]
+fn only_an_explicit_refusal_lets_a_forwarding_frontend_commit_the_batch() {
+    use forward::{REFUSED_MARKER, classify_answer, is_refusal};
+    let refusal = format!("{REFUSED_MARKER}the forward names another log\n");
+    assert!(is_refusal(refusal.as_bytes()));
+    for status in [503, 500, 502, 429, 401, 404] {
+        assert!(matches!(
+            classify_answer(status, false, b"busy: too many response bytes in flight", 1),
+            Err(ForwardError::Unknown(_))
+        ));
+        assert!(matches!(
+            classify_answer(status, true, refusal.as_bytes(), 1),
+            Err(ForwardError::Unsent(_))
+        ));
+    }
+    let ok = forward::encode_outcomes(&[Ok(AddOutcome::duplicate(7))]);
+    assert_eq!(
+        classify_answer(200, false, &ok, 1).unwrap(),
+        [Ok(AddOutcome::duplicate(7))]
+    );
+    assert!(matches!(
+        classify_answer(200, false, &ok, 2),
+        Err(ForwardError::Unknown(_))
+    ));
+}
+
 /// With dedup on, a client resubmits after `503 Uncertain`, as it is told to, and the
 /// uncertain commit turns out to have persisted: the resubmission (queued in one batch
 /// with a new entry) is answered with the original index, the new entry with the next
