@@ -510,14 +510,21 @@ async fn add_inner<S: LogStorage>(
             return (resp, outcome);
         }
     };
+    // A precertificate's entry holds what its chain gave (the issuer's key hash, the
+    // TBS as a precertificate signing certificate rewrites it): a resubmission with
+    // another chain gives other bytes, so a duplicate's SCT is signed from the entry
+    // logged, read back, never from the resubmitted chain (#57).
+    let from_submission = !(added.duplicate && kind == ChainKind::Precertificate);
     let stored = match added.timestamp {
-        // A new entry, or a duplicate the dedup index (or the in-flight map) knows the
-        // timestamp of: the TimestampedEntry is the submission's, at the original
-        // index and timestamp, so a duplicate's SCT is the original's.
-        Some(timestamp) => timestamped_entry(&validated.submission, added.index, timestamp),
-        // A duplicate answered without its timestamp (a resubmission settled with an
-        // uncertain commit): read its entry back.
-        None => match log.read_entry(added.index).await {
+        // A new entry, or a certificate's duplicate the dedup index (or the in-flight
+        // map) knows the timestamp of: the TimestampedEntry is the submission's, at the
+        // original index and timestamp, so a duplicate's SCT is the original's.
+        Some(timestamp) if from_submission => {
+            timestamped_entry(&validated.submission, added.index, timestamp)
+        }
+        // A precertificate's duplicate, or a duplicate answered without its timestamp
+        // (a resubmission settled with an uncertain commit): read its entry back.
+        _ => match log.read_entry(added.index).await {
             Ok(Some(e)) => match parse_data_tile(&e.bytes).map(|mut l| l.pop()) {
                 Ok(Some(leaf)) => leaf.timestamped_entry,
                 _ => {
@@ -538,10 +545,8 @@ async fn add_inner<S: LogStorage>(
             "the entry is logged but no checkpoint covers it yet; resubmit for its SCT",
         );
     }
-    // A precertificate resubmitted with another chain could name another issuer key
-    // than the one logged: its SCT is signed from this chain but not remembered.
-    let remember = !added.duplicate || kind == ChainKind::Certificate;
-    let body = ct.sct_body(remember.then_some(&dedup_key), &stored);
+    // Signed from the entry as logged: the answer to every resubmission of it.
+    let body = ct.sct_body(Some(&dedup_key), &stored);
     (
         sct_response(body, added.duplicate),
         if added.duplicate { "duplicate" } else { "ok" },

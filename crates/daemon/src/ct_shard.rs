@@ -57,6 +57,9 @@ pub struct CtShard {
     intended_use: Option<String>,
     /// `not_after_limit` plus the grace (ms), when the shard freezes then.
     freeze_at: Option<u64>,
+    /// The frozen tree's size once read from storage (`u64::MAX` until then): a
+    /// served checkpoint below it is not the final tree head yet.
+    frozen_size: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// The tree head a frozen log's entry names: the served checkpoint's.
@@ -103,7 +106,31 @@ impl CtShard {
             monitoring_url,
             intended_use: config.intended_use.clone(),
             freeze_at: config.freeze_at_ms()?,
+            frozen_size: Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX)),
         })
+    }
+
+    /// Whether a served checkpoint of `size` names the whole frozen tree of `log`
+    /// (read from storage once; a witness that holds cosignatures back, or another
+    /// frontend that froze the log, can leave the served checkpoint behind it).
+    async fn names_frozen_tree<S: LogStorage>(
+        &self,
+        log: &Log<S>,
+        size: u64,
+    ) -> Result<bool, tlogd_core::engine::StorageError> {
+        use std::sync::atomic::Ordering;
+        let known = self.frozen_size.load(Ordering::Acquire);
+        if known != u64::MAX {
+            return Ok(size >= known);
+        }
+        match log.storage().load_state().await? {
+            Some(state) if state.frozen => {
+                self.frozen_size.store(state.size, Ordering::Release);
+                Ok(size >= state.size)
+            }
+            // Frozen here, not yet read back as frozen: not final yet.
+            _ => Ok(false),
+        }
     }
 
     /// When the shard freezes (ms since the Unix epoch), if it does.
@@ -299,29 +326,38 @@ pub fn routes<S: LogStorage>(log: Log<S>, shard: Arc<CtShard>) -> Router {
         .with_state((log, shard))
 }
 
+/// `503` + `Retry-After`: the frozen log's final checkpoint is not served yet.
+fn final_head_pending(name: &str) -> Response {
+    crate::http::read_metric("log.v3.json", StatusCode::SERVICE_UNAVAILABLE, name);
+    let mut resp = crate::http::text(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the frozen log's final checkpoint is not published yet; retry",
+    );
+    resp.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    resp
+}
+
 async fn log_v3<S: LogStorage>(log: &Log<S>, shard: &CtShard) -> Response {
     let name = log.config().name.clone();
     let frozen = match log.is_frozen() {
         false => None,
         true => match log.latest_checkpoint().await {
             Ok(Some(cp)) => match shard.tree_head(&cp) {
-                Some(head) => Some(head),
+                Some(head) => match shard.names_frozen_tree(log, head.size).await {
+                    Ok(true) => Some(head),
+                    // `readonly` only with the final tree head (#57): until the
+                    // checkpoint of the frozen size is served, say so and come back.
+                    Ok(false) => return final_head_pending(&name),
+                    Err(e) => return crate::http::internal_error("GET /log.v3.json", &e),
+                },
                 None => {
                     let why = "the served checkpoint has no RFC 6962 signature of this log";
                     return crate::http::internal_error("GET /log.v3.json", &why);
                 }
             },
             // Frozen before its first checkpoint was published: it comes at once.
-            Ok(None) => {
-                crate::http::read_metric("log.v3.json", StatusCode::SERVICE_UNAVAILABLE, &name);
-                let mut resp = crate::http::text(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "the frozen log's final checkpoint is not published yet; retry",
-                );
-                resp.headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-                return resp;
-            }
+            Ok(None) => return final_head_pending(&name),
             Err(e) => return crate::http::internal_error("GET /log.v3.json", &e),
         },
     };

@@ -4,10 +4,19 @@
 //! on.
 //!
 //! Frontends authenticate each other with a shared bearer token (`forward.token_file`),
-//! checked in constant time before the body is read. A request is bounded: at most
-//! one batch of entries (`batching.max_entries`), each no larger than an add, read
-//! within the body timeout; its entries then meet the sequencing frontend's own queue
-//! limits, so a forwarding frontend gets the same pushback as a client.
+//! checked in constant time before the body is read. A request names the log it is
+//! for (its origin, [`ORIGIN_PARAM`]) and is refused for any other. A request is
+//! bounded: at most [`MAX_FORWARDS_TAKEN`] at once per log, at most one batch of
+//! entries (`batching.max_entries`), each no larger than an add, and at most
+//! [`MAX_FORWARD_BYTES`] in all, read within the body timeout; its entries then meet
+//! the sequencing frontend's own queue limits, so a forwarding frontend gets the same
+//! pushback as a client.
+//!
+//! Never logged twice: every refusal before an entry is queued carries
+//! [`REFUSED_MARKER`], the only answer besides a refused connection that lets the
+//! forwarding frontend commit the batch itself ([`classify_answer`]); an answer that
+//! went through the queue is never shed by the listener's response budget
+//! ([`crate::server::NeverShed`]), since a 503 in its place would read as "unknown".
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -19,7 +28,8 @@ use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use tlogd_core::bundle::MAX_ENTRY_SIZE;
 use tlogd_core::engine::forward::{
-    decode_entries, decode_outcomes, encode_entries, encode_outcomes,
+    ORIGIN_PARAM, REFUSED_MARKER, classify_answer, decode_entries, encode_entries, encode_outcomes,
+    is_refusal,
 };
 use tlogd_core::engine::{BoxFuture, ForwardError, ForwardedOutcome, Forwarder, Log, LogStorage};
 use tlogd_http::client::{BaseUrl, Client, ClientError};
@@ -29,6 +39,15 @@ use crate::http::text;
 
 /// The route, relative to a log's base URL.
 pub const FORWARD_PATH: &str = ".tlogd/forward";
+
+/// Forward requests a sequencing frontend takes at once per log; one more is refused
+/// before queueing ([`REFUSED_MARKER`]), and its frontend commits the batch itself.
+pub const MAX_FORWARDS_TAKEN: usize = 32;
+
+/// The largest forward body taken: a batch of ordinary entries is far below it, and
+/// `MAX_FORWARDS_TAKEN` of them bound what forwards can hold in memory (512 MiB would
+/// be ~256 MiB each at the largest entries and batches otherwise).
+pub const MAX_FORWARD_BYTES: usize = 16 << 20;
 
 /// Idle connections kept to the sequencing frontend; more are opened when busy.
 const MAX_IDLE: usize = 16;
@@ -45,13 +64,21 @@ pub struct HttpForwarder {
     target: String,
     base: BaseUrl,
     token: String,
+    /// `FORWARD_PATH?origin=...`: the path every forward is sent to.
+    path: String,
     timeout: Duration,
     idle: Mutex<Vec<(Client, Instant)>>,
 }
 
 impl HttpForwarder {
-    /// A forwarder to the log at `url` (its base URL on the sequencing frontend).
-    pub fn new(url: &str, token: String, timeout: Duration) -> Result<Self, ClientError> {
+    /// A forwarder to the log at `url` (its base URL on the sequencing frontend), for
+    /// the log named `origin` (the sequencing frontend refuses forwards for another).
+    pub fn new(
+        url: &str,
+        token: String,
+        timeout: Duration,
+        origin: &str,
+    ) -> Result<Self, ClientError> {
         let base = BaseUrl::parse(url)?;
         // Checked now, so that a bad token is a start-up error, not a failed forward.
         Client::new(base.clone(), Some(&token), timeout)?;
@@ -59,6 +86,7 @@ impl HttpForwarder {
             target: url.to_string(),
             base,
             token,
+            path: format!("{FORWARD_PATH}?{ORIGIN_PARAM}={}", percent_encode(origin)),
             timeout,
             idle: Mutex::new(Vec::new()),
         })
@@ -99,8 +127,8 @@ impl Forwarder for HttpForwarder {
             let client = self
                 .client()
                 .map_err(|e| ForwardError::Unsent(e.to_string()))?;
-            let mut client = client.with_max_body(max_answer(n));
-            let resp = match client.send(Method::POST, FORWARD_PATH, body).await {
+            let mut client = client.with_max_body(max_answer(n)).with_close_probe();
+            let resp = match client.send(Method::POST, &self.path, body).await {
                 Ok(resp) => resp,
                 Err(e) => {
                     // The other idle connections most likely died with this one (the
@@ -112,27 +140,50 @@ impl Forwarder for HttpForwarder {
                     });
                 }
             };
-            let status = resp.status;
-            let why = || {
-                format!(
-                    "{status}: {}",
-                    String::from_utf8_lossy(&resp.body[..resp.body.len().min(200)]).trim()
-                )
-            };
-            if status == StatusCode::OK {
+            // Only the sequencing frontend's own word that nothing was queued lets
+            // this frontend commit the batch: a bare 503 may be a response budget, a
+            // proxy or a load balancer answering after the batch was committed.
+            let refused = resp.status != StatusCode::OK && is_refusal(&resp.body);
+            let answer = classify_answer(resp.status.as_u16(), refused, &resp.body, n);
+            if resp.status == StatusCode::OK || refused {
                 self.put_back(client);
-                return decode_outcomes(&resp.body, n)
-                    .map_err(|e| ForwardError::Unknown(e.to_string()));
             }
-            // Refused as a whole before any entry was queued there: a wrong token, a
-            // frontend not taking forwards, a bad request, its connection limit.
-            if status.is_client_error() || status == StatusCode::SERVICE_UNAVAILABLE {
-                self.put_back(client);
-                return Err(ForwardError::Unsent(why()));
-            }
-            Err(ForwardError::Unknown(why()))
+            answer
         })
     }
+}
+
+/// `s` with every byte but RFC 3986's unreserved ones percent-encoded.
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The value of `name` in a query string, percent-decoded; `None` when absent or not
+/// valid percent-encoded UTF-8.
+fn query_param(query: &str, name: &str) -> Option<String> {
+    let raw = query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))?;
+    let mut bytes = Vec::with_capacity(raw.len());
+    let mut it = raw.bytes();
+    while let Some(b) = it.next() {
+        bytes.push(match b {
+            b'%' => {
+                let hex = [it.next()?, it.next()?];
+                u8::from_str_radix(std::str::from_utf8(&hex).ok()?, 16).ok()?
+            }
+            b => b,
+        });
+    }
+    String::from_utf8(bytes).ok()
 }
 
 /// How a sequencing frontend takes forwarded batches.
@@ -144,6 +195,28 @@ pub struct ForwardRoute {
     pub body_read_timeout: Duration,
     /// At most this many entries per request.
     pub max_entries: usize,
+    /// The log's origin: a forward naming another is refused.
+    pub origin: String,
+    /// Forwards being taken ([`MAX_FORWARDS_TAKEN`]).
+    pub slots: Arc<tokio::sync::Semaphore>,
+}
+
+impl ForwardRoute {
+    /// The route of the log named `origin`.
+    pub fn new(
+        tokens: Arc<WriteTokens>,
+        body_read_timeout: Duration,
+        max_entries: usize,
+        origin: String,
+    ) -> Self {
+        ForwardRoute {
+            tokens,
+            body_read_timeout,
+            max_entries,
+            origin,
+            slots: Arc::new(tokio::sync::Semaphore::new(MAX_FORWARDS_TAKEN)),
+        }
+    }
 }
 
 /// `POST <log>/.tlogd/forward`: queue the entries as this frontend's own adds and
@@ -154,10 +227,12 @@ pub async fn take_forwarded<S: LogStorage>(
     req: Request,
 ) -> Response {
     let label = log.config().name.clone();
+    // Every refusal here comes before an entry is queued, and says so
+    // (`REFUSED_MARKER`): the forwarding frontend may then commit the batch itself.
     let refused = |status: StatusCode, o: &'static str, msg: String| {
         metrics::counter!("tlogd_forward_requests_total", "log" => label.clone(), "outcome" => o)
             .increment(1);
-        text(status, msg)
+        text(status, format!("{REFUSED_MARKER}{msg}"))
     };
     match route.tokens.check(req.headers().get(header::AUTHORIZATION)) {
         Verdict::Allowed => {}
@@ -176,7 +251,32 @@ pub async fn take_forwarded<S: LogStorage>(
             );
         }
     }
-    let max_bytes = route.max_entries.saturating_mul(MAX_ENTRY_SIZE + 4);
+    let named = req.uri().query().and_then(|q| query_param(q, ORIGIN_PARAM));
+    if named.as_deref() != Some(route.origin.as_str()) {
+        return refused(
+            StatusCode::CONFLICT,
+            "wrong_log",
+            format!(
+                "this is the log {:?}; the forward names {:?}: check forward.to",
+                route.origin,
+                named.unwrap_or_default()
+            ),
+        );
+    }
+    let Ok(_slot) = route.slots.clone().try_acquire_owned() else {
+        let mut r = refused(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "busy",
+            format!("{MAX_FORWARDS_TAKEN} forwards are being taken; commit this batch yourself"),
+        );
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return r;
+    };
+    let max_bytes = route
+        .max_entries
+        .saturating_mul(MAX_ENTRY_SIZE + 4)
+        .min(MAX_FORWARD_BYTES);
     let body: Body = req.into_body();
     let read = tokio::time::timeout(
         route.body_read_timeout,
@@ -216,7 +316,7 @@ pub async fn take_forwarded<S: LogStorage>(
     metrics::counter!("tlogd_forward_received_entries_total", "log" => label)
         .increment(entries.len() as u64);
     let outcomes = log.add_forwarded(entries).await;
-    (
+    let mut r = (
         StatusCode::OK,
         [(
             header::CONTENT_TYPE,
@@ -224,5 +324,9 @@ pub async fn take_forwarded<S: LogStorage>(
         )],
         encode_outcomes(&outcomes),
     )
-        .into_response()
+        .into_response();
+    // The entries went through the queue: this answer is the only word on them, and a
+    // shed 503 in its place would make the other frontend's clients resubmit blind.
+    r.extensions_mut().insert(crate::server::NeverShed);
+    r
 }

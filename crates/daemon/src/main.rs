@@ -590,7 +590,7 @@ async fn open_log(c: &Config, l: &LogSection, clients: &Clients) -> anyhow::Resu
         warn_if_readable_by_others(file, "the forward token file");
         let (token, _) = tlogd::auth::load_forward_tokens(file)?;
         let timeout = Duration::from_millis(l.forward.timeout_ms);
-        let forwarder = tlogd::forward::HttpForwarder::new(to, token, timeout)
+        let forwarder = tlogd::forward::HttpForwarder::new(to, token, timeout, &lc.origin)
             .map_err(|e| anyhow::anyhow!("`forward.to`: {e}"))?;
         tracing::info!(log = l.label(), to = %to, "batches are forwarded to the sequencing frontend");
         lc.forward = Some(Arc::new(forwarder));
@@ -706,11 +706,12 @@ async fn assemble<S: LogStorage>(
     }
     let tokens = tlogd::auth::load(l.auth.bearer_tokens_file.as_deref())?.map(Arc::new);
     let forward = match &l.forward.token_file {
-        Some(file) => Some(tlogd::forward::ForwardRoute {
-            tokens: Arc::new(tlogd::auth::load_forward_tokens(file)?.1),
-            body_read_timeout: Duration::from_millis(c.http.body_read_timeout_ms),
-            max_entries: lc.batch_max_entries,
-        }),
+        Some(file) => Some(tlogd::forward::ForwardRoute::new(
+            Arc::new(tlogd::auth::load_forward_tokens(file)?.1),
+            Duration::from_millis(c.http.body_read_timeout_ms),
+            lc.batch_max_entries,
+            lc.origin.clone(),
+        )),
         None => None,
     };
     let (log, tasks) = Log::open(storage, dedup, lc)

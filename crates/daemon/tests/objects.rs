@@ -142,12 +142,13 @@ async fn a_forwarding_frontend_has_its_adds_sequenced_by_the_other() {
     let smuggled = Bytes::from(tlogd_core::engine::forward::encode_entries(&[
         Bytes::from_static(b"smuggled"),
     ]));
-    let forward_url = format!("{}/.tlogd/forward", a.url);
+    let origin = tlogd_core::conformance::ORIGIN.replace('/', "%2F");
+    let forward_url = format!("{}/.tlogd/forward?origin={origin}", a.url);
     let r = http.post(&forward_url, smuggled.clone()).await.unwrap();
     assert_eq!(r.0, 401, "{:?}", r.2);
     let wrong = [("authorization", "Bearer not-the-secret")];
     let r = http
-        .post_with(&forward_url, &wrong, smuggled)
+        .post_with(&forward_url, &wrong, smuggled.clone())
         .await
         .unwrap();
     assert_eq!(r.0, 403, "{:?}", r.2);
@@ -158,6 +159,15 @@ async fn a_forwarding_frontend_has_its_adds_sequenced_by_the_other() {
         .await
         .unwrap();
     assert_eq!(r.0, 400, "{:?}", r.2);
+    // A forward for another log (a `forward.to` naming the wrong log of a daemon) is
+    // refused, and says it queued nothing.
+    let other_log = format!("{}/.tlogd/forward?origin=example.com%2Fanother", a.url);
+    let r = http
+        .post_with(&other_log, &right, smuggled.clone())
+        .await
+        .unwrap();
+    assert_eq!(r.0, 409, "{:?}", r.2);
+    assert!(r.2.starts_with(b"tlogd-forward-refused: "), "{:?}", r.2);
 
     // a gone: b commits its adds itself (one answer may be 503, resubmitted).
     a.kill();
@@ -187,6 +197,165 @@ async fn a_forwarding_frontend_has_its_adds_sequenced_by_the_other() {
     assert_eq!(seen, 1, "logged once");
     tlogd_verify(b.url.clone()).await;
     assert!(b.terminate().success());
+}
+
+/// Stands between a forwarding frontend and the sequencing one, as a proxy or a load
+/// balancer would: delivers each request, then, while `shed` is set, answers 503 in
+/// place of the real answer (what the sequencing frontend's own response budget did).
+async fn shedding_proxy(to: String, shed: std::sync::Arc<std::sync::atomic::AtomicBool>) -> String {
+    use http_body_util::{BodyExt, Full};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let (to, shed) = (to.clone(), shed.clone());
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(
+                    move |req: hyper::Request<hyper::body::Incoming>| {
+                        let (to, shed) = (to.clone(), shed.clone());
+                        async move {
+                            let path = req
+                                .uri()
+                                .path_and_query()
+                                .map(|p| p.to_string())
+                                .unwrap_or_default();
+                            let auth = req
+                                .headers()
+                                .get("authorization")
+                                .and_then(|v| v.to_str().ok())
+                                .unwrap_or("")
+                                .to_string();
+                            let body = req
+                                .into_body()
+                                .collect()
+                                .await
+                                .map(|b| b.to_bytes())
+                                .unwrap_or_default();
+                            let (status, _, answer) = Http::new()
+                                .post_with(
+                                    &format!("{to}{path}"),
+                                    &[("authorization", &auth)],
+                                    body,
+                                )
+                                .await
+                                .unwrap_or((502, Default::default(), Bytes::new()));
+                            let (status, answer) = if shed.load(std::sync::atomic::Ordering::SeqCst)
+                            {
+                                (
+                                    503,
+                                    Bytes::from_static(
+                                        b"busy: too many response bytes in flight; retry later\n",
+                                    ),
+                                )
+                            } else {
+                                (status, answer)
+                            };
+                            Ok::<_, std::convert::Infallible>(
+                                hyper::Response::builder()
+                                    .status(status)
+                                    .body(Full::new(answer))
+                                    .unwrap(),
+                            )
+                        }
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    url
+}
+
+/// A forward the sequencing frontend committed, answered 503 by what stands between
+/// (its response budget under readers that never read, a proxy): the forwarding
+/// frontend answers "may be logged" and never commits the batch itself; the client's
+/// resubmissions get 503 until the sequencing frontend's own answer reaches them, then
+/// the original index. Read back: the entry is in the log once. (#57: the 503 read as
+/// "never queued there", the forwarding frontend committed the batch again: 985
+/// entries twice in 15 s.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forward_answered_503_after_it_was_committed_is_not_committed_again() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = minio_store("e2e-forward-shed").await;
+    let token = dir.path().join("forward.token");
+    std::fs::write(&token, "frontends-secret-1\n").unwrap();
+    let http = Http::new();
+    let forward = |to: Option<&str>| {
+        let to = to.map_or(String::new(), |url| format!("to = \"{url}\"\n"));
+        format!("[forward]\n{to}token_file = \"{}\"\n", token.display())
+    };
+    let mut a = daemon_with(&dir.path().join("a"), &store, &forward(None));
+    a.wait_ready(&http).await;
+    let shed = Arc::new(AtomicBool::new(true));
+    let proxy = shedding_proxy(a.url.clone(), shed.clone()).await;
+    let mut b = daemon_with(&dir.path().join("b"), &store, &forward(Some(&proxy)));
+    b.wait_ready(&http).await;
+    let entry = Bytes::from_static(b"committed by a, answered 503 on the way back");
+    for _ in 0..4 {
+        let r = http.add(&b.url, entry.clone()).await;
+        assert_eq!(r.as_ref().map_err(|r| r.0), Err(503), "{r:?}");
+    }
+    // The way back heals; forwarding resumes after its pause.
+    shed.store(false, Ordering::SeqCst);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let (index, duplicate) = loop {
+        match http.add(&b.url, entry.clone()).await {
+            Ok(answer) => break answer,
+            Err(r) if r.0 == 503 && std::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+            Err(r) => panic!("{r:?}"),
+        }
+    };
+    assert!(duplicate, "a logged it first");
+    let cp = http.wait_checkpoint(&a.url, index + 1).await;
+    let mut seen = 0;
+    for n in 0..cp.size.div_ceil(256) {
+        for e in http.bundle(&a.url, n, cp.size).await {
+            seen += usize::from(e == entry);
+        }
+    }
+    assert_eq!(seen, 1, "logged once");
+    tlogd_verify(a.url.clone()).await;
+    assert!(a.terminate().success());
+    assert!(b.terminate().success());
+}
+
+/// Careful clients write through a forwarding frontend while the sequencing one is
+/// killed three times (MinIO): every acknowledged entry once, none twice (#57).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn careful_clients_through_a_forwarding_frontend_survive_three_kills_on_minio() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = minio_store("e2e-forward-kills").await;
+    let token = dir.path().join("forward.token");
+    std::fs::write(&token, "frontends-secret-1\n").unwrap();
+    let http = Http::new();
+    let forward = |to: Option<&str>| {
+        let to = to.map_or(String::new(), |url| format!("to = \"{url}\"\n"));
+        format!(
+            "[forward]\n{to}token_file = \"{}\"\ntimeout_ms = 2000\n",
+            token.display()
+        )
+    };
+    let mut s = daemon_with(&dir.path().join("s"), &store, &forward(None));
+    s.wait_ready(&http).await;
+    let mut f = daemon_with(&dir.path().join("f"), &store, &forward(Some(&s.url)));
+    f.wait_ready(&http).await;
+    let opts = Opts {
+        env: store.env.clone(),
+        ..Opts::default()
+    };
+    common::frontends::careful_clients_survive_sequencer_kills(&http, &mut s, &f, &opts, 3).await;
+    tlogd_verify(s.url.clone()).await;
+    assert!(s.terminate().success());
+    assert!(f.terminate().success());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

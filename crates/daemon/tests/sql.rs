@@ -63,13 +63,54 @@ impl Server for TestPostgres {
 
 /// A daemon on the database at `url`, its files (key, config, dedup index) in `dir`.
 fn sql_daemon<S: Server>(dir: &std::path::Path, url: &str) -> Daemon {
+    sql_daemon_with::<S>(dir, url, "")
+}
+
+/// [`sql_daemon`] with more TOML sections appended to its config.
+fn sql_daemon_with<S: Server>(dir: &std::path::Path, url: &str, extra_toml: &str) -> Daemon {
     std::fs::create_dir_all(dir).unwrap();
     let storage = format!(
         "backend = \"{}\"\nurl = \"{url}\"\npool_size = 8\n",
         S::BACKEND
     );
-    let dedup = format!("[dedup]\npath = \"{}\"\n", dir.join("dedup").display());
+    let dedup = format!(
+        "[dedup]\npath = \"{}\"\n{extra_toml}",
+        dir.join("dedup").display()
+    );
     Daemon::start_with(dir, &storage, &dedup)
+}
+
+/// Careful clients write through a forwarding frontend while the sequencing one is
+/// killed three times (MariaDB): every acknowledged entry once, none twice (#57).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn careful_clients_through_a_forwarding_frontend_survive_three_kills_on_mysql() {
+    let server = TestMariaDb::shared();
+    let url = server.fresh_database("forward_kills").await;
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("forward.token");
+    std::fs::write(&token, "frontends-secret-1\n").unwrap();
+    let forward = |to: Option<&str>| {
+        let to = to.map_or(String::new(), |url| format!("to = \"{url}\"\n"));
+        format!(
+            "[forward]\n{to}token_file = \"{}\"\ntimeout_ms = 2000\n",
+            token.display()
+        )
+    };
+    let http = Http::new();
+    let mut s = sql_daemon_with::<TestMariaDb>(&dir.path().join("s"), &url, &forward(None));
+    s.wait_ready(&http).await;
+    let mut f = sql_daemon_with::<TestMariaDb>(&dir.path().join("f"), &url, &forward(Some(&s.url)));
+    f.wait_ready(&http).await;
+    common::frontends::careful_clients_survive_sequencer_kills(
+        &http,
+        &mut s,
+        &f,
+        &Opts::default(),
+        3,
+    )
+    .await;
+    assert!(s.terminate().success());
+    assert!(f.terminate().success());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

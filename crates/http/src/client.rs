@@ -327,6 +327,9 @@ pub struct Client {
     last_uri: Option<(String, Uri)>,
     /// The largest response body accepted ([`Client::with_max_body`]).
     max_body: usize,
+    /// Ask a kept-alive HTTP/1.1 connection whether the server closed it before every
+    /// request, not only after a second idle ([`Client::with_close_probe`]).
+    probe_always: bool,
     /// An exchange is under way. Found set when a request starts, the previous one was
     /// cancelled midway (its future dropped: a caller's timeout, a witness not waited
     /// for): its answer may still arrive on the connection and must not be read as
@@ -473,8 +476,20 @@ impl Client {
             host,
             last_uri: None,
             max_body: DEFAULT_MAX_BODY,
+            probe_always: false,
             in_exchange: false,
         })
+    }
+
+    /// Before each request on a kept-alive HTTP/1.1 connection, ask the socket (one
+    /// non-blocking read) whether the server has closed it, however briefly it was
+    /// idle: a request written into a connection the server closed (it exited) fails
+    /// as never sent ([`ClientError::Unsent`] once a fresh connection is refused)
+    /// instead of "sent, no answer". For requests that must not be in doubt (a
+    /// forward between frontends).
+    pub fn with_close_probe(mut self) -> Self {
+        self.probe_always = true;
+        self
     }
 
     /// Accept response bodies of at most `max_body` bytes (default
@@ -547,7 +562,8 @@ impl Client {
             request,
         } = &mut self.conn
         {
-            let reused = conn.as_mut().is_some_and(PlainH1::is_open);
+            let probe = self.probe_always;
+            let reused = conn.as_mut().is_some_and(|c| c.is_open_probed(probe));
             if !reused {
                 *conn = Some(
                     PlainH1::connect(&self.base.authority, self.max_body)

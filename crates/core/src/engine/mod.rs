@@ -44,12 +44,22 @@
 //! appending the batch again. If storage cannot be read for the whole retry time, or
 //! the retry time runs out while an attempt may still land
 //! ([`StorageError::Unsettled`]: its request could not be fenced off), the adds are
-//! answered [`AddError::Uncertain`] (HTTP 503: resubmit) and **no other batch is
-//! committed until the outcome is known**: a batch is never appended twice. When it
-//! turns out to have persisted, resubmissions already queued (with dedup on) leave
-//! their batches and get the indices it logged them at, and later ones find those in
-//! flight until the dedup index has them. On [`StorageError::Conflict`] (another
-//! frontend advanced the tree; definite: that attempt never lands) the batch is
+//! answered [`AddError::Uncertain`] (HTTP 503: resubmit) and the batch becomes an
+//! **open outcome**: state of this frontend, not of the batch, kept until a read of
+//! the tree proves an attempt of it landed (its entries are logged at its indices) or
+//! that none can land any more (each was settled, or built on a state the tree has
+//! since moved off: a compare-and-swap from it can never succeed, and a database
+//! transaction on it has ended, since the tree moved under its lock), or the process
+//! restarts. **Every later commit first checks the tree it builds on against the open
+//! outcomes** (a late `COMMIT` lands before it, or its swap conflicts and the reload
+//! finds it), and a swap of ours closes them all: a batch is never appended twice.
+//! While one is open its entries stay in flight (`InFlight::Uncertain`): a
+//! resubmission (dedup on) waits briefly for the outcome and is answered its index,
+//! queued (it never landed) or 503 again, never queued for a second index. While
+//! storage cannot be read at all no batch commits, and those behind are answered 503
+//! too: no "not logged" (500) while an outcome is open. On
+//! [`StorageError::Conflict`] (another frontend advanced the tree; definite: that
+//! attempt never lands) the batch is
 //! re-integrated on the reloaded edge at once.
 //!
 //! **Freezing** ([`Log::freeze`]) is one more commit through the same steps: adds are

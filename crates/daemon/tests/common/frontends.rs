@@ -91,3 +91,113 @@ pub async fn tlogd_verify_with(url: String, vkey: String, origin: Option<String>
     );
     assert!(String::from_utf8_lossy(&o.stdout).starts_with("OK "));
 }
+
+/// Careful clients write through the forwarding frontend `f` while the sequencing
+/// frontend `s` is killed with SIGKILL `kills` times and started again (the same
+/// config, ports and environment, `opts`): each client resubmits its entry, to `f`, on
+/// every `503` or dropped connection until it is answered with an index, as the docs
+/// tell it. Then the whole log is read: every acknowledged entry is there exactly
+/// once, at the index it was answered with, and no entry of theirs twice (#57).
+pub async fn careful_clients_survive_sequencer_kills(
+    http: &Http,
+    s: &mut Daemon,
+    f: &Daemon,
+    opts: &super::Opts,
+    kills: usize,
+) {
+    use std::collections::HashMap;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+
+    use bytes::Bytes;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for c in 0..16 {
+        let (http, url, stop) = (http.clone(), f.url.clone(), stop.clone());
+        clients.push(tokio::spawn(async move {
+            let mut acked = Vec::new();
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let entry = Bytes::from(format!("careful client {c} entry {i}"));
+                let deadline = Instant::now() + Duration::from_secs(90);
+                loop {
+                    match http.add(&url, entry.clone()).await {
+                        Ok((index, _)) => {
+                            acked.push((entry.clone(), index));
+                            break;
+                        }
+                        // "May be logged, resubmit", pushback, or the answer lost.
+                        Err((503 | 0, _, _)) if Instant::now() < deadline => {
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
+                        Err(r) => panic!("{entry:?}: {r:?}"),
+                    }
+                }
+                i += 1;
+            }
+            acked
+        }));
+    }
+    let port = |url: &str| -> u16 { url.rsplit(':').next().unwrap().parse().unwrap() };
+    let (sport, smport) = (port(&s.url), port(&s.metrics_url));
+    let cfg = s.dir.join("tlogd.toml");
+    for _ in 0..kills {
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        s.kill();
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        *s = Daemon::spawn(&s.dir.clone(), &cfg, sport, smport, opts);
+        s.wait_ready(http).await;
+    }
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut acked: HashMap<Vec<u8>, u64> = HashMap::new();
+    for c in clients {
+        for (entry, index) in c.await.unwrap() {
+            assert!(
+                acked.insert(entry.to_vec(), index).is_none(),
+                "answered twice"
+            );
+        }
+    }
+    assert!(
+        acked.len() >= 100,
+        "only {} entries acknowledged",
+        acked.len()
+    );
+    let top = acked.values().copied().max().unwrap();
+    let cp = http.wait_checkpoint(&s.url, top + 1).await;
+    let mut seen: HashMap<Vec<u8>, Vec<u64>> = HashMap::new();
+    for n in 0..cp.size.div_ceil(256) {
+        for (i, e) in http
+            .bundle(&s.url, n, cp.size)
+            .await
+            .into_iter()
+            .enumerate()
+        {
+            seen.entry(e).or_default().push(n * 256 + i as u64);
+        }
+    }
+    let twice: Vec<_> = seen.iter().filter(|(_, at)| at.len() > 1).collect();
+    assert!(
+        twice.is_empty(),
+        "{} entries logged more than once, e.g. {:?}",
+        twice.len(),
+        twice
+            .first()
+            .map(|(e, at)| (String::from_utf8_lossy(e), at))
+    );
+    for (entry, index) in &acked {
+        assert_eq!(
+            seen.get(entry).map(Vec::as_slice),
+            Some(&[*index][..]),
+            "{:?} acknowledged at {index}",
+            String::from_utf8_lossy(entry)
+        );
+    }
+    eprintln!(
+        "{} entries acknowledged through the forwarding frontend, {kills} kills of the sequencing one, none twice",
+        acked.len()
+    );
+}

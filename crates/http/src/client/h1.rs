@@ -90,11 +90,18 @@ impl PlainH1 {
     /// Whether the connection can carry another request. One that has been idle a while
     /// is asked (without blocking) whether the server has closed it.
     pub(crate) fn is_open(&mut self) -> bool {
+        self.is_open_probed(false)
+    }
+
+    /// [`PlainH1::is_open`], asking the socket even when it was idle only briefly when
+    /// `always` (one non-blocking read: for requests whose outcome must never be in
+    /// doubt because the server was already gone).
+    pub(crate) fn is_open_probed(&mut self, always: bool) -> bool {
         if self.done || !self.buf.is_empty() {
             // Closing, or bytes nobody asked for: the exchange is out of step.
             return false;
         }
-        if self.idle_since.elapsed() < IDLE_CHECK {
+        if !always && self.idle_since.elapsed() < IDLE_CHECK {
             return true;
         }
         let mut probe = [0u8; 1];
