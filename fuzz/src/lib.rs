@@ -37,8 +37,7 @@ use tlogd_core::cosignature::{CosignatureSigner, CosignatureVerifier};
 use tlogd_core::hash::{Hash, leaf_hash};
 use tlogd_core::merkle::TileTree;
 use tlogd_core::note::{
-    Note, NoteSigner, NoteVerifier, SignatureAlgorithm, key_id, log_signer_from_skey, open_note,
-    sign_note,
+    Note, NoteSigner, NoteVerifier, SignatureAlgorithm, key_id, open_note, sign_note,
 };
 use tlogd_core::tile::{TILE_WIDTH, TileId, TileKind, parse_hash_tile, tile_prefix};
 use tlogd_core::witness::{
@@ -270,7 +269,7 @@ pub fn keys(data: &[u8]) {
             Err(e) => panic!("a parsed key does not sign: {e}"),
         }
     }
-    if let Ok(k) = log_signer_from_skey(s) {
+    if let Ok(k) = tlogd_core::keys::log_signer_from_skey(s) {
         // Every log key signs a checkpoint (the ML-DSA-44 message needs one).
         let text = "o\n1\nBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=\n";
         let v = k.verifier();

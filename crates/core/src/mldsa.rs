@@ -53,10 +53,13 @@ use base64::engine::general_purpose::STANDARD as B64;
 use ml_dsa::{EncodedVerifyingKey, ExpandedSigningKey, MlDsa44, Signature, VerifyingKey};
 
 use crate::checkpoint::{Checkpoint, CheckpointError};
-use crate::hash::{Hash, empty_root};
+use crate::hash::Hash;
 use crate::note::{
-    LogSigner, NoteError, NoteSignature, NoteVerifier, SignatureAlgorithm, key_id, parse_skey,
-    split_key, valid_name,
+    LogSigner, NoteError, NoteSignature, NoteVerifier, SignatureAlgorithm, SignatureCheck, key_id,
+    parse_skey, split_key, valid_name,
+};
+pub use crate::subtree::{
+    LABEL, MAX_NAME_LEN, MAX_TIMESTAMP, MessageError, cosigned_message, valid_subtree,
 };
 
 /// signed-note "Signature types": timestamped ML-DSA-44 (sub)tree cosignatures.
@@ -67,107 +70,8 @@ pub const PUBLIC_KEY_LEN: usize = 1312;
 pub const SIGNATURE_LEN: usize = 2420;
 /// Length of the key-generation seed a private key holds.
 pub const SEED_LEN: usize = 32;
-/// tlog-cosignature "ML-DSA-44 signed message": the label the message starts with.
-pub const LABEL: &[u8; 12] = b"subtree/v1\n\0";
-/// Longest cosigner name or log origin, in bytes, the signed message can carry
-/// (`opaque cosigner_name<1..2^8-1>`, `opaque log_origin<1..2^8-1>`).
-pub const MAX_NAME_LEN: usize = 255;
-/// tlog-cosignature "Format": the timestamp "MUST NOT exceed 2^63 - 1".
-pub const MAX_TIMESTAMP: u64 = (1 << 63) - 1;
-
 /// The signature bytes of a line after the key ID: timestamp, then signature.
 const TIMESTAMPED_LEN: usize = 8 + SIGNATURE_LEN;
-
-/// Why a `cosigned_message` cannot be encoded (tlog-cosignature "ML-DSA-44 signed
-/// message").
-#[derive(Clone, Copy, Debug, thiserror::Error, PartialEq, Eq)]
-pub enum MessageError {
-    /// The cosigner name is empty or longer than [`MAX_NAME_LEN`] bytes.
-    #[error("the cosigner name is {0} bytes long; it must be 1 to 255")]
-    NameLength(usize),
-    /// The log origin is empty or longer than [`MAX_NAME_LEN`] bytes.
-    #[error("the log origin is {0} bytes long; it must be 1 to 255")]
-    OriginLength(usize),
-    /// The timestamp exceeds [`MAX_TIMESTAMP`].
-    #[error("timestamp {0} exceeds 2^63 - 1")]
-    Timestamp(u64),
-    /// "If `start` is not zero, these values MUST be zero": a subtree that does not
-    /// start at the first leaf carries no timestamp.
-    #[error("a subtree starting at {0} must be signed with timestamp 0")]
-    TimestampedSubtree(u64),
-    /// `[start, end)` is not a subtree (draft-ietf-plants-merkle-tree-certs §4.1).
-    #[error("not a valid subtree: start {start}, end {end}")]
-    InvalidSubtree {
-        /// First leaf.
-        start: u64,
-        /// One past the last leaf.
-        end: u64,
-    },
-    /// An empty subtree whose hash is not the empty tree's root, `SHA-256("")`.
-    #[error("an empty subtree's hash must be SHA-256 of the empty string")]
-    EmptySubtreeHash,
-}
-
-/// Whether `[start, end)` is a valid subtree (draft-ietf-plants-merkle-tree-certs §4.1,
-/// "Definition of a Subtree"): `start < end` and `start` is a multiple of
-/// `BIT_CEIL(end - start)`. An empty range `[x, x)` is valid too, as in torchwood:
-/// an empty tree's checkpoint is signed as `[0, 0)`.
-pub fn valid_subtree(start: u64, end: u64) -> bool {
-    if end < start {
-        return false;
-    }
-    if start == end || start == 0 {
-        return true;
-    }
-    // BIT_CEIL(w) = 2^k with k the bit length of w - 1; `start` is a multiple of it
-    // when its k low bits are zero (no 2^k is formed, so nothing overflows).
-    let k = u64::BITS - (end - start - 1).leading_zeros();
-    start.trailing_zeros() >= k
-}
-
-/// tlog-cosignature "ML-DSA-44 signed message": the `cosigned_message` by `cosigner` at
-/// `timestamp` (POSIX seconds; 0 makes no statement about time) of the subtree
-/// `[start, end)` of the log `origin` whose hash is `hash` (for a checkpoint: start 0,
-/// end its size, hash its root). `70 + |cosigner| + |origin|` bytes.
-pub fn cosigned_message(
-    cosigner: &str,
-    timestamp: u64,
-    origin: &str,
-    start: u64,
-    end: u64,
-    hash: &Hash,
-) -> Result<Vec<u8>, MessageError> {
-    if cosigner.is_empty() || cosigner.len() > MAX_NAME_LEN {
-        return Err(MessageError::NameLength(cosigner.len()));
-    }
-    if origin.is_empty() || origin.len() > MAX_NAME_LEN {
-        return Err(MessageError::OriginLength(origin.len()));
-    }
-    if timestamp > MAX_TIMESTAMP {
-        return Err(MessageError::Timestamp(timestamp));
-    }
-    if start != 0 && timestamp != 0 {
-        return Err(MessageError::TimestampedSubtree(start));
-    }
-    if !valid_subtree(start, end) {
-        return Err(MessageError::InvalidSubtree { start, end });
-    }
-    if start == end && *hash != empty_root() {
-        return Err(MessageError::EmptySubtreeHash);
-    }
-    let mut m = Vec::with_capacity(70 + cosigner.len() + origin.len());
-    m.extend_from_slice(LABEL);
-    // Lengths checked above: both fit in the one-byte length prefix.
-    m.push(cosigner.len() as u8);
-    m.extend_from_slice(cosigner.as_bytes());
-    m.extend_from_slice(&timestamp.to_be_bytes());
-    m.push(origin.len() as u8);
-    m.extend_from_slice(origin.as_bytes());
-    m.extend_from_slice(&start.to_be_bytes());
-    m.extend_from_slice(&end.to_be_bytes());
-    m.extend_from_slice(hash);
-    Ok(m)
-}
 
 /// The checkpoint a note text holds, as an ML-DSA-44 signature covers it: strictly
 /// parsed, in canonical form (so the text is exactly what the message encodes), and
@@ -318,6 +222,31 @@ impl MlDsa44Verifier {
             return Err(bad());
         }
         Ok(timestamp)
+    }
+}
+
+/// An ML-DSA-44 log key plugs into the signed-note core as a [`SignatureCheck`]: a
+/// log's ML-DSA-44 signature is a type-0x06 cosignature of its checkpoint by its own
+/// key (tlog-checkpoint "Signatures").
+impl SignatureCheck for MlDsa44Verifier {
+    fn algorithm(&self) -> SignatureAlgorithm {
+        SignatureAlgorithm::CosignatureMlDsa44
+    }
+
+    fn public_key(&self) -> Vec<u8> {
+        self.public_key.to_vec()
+    }
+
+    fn verify(&self, text: &[u8], signature: &[u8]) -> bool {
+        std::str::from_utf8(text).is_ok_and(|text| self.verify_checkpoint(text, signature).is_ok())
+    }
+}
+
+impl NoteVerifier {
+    /// The verifier of an ML-DSA-44 log key (signature type `0x06`).
+    pub fn from_mldsa44(key: Arc<MlDsa44Verifier>) -> Self {
+        let (name, id) = (key.name().to_string(), key.key_id());
+        NoteVerifier::with_check(name, id, key)
     }
 }
 
@@ -488,8 +417,9 @@ pub fn generate_mldsa44_key(name: &str) -> Result<(String, String), NoteError> {
 mod tests {
     use super::*;
     use crate::checkpoint::Checkpoint;
-    use crate::hash::leaf_hash;
-    use crate::note::{Note, log_signer_from_skey, open_note};
+    use crate::hash::{empty_root, leaf_hash};
+    use crate::keys::log_signer_from_skey;
+    use crate::note::{Note, open_note};
     use sha2::{Digest, Sha256};
 
     /// testdata/mldsa44/README.md: torchwood's ML-DSA-44 test log.

@@ -3,12 +3,12 @@
 //!
 //! A log signs with one or more [`LogSigner`]s, each in the order configured; every
 //! verifier (the engine opening its own checkpoint, `tlogd verify`, the loadgen) goes
-//! through [`NoteVerifier`], whose [`from_vkey`](NoteVerifier::from_vkey) is the one
-//! table from a verifier key's signature type to the code that checks it, and
-//! [`log_signer_from_skey`] the one from a private key's type to its signer. Ed25519
-//! (`0x01`, [`NoteSigner`]) and ML-DSA-44 (`0x06`, [`crate::mldsa`]) are implemented
-//! here, RFC 6962 tree head signatures (`0x05`) in `tlogd-ct` through
-//! [`SignatureCheck`]; the types of signed-note "Signature types" are named in
+//! through [`NoteVerifier`]. This core implements Ed25519 (`0x01`, [`NoteSigner`]);
+//! every other scheme plugs into it through [`SignatureCheck`] and [`LogSigner`]:
+//! ML-DSA-44 (`0x06`) in [`crate::mldsa`], RFC 6962 tree head signatures (`0x05`) in
+//! `tlogd-ct`. [`crate::keys`] holds the one table from a key string's type to its
+//! scheme ([`NoteVerifier::from_vkey`], [`crate::keys::log_signer_from_skey`]), so
+//! this module imports none. The types of signed-note "Signature types" are named in
 //! [`SignatureAlgorithm`] so that adding one is a variant here, not a new path
 //! (docs/seams.md, "Signers").
 
@@ -17,8 +17,6 @@ use base64::engine::general_purpose::STANDARD as B64;
 use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
-
-use crate::mldsa::{ALG_MLDSA44, MlDsa44Signer, MlDsa44Verifier};
 
 /// signed-note "Signature types": Ed25519.
 const ALG_ED25519: u8 = 0x01;
@@ -49,7 +47,7 @@ pub enum NoteError {
     /// The ML-DSA-44 signed message cannot be encoded (a name or origin too long, a
     /// timestamp out of range, not a subtree).
     #[error("cannot sign: {0}")]
-    Message(#[from] crate::mldsa::MessageError),
+    Message(#[from] crate::subtree::MessageError),
 }
 
 /// A signature type of signed-note "Signature types": the byte after the key name in a
@@ -311,8 +309,8 @@ pub struct NoteVerifier {
 #[derive(Clone, Debug)]
 enum VerifierKey {
     Ed25519(VerifyingKey),
-    MlDsa44(Arc<MlDsa44Verifier>),
-    /// A signature type implemented outside this crate ([`SignatureCheck`]).
+    /// Any other signature type, plugged in ([`SignatureCheck`]): ML-DSA-44
+    /// ([`crate::mldsa`]), CT's RFC 6962 note signature (`tlogd-ct`).
     Other(Arc<dyn SignatureCheck>),
 }
 
@@ -320,7 +318,6 @@ impl PartialEq for VerifierKey {
     fn eq(&self, other: &Self) -> bool {
         match (self, other) {
             (VerifierKey::Ed25519(a), VerifierKey::Ed25519(b)) => a == b,
-            (VerifierKey::MlDsa44(a), VerifierKey::MlDsa44(b)) => a == b,
             (VerifierKey::Other(a), VerifierKey::Other(b)) => {
                 a.algorithm() == b.algorithm() && a.public_key() == b.public_key()
             }
@@ -331,10 +328,11 @@ impl PartialEq for VerifierKey {
 
 impl Eq for VerifierKey {}
 
-/// The checking half of a signature type this crate does not implement: a log key
-/// whose signatures are checked elsewhere (the RFC 6962 note signature of a
-/// static-ct-api log, in `tlogd-ct`), wrapped in a [`NoteVerifier`] with
-/// [`NoteVerifier::with_check`] so notes verify as with any other key.
+/// The checking half of a signature type the signed-note core does not implement
+/// itself: a log key whose signatures are checked by its scheme (ML-DSA-44 in
+/// [`crate::mldsa`], the RFC 6962 note signature of a static-ct-api log in
+/// `tlogd-ct`), wrapped in a [`NoteVerifier`] with [`NoteVerifier::with_check`] so
+/// notes verify as with any other key.
 pub trait SignatureCheck: Send + Sync + std::fmt::Debug {
     /// The signature type.
     fn algorithm(&self) -> SignatureAlgorithm;
@@ -348,39 +346,15 @@ pub trait SignatureCheck: Send + Sync + std::fmt::Debug {
 }
 
 impl NoteVerifier {
-    /// Parse a verifier key `<name>+<hex key id>+<base64(signature type || public key)>`,
-    /// of a signature type a log signs with: Ed25519 (`0x01`) or ML-DSA-44 (`0x06`,
-    /// tlog-checkpoint "Signatures": a log's ML-DSA-44 signature is a type-0x06
-    /// cosignature by its own key). The key ID must match the key.
-    pub fn from_vkey(s: &str) -> Result<Self, NoteError> {
-        let (_, _, raw) = split_key(s)?;
-        match raw.first().copied().and_then(SignatureAlgorithm::from_byte) {
-            Some(SignatureAlgorithm::Ed25519) => {
-                let (name, id, key) =
-                    parse_typed_vkey(s, ALG_ED25519, "not an Ed25519 verifier key")?;
-                Ok(NoteVerifier {
-                    name: name.to_string(),
-                    id,
-                    key: VerifierKey::Ed25519(key),
-                })
-            }
-            Some(SignatureAlgorithm::CosignatureMlDsa44) => Ok(NoteVerifier::from_mldsa44(
-                Arc::new(MlDsa44Verifier::from_vkey(s)?),
-            )),
-            Some(_) => Err(NoteError::BadKey(
-                "signature type not supported for log keys (Ed25519, 0x01, or ML-DSA-44, 0x06)",
-            )),
-            None => Err(NoteError::BadKey("unknown signature type")),
-        }
-    }
-
-    /// The verifier of an ML-DSA-44 key (signature type `0x06`).
-    pub fn from_mldsa44(key: Arc<MlDsa44Verifier>) -> Self {
-        NoteVerifier {
-            name: key.name().to_string(),
-            id: key.key_id(),
-            key: VerifierKey::MlDsa44(key),
-        }
+    /// An Ed25519 verifier key (`0x01`); [`NoteVerifier::from_vkey`] takes every type a
+    /// log signs with.
+    pub fn from_ed25519_vkey(s: &str) -> Result<Self, NoteError> {
+        let (name, id, key) = parse_typed_vkey(s, ALG_ED25519, "not an Ed25519 verifier key")?;
+        Ok(NoteVerifier {
+            name: name.to_string(),
+            id,
+            key: VerifierKey::Ed25519(key),
+        })
     }
 
     /// A verifier of `name`'s key `id` whose signatures `check` checks.
@@ -396,7 +370,6 @@ impl NoteVerifier {
     pub fn to_vkey(&self) -> String {
         match &self.key {
             VerifierKey::Ed25519(key) => typed_vkey(&self.name, self.id, ALG_ED25519, key),
-            VerifierKey::MlDsa44(key) => key.to_vkey(),
             VerifierKey::Other(check) => {
                 let mut raw = vec![check.algorithm().byte()];
                 raw.extend_from_slice(&check.public_key());
@@ -409,7 +382,6 @@ impl NoteVerifier {
     pub fn algorithm(&self) -> SignatureAlgorithm {
         match &self.key {
             VerifierKey::Ed25519(_) => SignatureAlgorithm::Ed25519,
-            VerifierKey::MlDsa44(_) => SignatureAlgorithm::CosignatureMlDsa44,
             VerifierKey::Other(check) => check.algorithm(),
         }
     }
@@ -432,25 +404,8 @@ impl NoteVerifier {
                 };
                 key.verify_strict(text, &sig).is_ok()
             }
-            VerifierKey::MlDsa44(key) => {
-                std::str::from_utf8(text).is_ok_and(|text| key.verify_checkpoint(text, sig).is_ok())
-            }
             VerifierKey::Other(check) => check.verify(text, sig),
         }
-    }
-}
-
-/// A log's checkpoint signer from its private key string, of the type the key names:
-/// Ed25519 (`0x01`, [`NoteSigner`]) or ML-DSA-44 (`0x06`, [`MlDsa44Signer`]). The key
-/// ID must match the key.
-pub fn log_signer_from_skey(s: &str) -> Result<Arc<dyn LogSigner>, NoteError> {
-    let (_, _, raw) = parse_skey(s)?;
-    match raw.first().copied() {
-        Some(ALG_ED25519) => Ok(Arc::new(NoteSigner::from_skey(s)?)),
-        Some(ALG_MLDSA44) => Ok(Arc::new(MlDsa44Signer::from_skey(s)?)),
-        _ => Err(NoteError::BadKey(
-            "not a log private key (Ed25519, 0x01, or ML-DSA-44, 0x06)",
-        )),
     }
 }
 

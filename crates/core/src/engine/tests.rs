@@ -1397,8 +1397,9 @@ async fn every_signer_signs_and_any_configured_key_opens_the_log() {
 /// nothing.
 #[tokio::test]
 async fn a_log_signed_by_ed25519_and_mldsa44_rotates_to_mldsa44() {
+    use crate::keys::log_signer_from_skey;
     use crate::mldsa::{MlDsa44Verifier, generate_mldsa44_key};
-    use crate::note::{Note, log_signer_from_skey};
+    use crate::note::Note;
     let storage = Arc::new(MemoryStorage::new());
     let (pq_skey, pq_vkey) = generate_mldsa44_key(ORIGIN).unwrap();
     let ed: Arc<dyn LogSigner> = Arc::new(NoteSigner::from_skey(SKEY).unwrap());

@@ -89,13 +89,9 @@ impl PlainH1 {
 
     /// Whether the connection can carry another request. One that has been idle a while
     /// is asked (without blocking) whether the server has closed it.
-    pub(crate) fn is_open(&mut self) -> bool {
-        self.is_open_probed(false)
-    }
-
-    /// [`PlainH1::is_open`], asking the socket even when it was idle only briefly when
-    /// `always` (one non-blocking read: for requests whose outcome must never be in
-    /// doubt because the server was already gone).
+    /// With `always`, the socket is asked even when it was idle only briefly (one
+    /// non-blocking read: for requests whose outcome must never be in doubt because the
+    /// server was already gone).
     pub(crate) fn is_open_probed(&mut self, always: bool) -> bool {
         if self.done || !self.buf.is_empty() {
             // Closing, or bytes nobody asked for: the exchange is out of step.
@@ -528,7 +524,10 @@ mod tests {
                 .err()
                 .unwrap_or_else(|| panic!("{want}: an endless body was accepted"));
             assert!(f.msg.contains(want), "{want}: {}", f.msg);
-            assert!(!c.is_open(), "{want}: the connection is not reused");
+            assert!(
+                !c.is_open_probed(false),
+                "{want}: the connection is not reused"
+            );
             assert!(
                 c.buf.capacity() < 1 << 20,
                 "{want}: {} bytes held",
@@ -574,7 +573,7 @@ mod tests {
             (r.status, r.retry_after),
             (StatusCode::SERVICE_UNAVAILABLE, Some(7))
         );
-        assert!(c.is_open());
+        assert!(c.is_open_probed(false));
         let r = c
             .exchange(GET)
             .await
@@ -582,7 +581,7 @@ mod tests {
             .expect("until close");
         assert_eq!(&r.body[..], b"to the end");
         assert!(
-            !c.is_open(),
+            !c.is_open_probed(false),
             "a response to the end of the stream ends the connection"
         );
     }
@@ -602,8 +601,11 @@ mod tests {
             .expect("answer");
         open.exchange(GET).await.map_err(|f| f.msg).expect("answer");
         tokio::time::sleep(IDLE_CHECK + Duration::from_millis(200)).await;
-        assert!(!closed.is_open(), "the server closed it while it was idle");
-        assert!(open.is_open());
+        assert!(
+            !closed.is_open_probed(false),
+            "the server closed it while it was idle"
+        );
+        assert!(open.is_open_probed(false));
         open.exchange(GET).await.map_err(|f| f.msg).expect("reused");
     }
 
