@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use axum::routing::post;
-use tlogd::server::{ServeOptions, serve};
+use tlogd::serve::server::{ServeOptions, serve};
 use tlogd_core::engine::LogConfig;
 use tlogd_core::engine::memory::MemoryStorage;
 use tlogd_core::note::{NoteSigner, generate_key};
@@ -109,7 +109,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             let (log, _tasks) = tlogd_core::engine::Log::open(storage, None, lc)
                 .await
                 .context("opening the log")?;
-            tlogd::http::router(log)
+            tlogd::serve::router::router(log)
         }
     };
     let listener = tokio::net::TcpListener::bind(args.listen).await?;

@@ -1,17 +1,21 @@
-//! The `tlogd` daemon's building blocks: configuration, the public HTTP API and the
-//! operator endpoints. `main.rs` is the CLI glue; tests and the load generator embed
-//! [`http::router`] over any [`tlogd_core::engine::LogStorage`], served by
-//! [`server::serve`] (HTTP/1.1 and h2c, timeouts, connection limit).
+//! The `tlogd` daemon's building blocks, by concern:
+//!
+//! - [`serve`]: the listener ([`serve::server::serve`]: HTTP/1.1 and h2c, timeouts,
+//!   connection limits), one log's router ([`serve::router::router`], over any
+//!   [`tlogd_core::engine::LogStorage`]; tests and the load generator embed it),
+//!   several logs by host and prefix, write authentication;
+//! - [`routes`]: the route families (tlog-tiles, CT, a CT shard, forwarding), which
+//!   answer through [`answer`];
+//! - [`commands`]: `tlogd verify` and `tlogd migrate`;
+//! - [`config`], [`observe`] (metrics and operator endpoints), [`witness`] (checkpoint
+//!   cosigning).
+//!
+//! `main.rs` parses the command line and opens each log from its configuration.
 
-pub mod auth;
+pub mod answer;
+pub mod commands;
 pub mod config;
-pub mod ct;
-pub mod ct_shard;
-pub mod forward;
-pub mod http;
-pub mod migrate;
 pub mod observe;
 pub mod routes;
-pub mod server;
-pub mod verify;
+pub mod serve;
 pub mod witness;

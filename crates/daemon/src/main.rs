@@ -21,10 +21,10 @@ use tlogd_storage_postgres::PostgresStorage;
 use tlogd_storage_s3::S3Options;
 
 use tlogd::config::{Config, LogSection};
-use tlogd::http::HttpOptions;
 use tlogd::observe;
-use tlogd::routes::LogRoutes;
-use tlogd::server::ServeOptions;
+use tlogd::serve::logs::LogRoutes;
+use tlogd::serve::router::HttpOptions;
+use tlogd::serve::server::ServeOptions;
 
 // glibc's malloc and free were ~10 % of the daemon's CPU under load (hyper, axum and
 // the add path allocate per request); mimalloc's thread-local free lists cost a
@@ -95,7 +95,7 @@ enum Command {
     /// directory: checkpoint signature, every bundle and hash tile recomputed, the
     /// root, the checkpoint's partial tiles. Exit 0 when it verifies, 1 naming the
     /// first failure, 2 on bad arguments.
-    Verify(tlogd::verify::VerifyArgs),
+    Verify(tlogd::commands::verify::VerifyArgs),
     /// Freeze a log for good: it accepts no more entries (HTTP 403), keeps serving
     /// reads and republishing its checkpoint. Recorded in the log's storage, so every
     /// frontend of a shared store obeys it. Opens the log as `serve` would (a POSIX
@@ -240,7 +240,7 @@ fn main() -> anyhow::Result<()> {
             true => keygen_ct(&origin, &out),
             false => keygen(&origin, algorithm, &out),
         },
-        Command::Verify(args) => std::process::exit(tlogd::verify::run(args).into()),
+        Command::Verify(args) => std::process::exit(tlogd::commands::verify::run(args).into()),
         Command::Freeze { config, log } => {
             let c = Config::load(&config)?;
             c.validate()?;
@@ -525,7 +525,7 @@ struct Opened {
     routes: LogRoutes,
     tasks: LogTasks,
     /// A CT log's submission side (its roots reload on SIGHUP).
-    ct: Option<Arc<tlogd::ct::CtLog>>,
+    ct: Option<Arc<tlogd::routes::ct::CtLog>>,
 }
 
 /// Open one log of the file: its key, storage, dedup index and engine, frozen first
@@ -537,7 +537,7 @@ async fn open_log(c: &Config, l: &LogSection, clients: &Clients) -> anyhow::Resu
         Some(config) => {
             let key = load_ct_key(l)?;
             let timeout = Duration::from_millis(c.http.body_read_timeout_ms);
-            Some(Arc::new(tlogd::ct::CtLog::load(
+            Some(Arc::new(tlogd::routes::ct::CtLog::load(
                 config,
                 key,
                 timeout,
@@ -589,9 +589,9 @@ async fn open_log(c: &Config, l: &LogSection, clients: &Clients) -> anyhow::Resu
     lc.commit_retry = Duration::from_millis(l.storage.commit_retry_ms);
     if let (Some(to), Some(file)) = (&l.forward.to, &l.forward.token_file) {
         warn_if_readable_by_others(file, "the forward token file");
-        let (token, _) = tlogd::auth::load_forward_tokens(file)?;
+        let (token, _) = tlogd::serve::auth::load_forward_tokens(file)?;
         let timeout = Duration::from_millis(l.forward.timeout_ms);
-        let forwarder = tlogd::forward::HttpForwarder::new(to, token, timeout, &lc.origin)
+        let forwarder = tlogd::routes::forward::HttpForwarder::new(to, token, timeout, &lc.origin)
             .map_err(|e| anyhow::anyhow!("`forward.to`: {e}"))?;
         tracing::info!(log = l.label(), to = %to, "batches are forwarded to the sequencing frontend");
         lc.forward = Some(Arc::new(forwarder));
@@ -667,7 +667,7 @@ async fn with_storage<O: OverStorage>(
             .with_context(|| format!("opening log directory {}", dir.display()))?,
     );
     if let Some(state) = storage.adopted_tessera() {
-        tlogd::verify::check_adopted_tessera(&dir, origin, verifiers, state).await?;
+        tlogd::commands::verify::check_adopted_tessera(&dir, origin, verifiers, state).await?;
     }
     let private = storage.private_dir().to_path_buf();
     over.run(storage, Some(private)).await
@@ -678,7 +678,7 @@ struct Assemble<'a> {
     lc: LogConfig,
     l: &'a LogSection,
     c: &'a Config,
-    ct: Option<Arc<tlogd::ct::CtLog>>,
+    ct: Option<Arc<tlogd::routes::ct::CtLog>>,
 }
 
 impl OverStorage for Assemble<'_> {
@@ -700,15 +700,15 @@ async fn assemble<S: LogStorage>(
     lc: LogConfig,
     l: &LogSection,
     c: &Config,
-    ct: Option<Arc<tlogd::ct::CtLog>>,
+    ct: Option<Arc<tlogd::routes::ct::CtLog>>,
 ) -> anyhow::Result<Opened> {
     if let Some(p) = &l.auth.bearer_tokens_file {
         warn_if_readable_by_others(p, "the write tokens file");
     }
-    let tokens = tlogd::auth::load(l.auth.bearer_tokens_file.as_deref())?.map(Arc::new);
+    let tokens = tlogd::serve::auth::load(l.auth.bearer_tokens_file.as_deref())?.map(Arc::new);
     let forward = match &l.forward.token_file {
-        Some(file) => Some(tlogd::forward::ForwardRoute::new(
-            Arc::new(tlogd::auth::load_forward_tokens(file)?.1),
+        Some(file) => Some(tlogd::routes::forward::ForwardRoute::new(
+            Arc::new(tlogd::serve::auth::load_forward_tokens(file)?.1),
             Duration::from_millis(c.http.body_read_timeout_ms),
             lc.batch_max_entries,
             lc.origin.clone(),
@@ -737,10 +737,10 @@ async fn assemble<S: LogStorage>(
         (Some(config), Some(ct)) => {
             let origin = log.config().origin.clone();
             let spki = ct.key().public_key_der();
-            let shard = tlogd::ct_shard::CtShard::new(config, &origin, &l.name, spki)?;
-            tlogd::ct_shard::freeze_if_past(&log, &shard, l.label()).await?;
+            let shard = tlogd::routes::ct_shard::CtShard::new(config, &origin, &l.name, spki)?;
+            tlogd::routes::ct_shard::freeze_if_past(&log, &shard, l.label()).await?;
             let shard = Arc::new(shard);
-            tlogd::ct_shard::spawn_freeze_at_window_end(
+            tlogd::routes::ct_shard::spawn_freeze_at_window_end(
                 log.clone(),
                 shard.clone(),
                 l.label().to_string(),
@@ -758,7 +758,7 @@ async fn assemble<S: LogStorage>(
         ct: ct.clone(),
         ct_shard,
     };
-    let router = tlogd::http::router_with(log.clone(), &http);
+    let router = tlogd::serve::router::router_with(log.clone(), &http);
     for (i, v) in log.config().verifiers().iter().enumerate() {
         tracing::info!(
             log = l.label(),
@@ -872,7 +872,7 @@ async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
         );
     }
     let timeout = Duration::from_secs_f64(args.http_timeout.max(0.1));
-    let source = tlogd::migrate::Source::open(&args.from, timeout)
+    let source = tlogd::commands::migrate::Source::open(&args.from, timeout)
         .map_err(|e| anyhow::anyhow!("--from {}: {e}", args.from))?;
     let signed = source
         .get("checkpoint")
@@ -893,7 +893,7 @@ async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
         );
     }
     struct Copy<'a> {
-        source: &'a tlogd::migrate::Source,
+        source: &'a tlogd::commands::migrate::Source,
         checkpoint: Checkpoint,
         signed: Vec<u8>,
         options: tlogd_core::engine::import::CopyOptions,
@@ -906,7 +906,7 @@ async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
             storage: Arc<S>,
             _private_dir: Option<PathBuf>,
         ) -> anyhow::Result<Self::Output> {
-            let mut bar = tlogd::migrate::CopyBar::new(self.quiet);
+            let mut bar = tlogd::commands::migrate::CopyBar::new(self.quiet);
             Ok(tlogd_core::engine::import::copy_log(
                 self.source,
                 &*storage,
@@ -1053,7 +1053,7 @@ async fn serve(c: Config) -> anyhow::Result<()> {
             name: "metrics",
             ..ServeOptions::from(&c.http)
         };
-        Some(tokio::spawn(tlogd::server::serve(
+        Some(tokio::spawn(tlogd::serve::server::serve(
             ml,
             app,
             opts,
@@ -1080,9 +1080,9 @@ async fn serve(c: Config) -> anyhow::Result<()> {
                 (reason, _, _) = futures_util::future::select_all(failures) => { let _ = tx.send(reason); }
             }
         };
-        tlogd::server::serve(
+        tlogd::serve::server::serve(
             listener,
-            tlogd::routes::public_router(routes),
+            tlogd::serve::logs::public_router(routes),
             ServeOptions::from(&c.http),
             stop,
         )
@@ -1298,7 +1298,7 @@ fn check_fd_limit(max_connections: usize) {
 /// the logs open, or before the server first polls its stop future, stops the daemon
 /// cleanly instead of killing it (the default action) with its queues undrained.
 /// On SIGHUP, every CT log reads its roots file again and adds its roots.
-fn reload_roots_on_sighup(ct_logs: Vec<Arc<tlogd::ct::CtLog>>) -> anyhow::Result<()> {
+fn reload_roots_on_sighup(ct_logs: Vec<Arc<tlogd::routes::ct::CtLog>>) -> anyhow::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut hup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
     tokio::spawn(async move {

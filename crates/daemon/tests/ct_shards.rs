@@ -19,7 +19,7 @@ use rcgen::{
     KeyPair, KeyUsagePurpose, PKCS_ECDSA_P256_SHA256, SanType, SerialNumber, date_time_ymd,
 };
 use sha2::{Digest, Sha256};
-use tlogd::ct_shard::format_rfc3339_ms;
+use tlogd::routes::ct_shard::format_rfc3339_ms;
 use tlogd_core::checkpoint::Checkpoint;
 use tlogd_core::note::Note;
 use tlogd_static_ct::signer::LogKey;

@@ -17,7 +17,7 @@ use axum::routing::get;
 use bytes::Bytes;
 use common::{metric, read_until_closed};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use tlogd::server::ServeOptions;
+use tlogd::serve::server::ServeOptions;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -87,7 +87,7 @@ async fn start_with_send_buffer(opts: ServeOptions, send_buffer: Option<u32>) ->
     socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let listener = socket.listen(1024).unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(tlogd::server::serve(
+    tokio::spawn(tlogd::serve::server::serve(
         listener,
         router(),
         opts,

@@ -433,10 +433,10 @@ async fn a_500_names_no_backend_detail_and_the_log_has_it() {
     let (log, _tasks) = Log::open(storage.clone(), None, cfg).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(tlogd::server::serve(
+    tokio::spawn(tlogd::serve::server::serve(
         listener,
-        tlogd::http::router(log.clone()),
-        tlogd::server::ServeOptions::default(),
+        tlogd::serve::router::router(log.clone()),
+        tlogd::serve::server::ServeOptions::default(),
         std::future::pending(),
     ));
     storage.set_unwritable(true);

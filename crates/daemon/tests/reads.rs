@@ -77,7 +77,7 @@ impl LogStorage for Counted {
 
 const MAX_AGE: Duration = Duration::from_millis(300);
 
-async fn start(opts: tlogd::http::HttpOptions) -> (Arc<Counted>, Log<Counted>, String) {
+async fn start(opts: tlogd::serve::router::HttpOptions) -> (Arc<Counted>, Log<Counted>, String) {
     let storage = Arc::new(Counted::default());
     let mut cfg = LogConfig::new(ORIGIN, Arc::new(NoteSigner::from_skey(SKEY).unwrap()));
     cfg.checkpoint_interval = Duration::from_millis(20);
@@ -86,10 +86,10 @@ async fn start(opts: tlogd::http::HttpOptions) -> (Arc<Counted>, Log<Counted>, S
     std::mem::forget(tasks);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(tlogd::server::serve(
+    tokio::spawn(tlogd::serve::server::serve(
         listener,
-        tlogd::http::router_with(log.clone(), &opts),
-        tlogd::server::ServeOptions::default(),
+        tlogd::serve::router::router_with(log.clone(), &opts),
+        tlogd::serve::server::ServeOptions::default(),
         std::future::pending(),
     ));
     (storage, log, url)
@@ -103,7 +103,7 @@ fn allowed(elapsed: Duration) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_checkpoint_and_beyond_the_tree_reads_reaches_no_storage() {
-    let (storage, log, url) = start(tlogd::http::HttpOptions::default()).await;
+    let (storage, log, url) = start(tlogd::serve::router::HttpOptions::default()).await;
     let http = Http::new();
     for i in 0..3 {
         http.add(&url, Bytes::from(format!("entry {i}")))
@@ -191,10 +191,10 @@ async fn a_flood_of_checkpoint_and_beyond_the_tree_reads_reaches_no_storage() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tile_reads_take_bounded_turns_and_the_rest_get_503() {
-    let (storage, _log, url) = start(tlogd::http::HttpOptions {
+    let (storage, _log, url) = start(tlogd::serve::router::HttpOptions {
         max_storage_reads: 1,
         storage_read_queue_timeout: Duration::from_millis(200),
-        ..tlogd::http::HttpOptions::default()
+        ..tlogd::serve::router::HttpOptions::default()
     })
     .await;
     let http = Http::new();

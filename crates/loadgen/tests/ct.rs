@@ -41,7 +41,7 @@ async fn serve_ct(
     let config = tlogd::config::Config::parse(&toml).unwrap();
     let section = config.served_logs().remove(0);
     let ct = Arc::new(
-        tlogd::ct::CtLog::load(
+        tlogd::routes::ct::CtLog::load(
             section.ct.as_ref().expect("a [ct] section"),
             ct_key(),
             Duration::from_secs(10),
@@ -66,17 +66,17 @@ async fn serve_ct(
         assert!(std::time::Instant::now() < deadline, "no first checkpoint");
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    let opts = tlogd::http::HttpOptions {
+    let opts = tlogd::serve::router::HttpOptions {
         ct: Some(ct),
-        ..tlogd::http::HttpOptions::default()
+        ..tlogd::serve::router::HttpOptions::default()
     };
-    let app = wrap(tlogd::http::router_with(log.clone(), &opts));
+    let app = wrap(tlogd::serve::router::router_with(log.clone(), &opts));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(tlogd::server::serve(
+    tokio::spawn(tlogd::serve::server::serve(
         listener,
         app,
-        tlogd::server::ServeOptions::default(),
+        tlogd::serve::server::ServeOptions::default(),
         std::future::pending(),
     ));
     (format!("http://{addr}"), log)

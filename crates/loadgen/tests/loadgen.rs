@@ -47,14 +47,14 @@ async fn serve_log_with(
     dedup: bool,
     wrap: impl FnOnce(axum::Router) -> axum::Router,
 ) -> (String, Arc<MemoryStorage>, Log<MemoryStorage>) {
-    serve_log_opts(dedup, wrap, tlogd::server::ServeOptions::default()).await
+    serve_log_opts(dedup, wrap, tlogd::serve::server::ServeOptions::default()).await
 }
 
 /// [`serve_log_with`] with the server's connection options.
 async fn serve_log_opts(
     dedup: bool,
     wrap: impl FnOnce(axum::Router) -> axum::Router,
-    opts: tlogd::server::ServeOptions,
+    opts: tlogd::serve::server::ServeOptions,
 ) -> (String, Arc<MemoryStorage>, Log<MemoryStorage>) {
     let storage = Arc::new(MemoryStorage::new());
     let mut cfg = LogConfig::new(ORIGIN, Arc::new(NoteSigner::from_skey(SKEY).unwrap()));
@@ -72,11 +72,11 @@ async fn serve_log_opts(
         assert!(std::time::Instant::now() < deadline, "no first checkpoint");
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    let app = wrap(tlogd::http::router(log.clone()));
+    let app = wrap(tlogd::serve::router::router(log.clone()));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     // The daemon's own server: HTTP/1.1 and h2c on the same port.
-    tokio::spawn(tlogd::server::serve(
+    tokio::spawn(tlogd::serve::server::serve(
         listener,
         app,
         opts,
@@ -483,9 +483,9 @@ async fn h2c_needs_a_plain_http_url() {
 /// processed and is sent again, not counted as a failed add.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn h2c_streams_refused_over_the_servers_limit_are_sent_again() {
-    let opts = tlogd::server::ServeOptions {
+    let opts = tlogd::serve::server::ServeOptions {
         h2_max_concurrent_streams: 4,
-        ..tlogd::server::ServeOptions::default()
+        ..tlogd::serve::server::ServeOptions::default()
     };
     let (url, _storage, _log) = serve_log_opts(false, |app| app, opts).await;
     let r = run(args(

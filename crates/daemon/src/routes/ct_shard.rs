@@ -35,8 +35,8 @@ use tlogd_core::engine::{Log, LogStorage};
 use tlogd_core::note::Note;
 use tlogd_static_ct::sth::note_key_id;
 
+use crate::answer::now_ms;
 use crate::config::{CtConfig, log_list_url};
-use crate::ct::now_ms;
 
 /// What `log_software` names.
 const SOFTWARE: (&str, &str) = ("tlogd", env!("CARGO_PKG_VERSION"));
@@ -328,8 +328,8 @@ pub fn routes<S: LogStorage>(log: Log<S>, shard: Arc<CtShard>) -> Router {
 
 /// `503` + `Retry-After`: the frozen log's final checkpoint is not served yet.
 fn final_head_pending(name: &str) -> Response {
-    crate::http::read_metric("log.v3.json", StatusCode::SERVICE_UNAVAILABLE, name);
-    let mut resp = crate::http::text(
+    crate::answer::read_metric("log.v3.json", StatusCode::SERVICE_UNAVAILABLE, name);
+    let mut resp = crate::answer::text(
         StatusCode::SERVICE_UNAVAILABLE,
         "the frozen log's final checkpoint is not published yet; retry",
     );
@@ -349,19 +349,19 @@ async fn log_v3<S: LogStorage>(log: &Log<S>, shard: &CtShard) -> Response {
                     // `readonly` only with the final tree head (#57): until the
                     // checkpoint of the frozen size is served, say so and come back.
                     Ok(false) => return final_head_pending(&name),
-                    Err(e) => return crate::http::internal_error("GET /log.v3.json", &e),
+                    Err(e) => return crate::answer::internal_error("GET /log.v3.json", &e),
                 },
                 None => {
                     let why = "the served checkpoint has no RFC 6962 signature of this log";
-                    return crate::http::internal_error("GET /log.v3.json", &why);
+                    return crate::answer::internal_error("GET /log.v3.json", &why);
                 }
             },
             // Frozen before its first checkpoint was published: it comes at once.
             Ok(None) => return final_head_pending(&name),
-            Err(e) => return crate::http::internal_error("GET /log.v3.json", &e),
+            Err(e) => return crate::answer::internal_error("GET /log.v3.json", &e),
         },
     };
-    crate::http::read_metric("log.v3.json", StatusCode::OK, &name);
+    crate::answer::read_metric("log.v3.json", StatusCode::OK, &name);
     let body = shard.log_v3_json(frozen, now_ms());
     let mut resp = (StatusCode::OK, body).into_response();
     let h = resp.headers_mut();

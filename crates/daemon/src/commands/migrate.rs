@@ -51,7 +51,7 @@ pub struct CopyBar(ProgressBar);
 impl CopyBar {
     /// Drawn on stderr unless `quiet` or stderr is not a terminal.
     pub fn new(quiet: bool) -> Self {
-        CopyBar(crate::verify::entries_bar(quiet))
+        CopyBar(crate::commands::verify::entries_bar(quiet))
     }
 }
 

@@ -32,7 +32,7 @@
 //! * **Response bytes** (`max_response_bytes_in_flight`): response bodies hold their
 //!   size from one budget per listener until dropped; one that does not fit is
 //!   answered `503` with `Retry-After: 1` instead.
-//! * **Body read**: the handlers' business (`POST /add` bounds it, see `http.rs`).
+//! * **Body read**: the handlers' business (`POST /add` bounds it, see `routes/tiles.rs` and `answer.rs`).
 //! * **Connections** (`max_connections`, `max_connections_per_ip`): one permit each,
 //!   and at most so many from one address (except `trusted_proxies`); a connection
 //!   accepted beyond either is closed at once and counted in
@@ -347,7 +347,7 @@ impl Drop for Held {
 
 /// Marks a response that must never be shed for the budget (a response extension): an
 /// answer that tells what became of entries already queued, such as a forward's
-/// (`forward.rs`), where a 503 in its place would leave their outcome unknown. Such
+/// (`routes/forward.rs`), where a 503 in its place would leave their outcome unknown. Such
 /// answers are bounded by their own route's limits instead.
 #[derive(Clone, Copy, Debug)]
 pub struct NeverShed;

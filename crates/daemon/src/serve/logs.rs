@@ -1,6 +1,6 @@
 //! Several logs on one listener: each under its own path prefix (`/<name>/...`), and
 //! optionally at `/` for its own host name. Every log keeps its own router (built by
-//! [`crate::http::router_with`] while its storage type is known); this only picks one
+//! [`crate::serve::router::router_with`] while its storage type is known); this only picks one
 //! and hands it the request with the prefix taken off. A daemon of one log at `/`
 //! (a single-log file) serves that log's router directly, as before.
 

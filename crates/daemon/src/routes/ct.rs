@@ -50,8 +50,8 @@ use tlogd_static_ct::leaf::TimestampedEntry;
 use tlogd_static_ct::parse_data_tile;
 use tlogd_static_ct::signer::LogKey;
 
+use crate::answer::{add_refused, hex, internal_error, now_ms, read_body, text};
 use crate::config::CtConfig;
-use crate::http::{add_refused, internal_error, read_body, text};
 
 /// The largest `add-chain` or `add-pre-chain` body taken (TesseraCT's bound).
 pub const MAX_CHAIN_BODY: usize = 512 << 10;
@@ -298,13 +298,6 @@ struct AddChainRequest<'a> {
 #[derive(Deserialize)]
 struct Base64Der<'a>(#[serde(borrow)] std::borrow::Cow<'a, str>);
 
-/// Milliseconds since the Unix epoch (0 before it).
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
 /// `503` with `msg` and a jittered `Retry-After`: retrying later can succeed.
 fn pushback<S: LogStorage>(log: &Log<S>, msg: &str) -> (Response, &'static str) {
     let mut resp = text(StatusCode::SERVICE_UNAVAILABLE, msg);
@@ -323,11 +316,6 @@ fn jittered(base: Duration) -> u64 {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::from(d.subsec_nanos()));
     base + noise % (base + 1)
-}
-
-/// Lowercase hex (issuer paths, error references).
-pub(crate) fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// The submission metrics of one CT log, their handles kept: looking a labelled metric
@@ -610,7 +598,7 @@ fn sct_response(body: Bytes, duplicate: bool) -> Response {
     );
     if duplicate {
         resp.headers_mut().insert(
-            crate::http::DUPLICATE_HEADER,
+            crate::answer::DUPLICATE_HEADER,
             HeaderValue::from_static("true"),
         );
     }

@@ -1,0 +1,214 @@
+//! What every route family answers with: one-line text answers and errors (a `500`
+//! never carries the backend's error text, which may name hosts, paths or the
+//! database: the client gets a reference that appears in the server log next to the
+//! detail), reading a bounded request body, the answer to a refused add, read metrics.
+//! Below the router and the route families, so neither imports the other for these.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use sha2::{Digest, Sha256};
+use tlogd_core::engine::AddError;
+
+/// Response header marking an add answered from the dedup index.
+pub const DUPLICATE_HEADER: &str = "x-tlog-duplicate";
+
+/// At most 200 printable ASCII characters of client input, for echoing it in a
+/// one-line answer.
+pub(crate) fn printable(s: &str) -> String {
+    s.chars()
+        .take(200)
+        .map(|c| if c.is_ascii_graphic() { c } else { '?' })
+        .collect()
+}
+
+/// A one-line `text/plain` answer (line breaks in `msg` become spaces).
+pub(crate) fn text(status: StatusCode, msg: impl Into<String>) -> Response {
+    let mut body: String = msg
+        .into()
+        .chars()
+        .map(|c| if c == '\r' || c == '\n' { ' ' } else { c })
+        .collect();
+    body.push('\n');
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        body,
+    )
+        .into_response()
+}
+
+/// Oversized add bodies up to this many bytes are read and dropped before the 413
+/// (see [`read_body`]).
+const DRAIN_LIMIT: u64 = 1 << 20;
+
+/// Read a request body of at most `max` bytes (`what`, in the `413`'s words) within
+/// `timeout`; otherwise the one-line answer to send.
+///
+/// The bytes are usually a slice of the connection's read buffer (8 KiB or more), as
+/// hyper hands a body over: a caller that holds them long (an entry, until its batch
+/// commits) copies them out, or every queued entry would pin a whole buffer (the
+/// queue's byte limit counting a small fraction of it) and hyper would allocate a
+/// fresh one for the connection's next request. One parsed and dropped at once (a CT
+/// chain) need not be.
+pub(crate) async fn read_body(
+    headers: &HeaderMap,
+    body: Body,
+    timeout: Duration,
+    max: usize,
+    what: &str,
+) -> Result<Bytes, Response> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let too_large = || {
+        text(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("{what} exceeds {max} bytes"),
+        )
+    };
+    if let Some(n) = declared.filter(|&n| n > max as u64) {
+        // A body left unread makes hyper close the connection, and the kernel then
+        // resets it while the client is still sending, which can destroy the 413
+        // before the client reads it. A modest body is read and dropped, frame by
+        // frame (never held), so the answer arrives and the connection stays usable;
+        // a larger one is refused unread, and the connection closed.
+        if n <= DRAIN_LIMIT {
+            let mut body = body;
+            let drain = async { while let Some(Ok(_)) = body.frame().await {} };
+            if tokio::time::timeout(timeout, drain).await.is_ok() {
+                return Err(too_large());
+            }
+        }
+        let mut resp = too_large();
+        resp.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        return Err(resp);
+    }
+    let limited = Limited::new(body, max + 1);
+    match tokio::time::timeout(timeout, limited.collect()).await {
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Err(_) => {
+            let mut resp = text(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the request body did not arrive within {} ms",
+                    timeout.as_millis()
+                ),
+            );
+            resp.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            Err(resp)
+        }
+        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => Err(too_large()),
+        Ok(Err(e)) => Err(text(
+            StatusCode::BAD_REQUEST,
+            format!("cannot read the request body: {e}"),
+        )),
+    }
+}
+
+/// The answer to an add the log refused or failed, and its metric outcome.
+pub(crate) fn add_refused(
+    e: &AddError,
+    retry_after: Duration,
+    route: &str,
+) -> (Response, &'static str) {
+    let (status, o) = match e {
+        AddError::Empty => (StatusCode::BAD_REQUEST, "bad_request"),
+        AddError::Rejected(_) => (StatusCode::BAD_REQUEST, "bad_request"),
+        AddError::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
+        // Final: retrying cannot help, so not a 503.
+        AddError::Frozen => (StatusCode::FORBIDDEN, "frozen"),
+        e if e.is_pushback() => (StatusCode::SERVICE_UNAVAILABLE, "pushback"),
+        _ => (StatusCode::INTERNAL_SERVER_ERROR, "error"),
+    };
+    if status == StatusCode::INTERNAL_SERVER_ERROR {
+        return (internal_error(route, e), o);
+    }
+    let mut resp = text(status, e.to_string());
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        resp.headers_mut().insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(retry_after.as_secs().max(1)),
+        );
+    }
+    (resp, o)
+}
+
+/// When each error reference was last logged, and how many answers carried it since.
+static LOGGED_ERRORS: Mutex<Option<HashMap<String, (Instant, u64)>>> = Mutex::new(None);
+
+/// A `500` with a generic body. The detail goes to the log under a reference derived
+/// from it (the first 8 hex digits of its SHA-256), which the body quotes: the same
+/// failure (a batch of 4096 adds whose commit failed) has one reference and is logged
+/// once per second with a count, not once per request.
+pub(crate) fn internal_error(route: &str, detail: &dyn std::fmt::Display) -> Response {
+    let detail = detail.to_string();
+    let digest = Sha256::digest(detail.as_bytes());
+    let reference = hex(&digest[..4]);
+    let now = Instant::now();
+    let log_now = {
+        let mut guard = LOGGED_ERRORS.lock().unwrap_or_else(|e| e.into_inner());
+        let seen = guard.get_or_insert_with(HashMap::new);
+        if seen.len() > 1024 {
+            seen.retain(|_, (at, _)| now.duration_since(*at) < Duration::from_secs(1));
+            // More than 1024 distinct failures within a second: forget them all rather
+            // than grow (some are then logged once more).
+            if seen.len() > 1024 {
+                seen.clear();
+            }
+        }
+        match seen.get_mut(&reference) {
+            Some((at, n)) if now.duration_since(*at) < Duration::from_secs(1) => {
+                *n += 1;
+                None
+            }
+            Some((at, n)) => {
+                let repeats = *n;
+                (*at, *n) = (now, 0);
+                Some(repeats)
+            }
+            None => {
+                seen.insert(reference.clone(), (now, 0));
+                Some(0)
+            }
+        }
+    };
+    if let Some(repeats) = log_now {
+        tracing::error!(
+            error_ref = %reference,
+            route,
+            error = %detail,
+            earlier_answers_not_logged = repeats,
+            "answered 500"
+        );
+    }
+    text(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        format!("internal error (ref {reference}); see the server log"),
+    )
+}
+
+pub(crate) fn read_metric(kind: &'static str, status: StatusCode, log: &str) {
+    metrics::counter!("tlogd_read_requests_total", "log" => log.to_string(), "kind" => kind, "status" => status.as_str().to_owned())
+        .increment(1);
+}
+
+/// Lowercase hex (issuer paths, error references).
+pub(crate) fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Milliseconds since the Unix epoch (0 before it).
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}

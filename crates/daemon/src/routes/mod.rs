@@ -1,0 +1,10 @@
+//! The route families a log serves, each in its own module: tlog-tiles reads and adds
+//! ([`tiles`]), Certificate Transparency submissions and reads ([`ct`]) and a CT
+//! shard's log-list entry ([`ct_shard`]), and batches other frontends forward
+//! ([`forward`]). Each answers through [`crate::answer`]; [`crate::serve::router`]
+//! puts them together.
+
+pub mod ct;
+pub mod ct_shard;
+pub mod forward;
+pub mod tiles;

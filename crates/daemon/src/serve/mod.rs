@@ -1,0 +1,8 @@
+//! Serving: the listener with its timeouts and connection limits (HTTP/1.1 and h2c,
+//! [`server`]), one log's router ([`router`]), several logs on one listener by host
+//! and path prefix ([`logs`]), and write authentication ([`auth`]).
+
+pub mod auth;
+pub mod logs;
+pub mod router;
+pub mod server;
