@@ -18,7 +18,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::Error;
-use crate::mount::Handle;
+use crate::handle::Handle;
 use crate::profile::Profile;
 use crate::state::{CutMode, CutReport, Faults};
 

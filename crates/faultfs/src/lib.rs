@@ -106,6 +106,7 @@
 
 pub mod control;
 mod fs;
+mod handle;
 mod mount;
 pub mod profile;
 mod rng;
@@ -113,7 +114,8 @@ mod sched;
 mod state;
 mod sys;
 
-pub use mount::{Handle, Mount, Options, check_fuse_available};
+pub use handle::Handle;
+pub use mount::{Mount, Options, check_fuse_available};
 pub use profile::{Latency, OpKind, Profile};
 pub use state::{CutMode, CutReport, Faults, OpRecord, SECTOR};
 

@@ -17,6 +17,7 @@ use fuser::{BackgroundSession, Config, MountOption, SessionACL};
 
 use crate::control::ControlServer;
 use crate::fs::{FaultFs, Shared};
+use crate::handle::Handle;
 use crate::profile::Profile;
 use crate::rng::SplitMix64;
 use crate::state::{CutMode, CutReport, Faults, State};
@@ -309,77 +310,6 @@ impl Mount {
 impl Drop for Mount {
     fn drop(&mut self) {
         self.teardown();
-    }
-}
-
-/// Controls a mount from anywhere (cloneable, `Send`); see the methods of [`Mount`].
-#[derive(Clone)]
-pub struct Handle {
-    shared: Arc<Shared>,
-}
-
-impl std::fmt::Debug for Handle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Handle").finish_non_exhaustive()
-    }
-}
-
-impl Handle {
-    /// See [`Mount::cut`].
-    pub fn cut(&self, mode: CutMode) -> Result<CutReport, Error> {
-        // Set before taking the lock: operations arriving from now on fail at once
-        // instead of queueing behind the cut, and delayed ones stop waiting.
-        self.shared.freeze();
-        let mut st = self.shared.lock();
-        if st.cut_done {
-            return Err(Error::Frozen);
-        }
-        st.cut(mode).map_err(Error::Cut)
-    }
-
-    /// See [`Mount::freeze`].
-    pub fn freeze(&self) {
-        self.shared.freeze();
-        self.shared.lock().frozen = true;
-    }
-
-    /// Whether the mount is frozen.
-    pub fn is_frozen(&self) -> bool {
-        self.shared.frozen()
-    }
-
-    /// See [`Mount::set_profile`].
-    pub fn set_profile(&self, profile: Profile) {
-        self.shared
-            .latency
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .0 = profile;
-    }
-
-    /// See [`Mount::profile`].
-    pub fn profile(&self) -> Profile {
-        self.shared
-            .latency
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .0
-            .clone()
-    }
-
-    /// See [`Mount::set_faults`].
-    pub fn set_faults(&self, faults: Faults) {
-        self.shared.lock().faults = faults;
-    }
-
-    /// See [`Mount::update_faults`].
-    pub fn update_faults(&self, f: impl FnOnce(&mut Faults)) {
-        f(&mut self.shared.lock().faults)
-    }
-
-    /// See [`Mount::faults`].
-    pub fn faults(&self) -> Faults {
-        self.shared.lock().faults.clone()
     }
 }
 

@@ -15,9 +15,13 @@
 //! of every dirty inode ends in a COMMIT/cap flush to the server), `fsync` on anything
 //! else: FUSE (sshfs, s3fs, gcsfuse, JuiceFS, virtiofs too, which would take `syncfs`
 //! but gains nothing from it that `fsync` lacks) and filesystems this list does not know.
+//!
+//! The store's own primitives live here too: [`syncfs`] of the log's filesystem,
+//! [`sync_paths`] by method, and whether the running kernel's `syncfs` reports
+//! writeback errors at all ([`syncfs_reports_errors`]).
 
 use std::fmt;
-use std::fs::File;
+use std::fs::{self, File};
 use std::io::{self, Write};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -209,6 +213,40 @@ fn each_in_parallel<T: Sync>(
     })
 }
 
+/// Whether the running kernel's `syncfs` reports writeback errors, as Linux does from
+/// 5.8 (crate docs, "Sync failures stop commits"); `None` if its release is unreadable.
+pub fn syncfs_reports_errors() -> Option<bool> {
+    let release = fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+    release_at_least(&release, (5, 8))
+}
+
+/// Whether a kernel release string ("4.18.0-553.el8_10.x86_64") is at least `want`
+/// (major, minor).
+fn release_at_least(release: &str, want: (u32, u32)) -> Option<bool> {
+    let mut numbers = release.trim().split(|c: char| !c.is_ascii_digit());
+    let major = numbers.next()?.parse::<u32>().ok()?;
+    let minor = numbers.next()?.parse::<u32>().ok()?;
+    Some((major, minor) >= want)
+}
+
+/// Make `paths` (files written, or directories changed) durable by `sync`: one
+/// `syncfs` of the filesystem of `root_dir`, or an `fsync` of each.
+pub fn sync_paths(sync: SyncMethod, root_dir: &File, paths: &[PathBuf]) -> io::Result<()> {
+    match sync {
+        SyncMethod::Syncfs => syncfs(root_dir),
+        SyncMethod::Fsync => fsync_each(paths),
+    }
+}
+
+/// `syncfs(2)` of the filesystem holding `dir`.
+pub fn syncfs(dir: &File) -> io::Result<()> {
+    // SAFETY: valid fd.
+    if unsafe { libc::syncfs(dir.as_raw_fd()) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -236,5 +274,22 @@ mod tests {
         with_missing.insert(17, dir.path().join("missing"));
         let e = fsync_each(&with_missing).unwrap_err();
         assert!(e.to_string().contains("missing"), "{e}");
+    }
+
+    #[test]
+    fn kernels_before_5_8_are_told_apart() {
+        let cases = [
+            ("4.18.0-553.el8_10.x86_64", Some(false)),
+            ("5.4.0-200-generic\n", Some(false)),
+            ("5.8.0", Some(true)),
+            ("5.10.0-33-amd64", Some(true)),
+            ("6.18.44-fc-v669", Some(true)),
+            ("10.0", Some(true)),
+            ("", None),
+            ("linux", None),
+        ];
+        for (release, want) in cases {
+            assert_eq!(release_at_least(release, (5, 8)), want, "{release:?}");
+        }
     }
 }
