@@ -686,13 +686,15 @@ impl<S: LogStorage> Log<S> {
             match self.push_entry(entry.clone(), false)? {
                 Ok(Pushed::Uncertain) => {
                     // A resubmission of an entry whose commit may still land: wait a
-                    // little for the integrator to learn the outcome, never queue it
-                    // for a second index (503 if it stays open).
+                    // little for the integrator to learn the outcome (asking it to read
+                    // the tree once), never queue it for a second index (503 if it
+                    // stays open).
+                    let ask = deadline.is_none();
                     let until = *deadline.get_or_insert_with(|| {
                         tokio::time::Instant::now()
                             + self.inner.config.commit_retry.min(UNCERTAIN_WAIT)
                     });
-                    if !self.wait_learned(until).await {
+                    if !self.wait_learned(until, ask).await {
                         return Err(AddError::Uncertain);
                     }
                 }
@@ -702,12 +704,14 @@ impl<S: LogStorage> Log<S> {
         }
     }
 
-    /// Ask the integrator to read the tree for its open outcomes and wait until it has
-    /// (true) or `until` passes (false).
-    async fn wait_learned(&self, until: tokio::time::Instant) -> bool {
+    /// Wait until the integrator has learned an open outcome (true) or `until` passes
+    /// (false); with `ask`, ask it to read the tree first.
+    async fn wait_learned(&self, until: tokio::time::Instant, ask: bool) -> bool {
         let mut rx = self.inner.learned.subscribe();
         rx.mark_unchanged();
-        self.inner.work.notify_one();
+        if ask {
+            self.inner.work.notify_one();
+        }
         matches!(
             tokio::time::timeout_at(until, rx.changed()).await,
             Ok(Ok(()))
@@ -1275,6 +1279,7 @@ impl<S: LogStorage> Log<S> {
                     )
                     .await;
                 let n = batch.entries.len();
+                let bytes = batch.bytes;
                 // Another frontend sequences this log: hand the batch over (`forward`).
                 let forwarder = match (&settled, n, batch.pinned) {
                     (Ok(()), 1.., false) => self.forward_target(),
@@ -1316,7 +1321,7 @@ impl<S: LogStorage> Log<S> {
                     Ok(()) => {
                         self.commit_batch(
                             &mut edge,
-                            &batch,
+                            &mut batch,
                             &committed_tx,
                             &mut sequencer,
                             &mut open,
@@ -1353,7 +1358,7 @@ impl<S: LogStorage> Log<S> {
                 {
                     let mut q = lock(&inner.queue);
                     q.entries -= n;
-                    q.bytes -= batch.bytes;
+                    q.bytes -= bytes;
                     match &result {
                         Ok(a) => {
                             for (i, h) in batch.hashes.iter().enumerate() {
@@ -1445,6 +1450,7 @@ impl<S: LogStorage> Log<S> {
             return Ok(());
         }
         let inner = &self.inner;
+        let before = open.len();
         let deadline = Instant::now() + inner.config.commit_retry;
         let mut backoff = Duration::from_millis(20);
         let result = loop {
@@ -1482,8 +1488,11 @@ impl<S: LogStorage> Log<S> {
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_secs(1));
         };
-        // Resubmissions waiting on the outcome look again.
-        inner.learned.send_modify(|n| *n += 1);
+        // Resubmissions waiting on an outcome look again once one is learned (not on
+        // every read: they would ask for the next read at once, and spin).
+        if open.len() < before {
+            inner.learned.send_modify(|n| *n += 1);
+        }
         result
     }
 
@@ -1650,7 +1659,7 @@ impl<S: LogStorage> Log<S> {
     async fn commit_batch(
         &self,
         edge: &mut Option<Edge>,
-        batch: &PendingBatch,
+        batch: &mut PendingBatch,
         committed_tx: &watch::Sender<TreeState>,
         sequencer: &mut Option<Instant>,
         open: &mut Vec<Unresolved>,
@@ -1745,7 +1754,7 @@ impl<S: LogStorage> Log<S> {
     async fn try_commit(
         &self,
         edge: &mut Option<Edge>,
-        batch: &PendingBatch,
+        batch: &mut PendingBatch,
         committed_tx: &watch::Sender<TreeState>,
         check_stored: bool,
         maybe_late: &mut Vec<Attempt>,
@@ -1845,6 +1854,40 @@ impl<S: LogStorage> Log<S> {
         if prev.frozen {
             *edge = Some(current);
             return Err(Retry::Frozen);
+        }
+        // Entries another writer committed since this process last saw the tree
+        // (another frontend, or a commit of a crashed process of ours landing after the
+        // restart): the dedup index learns them only later, so a resubmission of one
+        // may be in this batch. Checked against them before it is appended: never a
+        // second index for an entry the tree already holds.
+        if inner.dedup.is_some() && prev.size > seen.size && !batch.hashes.is_empty() {
+            let logged = match self.logged_among(seen.size, prev.size, &batch.hashes).await {
+                Ok(logged) => logged,
+                Err(e) => {
+                    *edge = Some(current);
+                    return Err(Retry::Transient(e.to_string()));
+                }
+            };
+            if !logged.is_empty() {
+                tracing::info!(
+                    entries = logged.len(),
+                    "entries another writer logged were resubmitted here; answered with their indices"
+                );
+                let mut q = lock(&inner.queue);
+                for (h, first) in &logged {
+                    q.inflight.insert(*h, InFlight::Committed(*first));
+                }
+                drop(q);
+                batch.drop_logged(|h| logged.get(h).map(|i| i.index));
+                if batch.entries.is_empty() {
+                    *edge = Some(current);
+                    self.advance_to(prev, committed_tx);
+                    return Ok(Appended {
+                        first: prev.size,
+                        timestamp: None,
+                    });
+                }
+            }
         }
         // Appended in place, not on a copy: copying the edge would copy its partial
         // bundle (up to 255 entries, ~300 KB for a CT log) once more per batch. A
@@ -2324,6 +2367,31 @@ impl<S: LogStorage> Log<S> {
             }
             Err(e) => tracing::error!(error = %e, "dedup index flush at shutdown failed"),
         }
+    }
+
+    /// Which of `hashes` the committed entries `[from, to)` hold, and where.
+    async fn logged_among(
+        &self,
+        from: u64,
+        to: u64,
+        hashes: &[EntryHash],
+    ) -> Result<HashMap<EntryHash, Indexed>, StorageError> {
+        let wanted: std::collections::HashSet<&EntryHash> = hashes.iter().collect();
+        let mut found = HashMap::new();
+        let mut at = from;
+        while at < to {
+            let read = self.read_hashes(at, to).await?;
+            if read.is_empty() {
+                break;
+            }
+            at += read.len() as u64;
+            for (h, i) in read {
+                if wanted.contains(&h) {
+                    found.entry(h).or_insert(i);
+                }
+            }
+        }
+        Ok(found)
     }
 
     /// The timestamp a batch sequenced at `timestamp` stored with its entries, as the
