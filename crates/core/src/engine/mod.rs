@@ -882,18 +882,23 @@ impl<S: LogStorage> Log<S> {
         self.inner
             .failed
             .send_replace(Some(format!("the log's {task} task panicked")));
-        // Dropping the queued batches answers their adds (`PendingBatch`'s `Drop`).
+        self.close_and_drain();
+        self.inner.work.notify_one();
+    }
+
+    /// Refuse new adds and drop the queued batches, which answers their adds
+    /// "uncertain" (`PendingBatch`'s `Drop`); freezes waiting are answered "stopped"
+    /// when their senders drop.
+    fn close_and_drain(&self) {
         let queued = {
             let mut q = lock(&self.inner.queue);
             q.closed = true;
             q.entries = 0;
             q.bytes = 0;
-            // Freezes waiting are answered "stopped" when their senders drop.
             q.freezes.clear();
             std::mem::take(&mut q.batches)
         };
         drop(queued);
-        self.inner.work.notify_one();
     }
 
     /// See [`LogTasks::abort`].
@@ -908,16 +913,7 @@ impl<S: LogStorage> Log<S> {
             task.abort();
         }
         self.inner.ready.store(false, Ordering::Release);
-        let queued = {
-            let mut q = lock(&self.inner.queue);
-            q.closed = true;
-            q.entries = 0;
-            q.bytes = 0;
-            q.freezes.clear();
-            std::mem::take(&mut q.batches)
-        };
-        // Answered "uncertain" as they drop (`PendingBatch`'s `Drop`).
-        drop(queued);
+        self.close_and_drain();
     }
 
     /// Resolves, with the reason, once a background task of the log has died (a bug):
