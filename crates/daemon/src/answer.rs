@@ -212,3 +212,10 @@ pub(crate) fn now_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
+
+/// Marks a response that must never be shed for the budget (a response extension): an
+/// answer that tells what became of entries already queued, such as a forward's
+/// (`routes/forward.rs`; the listener, `serve/server.rs`, obeys it), where a 503 in its place would leave their outcome unknown. Such
+/// answers are bounded by their own route's limits instead.
+#[derive(Clone, Copy, Debug)]
+pub struct NeverShed;

@@ -589,7 +589,7 @@ async fn open_log(c: &Config, l: &LogSection, clients: &Clients) -> anyhow::Resu
     lc.commit_retry = Duration::from_millis(l.storage.commit_retry_ms);
     if let (Some(to), Some(file)) = (&l.forward.to, &l.forward.token_file) {
         warn_if_readable_by_others(file, "the forward token file");
-        let (token, _) = tlogd::serve::auth::load_forward_tokens(file)?;
+        let (token, _) = tlogd::auth::load_forward_tokens(file)?;
         let timeout = Duration::from_millis(l.forward.timeout_ms);
         let forwarder = tlogd::routes::forward::HttpForwarder::new(to, token, timeout, &lc.origin)
             .map_err(|e| anyhow::anyhow!("`forward.to`: {e}"))?;
@@ -705,10 +705,10 @@ async fn assemble<S: LogStorage>(
     if let Some(p) = &l.auth.bearer_tokens_file {
         warn_if_readable_by_others(p, "the write tokens file");
     }
-    let tokens = tlogd::serve::auth::load(l.auth.bearer_tokens_file.as_deref())?.map(Arc::new);
+    let tokens = tlogd::auth::load(l.auth.bearer_tokens_file.as_deref())?.map(Arc::new);
     let forward = match &l.forward.token_file {
         Some(file) => Some(tlogd::routes::forward::ForwardRoute::new(
-            Arc::new(tlogd::serve::auth::load_forward_tokens(file)?.1),
+            Arc::new(tlogd::auth::load_forward_tokens(file)?.1),
             Duration::from_millis(c.http.body_read_timeout_ms),
             lc.batch_max_entries,
             lc.origin.clone(),

@@ -16,7 +16,7 @@
 //! [`REFUSED_MARKER`], the only answer besides a refused connection that lets the
 //! forwarding frontend commit the batch itself ([`classify_answer`]); an answer that
 //! went through the queue is never shed by the listener's response budget
-//! ([`crate::serve::server::NeverShed`]), since a 503 in its place would read as "unknown".
+//! ([`crate::answer::NeverShed`]), since a 503 in its place would read as "unknown".
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -35,7 +35,7 @@ use tlogd_core::engine::{BoxFuture, ForwardError, ForwardedOutcome, Forwarder, L
 use tlogd_http::client::{BaseUrl, Client, ClientError};
 
 use crate::answer::text;
-use crate::serve::auth::{Verdict, WriteTokens};
+use crate::auth::{Verdict, WriteTokens};
 
 /// The route, relative to a log's base URL.
 pub const FORWARD_PATH: &str = ".tlogd/forward";
@@ -327,6 +327,6 @@ pub async fn take_forwarded<S: LogStorage>(
         .into_response();
     // The entries went through the queue: this answer is the only word on them, and a
     // shed 503 in its place would make the other frontend's clients resubmit blind.
-    r.extensions_mut().insert(crate::serve::server::NeverShed);
+    r.extensions_mut().insert(crate::answer::NeverShed);
     r
 }

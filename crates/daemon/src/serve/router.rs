@@ -14,8 +14,8 @@ use axum::routing::{get, post};
 use tlogd_core::engine::{Log, LogStorage};
 
 use crate::answer::{printable, read_metric, text};
+use crate::auth::{Verdict, WriteTokens};
 use crate::routes::tiles::{AddMetrics, Reads, add, checkpoint, outcome, tile};
-use crate::serve::auth::{Verdict, WriteTokens};
 
 /// How the public router treats requests.
 #[derive(Clone, Debug)]

@@ -345,13 +345,6 @@ impl Drop for Held {
     }
 }
 
-/// Marks a response that must never be shed for the budget (a response extension): an
-/// answer that tells what became of entries already queued, such as a forward's
-/// (`routes/forward.rs`), where a 503 in its place would leave their outcome unknown. Such
-/// answers are bounded by their own route's limits instead.
-#[derive(Clone, Copy, Debug)]
-pub struct NeverShed;
-
 /// What a response that does not fit in the budget gets instead: one line, and a hint
 /// to come back in a second, as the add queue's `503`s.
 fn shed_response() -> axum::response::Response {
@@ -747,7 +740,14 @@ async fn connection(
                 // (a body of unknown size holds nothing: tlogd's are all in memory and
                 // sized); one that does not fit is dropped and answered 503.
                 let held = match hyper::body::Body::size_hint(resp.body()).exact() {
-                    Some(_) if resp.extensions().get::<NeverShed>().is_some() => None,
+                    Some(_)
+                        if resp
+                            .extensions()
+                            .get::<crate::answer::NeverShed>()
+                            .is_some() =>
+                    {
+                        None
+                    }
                     Some(n) if n > SMALL_BODY => match Held::take(&shared, n) {
                         Some(h) => Some(h),
                         None => {
