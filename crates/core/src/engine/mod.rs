@@ -1074,13 +1074,7 @@ impl<S: LogStorage> Log<S> {
                 // the others were logged nowhere.
                 counter("unsent").increment(1);
                 self.pause_forwarding(&*forwarder, &why);
-                {
-                    let mut q = lock(&inner.queue);
-                    q.entries -= n;
-                    q.bytes -= batch.bytes;
-                    q.release(&batch, None);
-                }
-                batch.slot.complete(Err(AddError::Uncertain));
+                self.answer_forward_only(batch);
                 return;
             }
             Err(ForwardError::Unknown(why)) => {
@@ -1121,6 +1115,19 @@ impl<S: LogStorage> Log<S> {
             }
         }
         batch.slot.complete(result);
+    }
+
+    /// A batch holding resubmissions of entries an unanswered forward may have logged
+    /// there, which cannot be forwarded now: answered "may be logged" (resubmit); those
+    /// entries stay tied to the sequencing frontend, the others leave the in-flight map.
+    fn answer_forward_only(&self, batch: PendingBatch) {
+        {
+            let mut q = lock(&self.inner.queue);
+            q.entries -= batch.entries.len();
+            q.bytes -= batch.bytes;
+            q.release(&batch, None);
+        }
+        batch.slot.complete(Err(AddError::Uncertain));
     }
 
     /// A forward went unanswered: the second in a row pauses forwarding.
@@ -1284,13 +1291,7 @@ impl<S: LogStorage> Log<S> {
                 // Resubmissions of entries an unanswered forward may have logged there
                 // are never committed here: "may be logged" until it answers.
                 if forwarder.is_none() && !batch.forward_only.is_empty() {
-                    {
-                        let mut q = lock(&inner.queue);
-                        q.entries -= n;
-                        q.bytes -= batch.bytes;
-                        q.release(&batch, None);
-                    }
-                    batch.slot.complete(Err(AddError::Uncertain));
+                    self.answer_forward_only(batch);
                     continue;
                 }
                 if let Some(forwarder) = forwarder
