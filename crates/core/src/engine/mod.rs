@@ -1857,8 +1857,8 @@ impl<S: LogStorage> Log<S> {
         // restart): the dedup index learns them only later, so a resubmission of one
         // may be in this batch. Checked against them before it is appended: never a
         // second index for an entry the tree already holds.
-        if inner.dedup.is_some() && prev.size > seen.size && !batch.hashes.is_empty() {
-            let logged = match self.logged_among(seen.size, prev.size, &batch.hashes).await {
+        if inner.dedup.is_some() && prev.size > seen.size {
+            let logged = match self.logged_between(seen.size, prev.size).await {
                 Ok(logged) => logged,
                 Err(e) => {
                     *edge = Some(current);
@@ -1866,16 +1866,30 @@ impl<S: LogStorage> Log<S> {
                 }
             };
             if !logged.is_empty() {
-                tracing::info!(
-                    entries = logged.len(),
-                    "entries another writer logged were resubmitted here; answered with their indices"
-                );
+                // Every one of them, not only this batch's: a resubmission queued
+                // behind this batch, or arriving before the index has them, finds them
+                // in flight (the indexer forgets each once it holds it).
+                let lookup = |h: &EntryHash| logged.get(h).map(|i| i.index);
                 let mut q = lock(&inner.queue);
+                let (mut entries, mut bytes) = (0, 0);
+                for b in q.batches.iter_mut() {
+                    let (n, size) = b.drop_logged(lookup);
+                    entries += n;
+                    bytes += size;
+                }
+                q.entries -= entries;
+                q.bytes -= bytes;
                 for (h, first) in &logged {
                     q.inflight.insert(*h, InFlight::Committed(*first));
                 }
                 drop(q);
-                batch.drop_logged(|h| logged.get(h).map(|i| i.index));
+                let (n, _) = batch.drop_logged(lookup);
+                if n + entries > 0 {
+                    tracing::info!(
+                        entries = n + entries,
+                        "entries another writer logged were resubmitted here; answered with their indices"
+                    );
+                }
                 if batch.entries.is_empty() {
                     *edge = Some(current);
                     self.advance_to(prev, committed_tx);
@@ -2366,14 +2380,13 @@ impl<S: LogStorage> Log<S> {
         }
     }
 
-    /// Which of `hashes` the committed entries `[from, to)` hold, and where.
-    async fn logged_among(
+    /// The committed entries `[from, to)`: each one's dedup key and where it is (the
+    /// first place, should one be there twice).
+    async fn logged_between(
         &self,
         from: u64,
         to: u64,
-        hashes: &[EntryHash],
     ) -> Result<HashMap<EntryHash, Indexed>, StorageError> {
-        let wanted: std::collections::HashSet<&EntryHash> = hashes.iter().collect();
         let mut found = HashMap::new();
         let mut at = from;
         while at < to {
@@ -2383,9 +2396,7 @@ impl<S: LogStorage> Log<S> {
             }
             at += read.len() as u64;
             for (h, i) in read {
-                if wanted.contains(&h) {
-                    found.entry(h).or_insert(i);
-                }
+                found.entry(h).or_insert(i);
             }
         }
         Ok(found)
