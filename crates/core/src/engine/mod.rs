@@ -1447,10 +1447,9 @@ impl<S: LogStorage> Log<S> {
             return Ok(());
         }
         let inner = &self.inner;
-        let before = open.len();
         let deadline = Instant::now() + inner.config.commit_retry;
         let mut backoff = Duration::from_millis(20);
-        let result = loop {
+        loop {
             let reason = match Edge::load(&*inner.storage, &*inner.config.personality, None).await {
                 Ok(reloaded) => {
                     inner.ready.store(true, Ordering::Release);
@@ -1466,7 +1465,7 @@ impl<S: LogStorage> Log<S> {
                             if stored.size > committed_tx.borrow().size {
                                 self.advance(stored, committed_tx);
                             }
-                            break Ok(());
+                            return Ok(());
                         }
                         Err(e) => e.to_string(),
                     }
@@ -1477,20 +1476,14 @@ impl<S: LogStorage> Log<S> {
                 }
             };
             if Instant::now() + backoff > deadline {
-                break Err(format!(
+                return Err(format!(
                     "an earlier commit's outcome is still unknown: {reason}"
                 ));
             }
             tracing::warn!(error = %reason, "cannot read the tree back to learn a commit's outcome; retrying");
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_secs(1));
-        };
-        // Resubmissions waiting on an outcome look again once one is learned (not on
-        // every read: they would ask for the next read at once, and spin).
-        if open.len() < before {
-            inner.learned.send_modify(|n| *n += 1);
         }
-        result
     }
 
     /// Check the open outcomes against `stored`, a state the tree had: an attempt
@@ -1509,6 +1502,7 @@ impl<S: LogStorage> Log<S> {
         index_tx: &mpsc::UnboundedSender<ToIndex>,
         mut batch: Option<&mut PendingBatch>,
     ) -> Result<(), StorageError> {
+        let before = open.len();
         let mut i = 0;
         while i < open.len() {
             let mut landed = None;
@@ -1534,10 +1528,21 @@ impl<S: LogStorage> Log<S> {
                 None => i += 1,
             }
         }
+        self.outcomes_changed(open, before);
+        Ok(())
+    }
+
+    /// After `open` went from `before` outcomes to what it holds: the idle integrator
+    /// watches the tree while any is open, and resubmissions waiting on one look again
+    /// once one is learned (not on every read: they would ask for the next read at
+    /// once, and spin).
+    fn outcomes_changed(&self, open: &[Unresolved], before: usize) {
         self.inner
             .open_outcomes
             .store(!open.is_empty(), Ordering::Release);
-        Ok(())
+        if open.len() < before {
+            self.inner.learned.send_modify(|n| *n += 1);
+        }
     }
 
     /// An open outcome's batch turned out logged from index `first`.
@@ -1821,7 +1826,6 @@ impl<S: LogStorage> Log<S> {
             }
             if known.open.len() < before {
                 self.advance_to(prev, committed_tx);
-                inner.learned.send_modify(|n| *n += 1);
             }
         }
         for a in maybe_late.iter() {
@@ -1937,11 +1941,11 @@ impl<S: LogStorage> Log<S> {
                 // Our swap moved the tree off every state an open outcome was built on,
                 // each checked above against `prev`: none can land any more.
                 if !known.open.is_empty() {
+                    let before = known.open.len();
                     for u in known.open.drain(..) {
                         self.not_logged(&u);
                     }
-                    inner.open_outcomes.store(false, Ordering::Release);
-                    inner.learned.send_modify(|n| *n += 1);
+                    self.outcomes_changed(known.open, before);
                 }
                 Ok(appended)
             }
