@@ -23,7 +23,7 @@ bin=$(cargo test --release -p tlogd-core --test simulation --no-run 2>&1 |
 # the later chunks run.
 copy=$(mktemp "${TMPDIR:-/tmp}/simulation.XXXXXX")
 trap 'rm -f "$copy"' EXIT
-cp "$bin" "$copy"
+cp "$bin" "$copy" && chmod +x "$copy"
 bin=$copy
 echo "sim: at $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates || echo ' (with local changes)')"
 start=$(date +%s)
