@@ -1247,3 +1247,151 @@ async fn two_frontends_on(backend: Backend, forwarding: bool) {
     assert!(a.terminate().success());
     assert!(b.terminate().success());
 }
+
+/// One precertificate with two valid chains that give two different entries: it is
+/// signed by a Precertificate Signing Certificate (RFC 6962 §3.1) that exists twice,
+/// one name and one key under two roots. The entry holds what the chain gives (the
+/// key hash of the signing certificate's issuer, and the TBS with that issuer's name),
+/// so each chain makes other bytes. The precertificate, each chain and the roots file.
+struct TwoPathPrecert {
+    precert: Vec<u8>,
+    chains: [[Vec<u8>; 2]; 2],
+    roots_pem: String,
+}
+
+impl TwoPathPrecert {
+    fn mint() -> TwoPathPrecert {
+        use rcgen::{
+            BasicConstraints, CertificateParams, CustomExtension, DistinguishedName, DnType,
+            ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose, PKCS_ECDSA_P256_SHA256,
+            SanType, date_time_ymd,
+        };
+        let ca = |cn: &str| {
+            let mut dn = DistinguishedName::new();
+            dn.push(DnType::CommonName, cn);
+            let mut p = CertificateParams::default();
+            p.distinguished_name = dn;
+            p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+            p.not_before = date_time_ymd(2020, 1, 1);
+            p.not_after = date_time_ymd(2049, 12, 31);
+            p
+        };
+        let key = || KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
+        let (root_key_a, root_key_b, psc_key, leaf_key) = (key(), key(), key(), key());
+        let root_a = ca("tlogd test root A").self_signed(&root_key_a).unwrap();
+        let root_b = ca("tlogd test root B").self_signed(&root_key_b).unwrap();
+        let psc_params = || {
+            let mut p = ca("tlogd test precertificate signer");
+            p.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+            p.extended_key_usages = vec![ExtendedKeyUsagePurpose::Other(vec![
+                1, 3, 6, 1, 4, 1, 11129, 2, 4, 4,
+            ])];
+            p
+        };
+        let psc_a = psc_params()
+            .signed_by(&psc_key, &root_a, &root_key_a)
+            .unwrap();
+        let psc_b = psc_params()
+            .signed_by(&psc_key, &root_b, &root_key_b)
+            .unwrap();
+        let host = "precert.two-paths.tlogd.invalid";
+        let mut p = CertificateParams::default();
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, host);
+        p.distinguished_name = dn;
+        p.subject_alt_names = vec![SanType::DnsName(host.try_into().unwrap())];
+        p.is_ca = IsCa::ExplicitNoCa;
+        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        p.not_before = date_time_ymd(2025, 1, 1);
+        p.not_after = date_time_ymd(2049, 1, 1);
+        p.use_authority_key_identifier_extension = true;
+        let mut poison =
+            CustomExtension::from_oid_content(&[1, 3, 6, 1, 4, 1, 11129, 2, 4, 3], vec![5, 0]);
+        poison.set_criticality(true);
+        p.custom_extensions.push(poison);
+        // Signed by the signing certificate's key: it verifies under either copy.
+        let precert = p.signed_by(&leaf_key, &psc_a, &psc_key).unwrap();
+        let der = |c: &rcgen::Certificate| c.der().to_vec();
+        TwoPathPrecert {
+            precert: der(&precert),
+            chains: [[der(&psc_a), der(&root_a)], [der(&psc_b), der(&root_b)]],
+            roots_pem: format!("{}{}", root_a.pem(), root_b.pem()),
+        }
+    }
+
+    /// The request's chain by path `i`.
+    fn chain(&self, i: usize) -> [&[u8]; 3] {
+        let [psc, root] = &self.chains[i];
+        [&self.precert, psc, root]
+    }
+}
+
+/// #57, hole 4: a precertificate resubmitted with another valid chain (another copy of
+/// its Precertificate Signing Certificate) is a duplicate, and its SCT is the one of
+/// the entry logged, read back, never one signed from the resubmitted chain, which
+/// would name an entry that is not at that index. After a restart, so that the answer
+/// is not the SCT cache's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_precertificate_resubmitted_by_another_path_gets_the_sct_of_its_logged_entry() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let pre = TwoPathPrecert::mint();
+    let roots = dir.join("roots.pem");
+    std::fs::write(&roots, &pre.roots_pem).unwrap();
+    // The two paths give two entries (else this tests nothing).
+    let (roots_parsed, _) = tlogd_ct::chain::Roots::from_pem(pre.roots_pem.as_bytes());
+    let entry_by = |i: usize| {
+        let chain: Vec<Vec<u8>> = pre.chain(i).iter().map(|c| c.to_vec()).collect();
+        let v = tlogd_ct::chain::validate(
+            &chain,
+            tlogd_ct::chain::ChainKind::Precertificate,
+            &roots_parsed,
+            &tlogd_ct::chain::ChainPolicy::default(),
+            1_800_000_000_000,
+        )
+        .unwrap_or_else(|e| panic!("path {i} validates: {e}"));
+        match v.submission.entry {
+            tlogd_ct::SubmittedEntry::Precertificate {
+                issuer_key_hash,
+                tbs_certificate,
+                ..
+            } => LogEntry::Precert {
+                issuer_key_hash,
+                tbs_certificate,
+            },
+            e => panic!("not a precertificate: {e:?}"),
+        }
+    };
+    let (by_a, by_b) = (entry_by(0), entry_by(1));
+    assert_ne!(by_a, by_b, "the two paths give the same entry");
+
+    let http = Http::new();
+    let mut d = start_ct(dir, &roots, "");
+    d.wait_ready(&http).await;
+    let (first, dup) = submit(&http, &d.url, "add-pre-chain", &pre.chain(0))
+        .await
+        .unwrap();
+    assert!(!dup);
+    let cp = checkpoint(&http, &d.url, 1).await;
+    assert_eq!(cp.size, 1);
+    let (_, data) = http
+        .fetch_tile(&d.url, &tlogd_core::tile::TileId::data(0, 1))
+        .await;
+    let logged = parse_data_tile(&data).unwrap().pop().unwrap();
+    assert_eq!(logged.timestamped_entry.entry, by_a);
+    assert_eq!(check_sct(&first, by_a.clone()), 0);
+    assert!(d.terminate().success());
+
+    let mut d = start_ct(dir, &roots, "");
+    d.wait_ready(&http).await;
+    let (again, dup) = submit(&http, &d.url, "add-pre-chain", &pre.chain(1))
+        .await
+        .unwrap();
+    assert!(dup, "the same precertificate is a duplicate");
+    // What the log signed is the entry at index 0, as logged.
+    assert_same_sct(&again, &first, "the resubmission by the other path");
+    assert_eq!(check_sct(&again, by_a), 0);
+    assert_eq!(checkpoint(&http, &d.url, 1).await.size, 1, "logged once");
+    assert!(d.terminate().success());
+}

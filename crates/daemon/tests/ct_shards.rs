@@ -6,6 +6,8 @@
 //! `log.v3.json` says `readonly` with the final tree head of its checkpoint).
 
 mod common;
+#[path = "support/witness.rs"]
+mod witness;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -76,16 +78,16 @@ struct Shard {
     name: &'static str,
     start: String,
     limit: String,
-    extra: &'static str,
+    extra: String,
 }
 
 impl Shard {
-    fn new(name: &'static str, start: &str, limit: &str, extra: &'static str) -> Shard {
+    fn new(name: &'static str, start: &str, limit: &str, extra: &str) -> Shard {
         Shard {
             name,
             start: start.into(),
             limit: limit.into(),
-            extra,
+            extra: extra.into(),
         }
     }
 
@@ -456,4 +458,96 @@ async fn two_shards_with_one_key_are_refused() {
     assert!(!status.success());
     let err = std::fs::read_to_string(dir.join("stderr-1")).unwrap();
     assert!(err.contains("same CT key"), "{err}");
+}
+
+/// #57, hole 6: a shard frozen while its witness holds cosignatures back serves a
+/// checkpoint behind the frozen tree; its `log.v3.json` says `503` + `Retry-After`
+/// (come back) until the checkpoint of the frozen size is published, never `readonly`
+/// with a final tree head that is not final.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_shard_whose_witness_holds_back_says_readonly_only_with_its_final_head() {
+    tokio::time::timeout(Duration::from_secs(120), frozen_behind_a_witness())
+        .await
+        .expect("the test took over 120 s");
+}
+
+async fn frozen_behind_a_witness() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let http = Http::new();
+    let ca = Ca::new();
+    let name = "2020";
+    let origin = format!("ct.example.com/{name}");
+    let w = witness::TestWitness::start(
+        "w1",
+        tlogd_core::note::LogSigner::verifier(&tlogd_ct::Rfc6962Signer::new(
+            &origin,
+            shard_key(name),
+        )),
+    )
+    .await;
+    let policy = dir.join("witness.policy");
+    std::fs::write(&policy, format!("{}quorum w1\n", w.policy_line())).unwrap();
+    let witnessing = |freeze: &str| {
+        format!(
+            "{freeze}freeze_grace_s = 0\n[logs.witnessing]\npolicy_file = \"{}\"\ntimeout_ms = 500\n",
+            policy.display()
+        )
+    };
+    let shard = |freeze: &str| {
+        Shard::new(
+            name,
+            "2020-01-01T00:00:00Z",
+            "2021-01-01T00:00:00Z",
+            &witnessing(freeze),
+        )
+    };
+    let base = |d: &Daemon| format!("{}/{name}", d.url);
+
+    // Open (not frozen yet): one certificate, its checkpoint cosigned and published.
+    let open = shard("freeze_after_window = false\n");
+    let mut d = start(dir, &ca, std::slice::from_ref(&open), 1);
+    d.wait_ready_at(&http, &format!("/{name}")).await;
+    assert_eq!(add(&http, &d, name, &ca.leaf(1, (2020, 6, 1))).await.0, 200);
+    wait_size(&http, &base(&d), 1).await;
+    // The witness holds back (stuck at size 1): a second certificate is logged, its
+    // checkpoint withheld.
+    w.set_knobs(witness::Knobs {
+        stale_size: Some(1),
+        ..Default::default()
+    });
+    assert_eq!(add(&http, &d, name, &ca.leaf(2, (2020, 7, 1))).await.0, 200);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(checkpoint(&http, &base(&d)).await.0.size, 1, "withheld");
+    // Stopped with its checkpoint withheld: the exit status says so.
+    assert!(!d.terminate().success());
+    let stderr = std::fs::read_to_string(dir.join("stderr-1")).unwrap();
+    assert!(
+        stderr.contains("final checkpoint was not published"),
+        "{stderr}"
+    );
+
+    // Frozen at start at size 2; the served checkpoint is still the one of size 1.
+    let frozen = shard("");
+    let mut d = start(dir, &ca, std::slice::from_ref(&frozen), 2);
+    d.wait_ready_at(&http, &format!("/{name}")).await;
+    let (status, _) = add(&http, &d, name, &ca.leaf(3, (2020, 8, 1))).await;
+    assert_eq!(status, 403, "frozen");
+    assert_eq!(checkpoint(&http, &base(&d)).await.0.size, 1);
+    let (status, headers, body) = http
+        .get(&format!("{}/log.v3.json", base(&d)))
+        .await
+        .unwrap();
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(status, 503, "{body}");
+    assert!(headers.contains_key("retry-after"), "{headers:?}");
+    assert_eq!(body.trim_end().lines().count(), 1, "one line: {body}");
+    assert!(!body.contains("readonly"), "{body}");
+
+    // The witness cosigns again: the final checkpoint is published, and the entry
+    // names it.
+    w.set_knobs(witness::Knobs::default());
+    wait_size(&http, &base(&d), 2).await;
+    check_frozen(&http, &d, &frozen, 2).await;
+    assert!(d.terminate().success());
 }
