@@ -1,6 +1,7 @@
-//! `tlogd migrate`: the source side (a URL or a directory) and the progress a user
-//! sees; the copy itself is [`tlogd_core::engine::import`], and `main.rs` opens the
-//! target as `serve` would.
+//! `tlogd migrate`: its flags, the source side (a URL or a directory), the progress a
+//! user sees, and the command's course; the copy itself is
+//! [`tlogd_core::engine::import`], and the target is opened as `serve` opens a log
+//! ([`crate::logset`]).
 
 use std::time::Duration;
 
@@ -9,6 +10,18 @@ use indicatif::ProgressBar;
 use tlog_verify::VerifyError;
 use tlog_verify::fetch::{DirFetcher, Fetch, HttpFetcher};
 use tlogd_core::engine::import::CopyProgress;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::bail;
+use tlogd_core::engine::LogStorage;
+
+use crate::commands::serve::{ServeArgs, load_config};
+use crate::logset::keys::load_signers;
+use crate::logset::storage::{Clients, OverStorage, with_storage};
+use crate::logset::{open_log, pick_log};
+use crate::observe;
 
 /// Where a migration reads from: any tlog-tiles log, by base URL or directory.
 pub enum Source {
@@ -71,4 +84,181 @@ impl Drop for CopyBar {
     fn drop(&mut self) {
         self.0.finish_and_clear();
     }
+}
+
+/// `tlogd migrate`: where from, how, and the target log as `serve` takes it.
+#[derive(clap::Args)]
+pub struct MigrateArgs {
+    /// The source log: a base URL (https://host/prefix) or a local directory holding
+    /// `checkpoint` and `tile/` (Tessera's POSIX layout, tlogd's, any tlog-tiles log).
+    #[arg(long)]
+    from: String,
+    /// The source's verifier key (`name+hash+base64`), for a source whose checkpoint
+    /// this log's own key did not sign: the copy is then a mirror, which tlogd does
+    /// not append to. Repeat for several.
+    #[arg(long)]
+    source_public_key: Vec<String>,
+    /// Which of the file's `[[logs]]` (by name); not needed for a single log.
+    #[arg(long)]
+    log: Option<String>,
+    /// Bundles and tiles fetched at once.
+    #[arg(long, default_value_t = 16)]
+    jobs: usize,
+    /// Full entry bundles (256 entries each) per commit to the target: an
+    /// interruption loses at most that much copying.
+    #[arg(long, default_value_t = 64)]
+    bundles_per_commit: usize,
+    /// HTTP timeout per request, in seconds.
+    #[arg(long, default_value_t = 30.0)]
+    http_timeout: f64,
+    /// No progress bar (it is only drawn on a terminal anyway).
+    #[arg(long)]
+    quiet: bool,
+    #[command(flatten)]
+    target: ServeArgs,
+}
+
+/// `tlogd migrate`: check the source's checkpoint, copy its tree into the target log
+/// ([`tlogd_core::engine::import`]), then build the dedup index of a continuation.
+pub async fn run(args: MigrateArgs) -> anyhow::Result<()> {
+    use tlogd_core::checkpoint::Checkpoint;
+    use tlogd_core::engine::checker::{Fetch, open_checkpoint_with};
+    use tlogd_core::note::NoteVerifier;
+    let c = load_config(args.target)?;
+    observe::init_logging(&c.log)?;
+    let section = pick_log(&c, args.log.as_deref())?;
+    if section.ct.is_some() {
+        bail!(
+            "migrating a Certificate Transparency log (static-ct-api data tiles and issuers) is not supported yet: only tlog-tiles logs"
+        );
+    }
+    let origin = section.origin.clone().unwrap_or_default();
+    // This log's own keys, when it has any: a copy they signed is a continuation.
+    let keyed = !section.key_files().is_empty() || std::env::var_os("TLOGD_PRIVATE_KEY").is_some();
+    let own: Vec<NoteVerifier> = match keyed {
+        true => load_signers(&section, &origin)?
+            .iter()
+            .map(|s| s.verifier())
+            .collect(),
+        false => Vec::new(),
+    };
+    let mut theirs = Vec::new();
+    for k in &args.source_public_key {
+        theirs.push(
+            NoteVerifier::from_vkey(k.trim())
+                .map_err(|e| anyhow::anyhow!("--source-public-key {k:?}: {e}"))?,
+        );
+    }
+    if own.is_empty() && theirs.is_empty() {
+        bail!(
+            "nothing to check the source's checkpoint with: configure this log's private key (the copy continues the log) or give --source-public-key (the copy is a mirror)"
+        );
+    }
+    let timeout = Duration::from_secs_f64(args.http_timeout.max(0.1));
+    let source = Source::open(&args.from, timeout)
+        .map_err(|e| anyhow::anyhow!("--from {}: {e}", args.from))?;
+    let signed = source
+        .get("checkpoint")
+        .await
+        .map_err(|e| anyhow::anyhow!("{}: {e}", source.location()))?
+        .ok_or_else(|| anyhow::anyhow!("{}: no checkpoint", source.location()))?
+        .to_vec();
+    let keys: Vec<&NoteVerifier> = own.iter().chain(&theirs).collect();
+    let (checkpoint, signed_by) = open_checkpoint_with(&signed, &origin, &keys)
+        .map_err(|e| anyhow::anyhow!("the source's checkpoint ({}): {e}", source.location()))?;
+    let continuation = signed_by.iter().any(|v| {
+        own.iter()
+            .any(|o| o.key_id() == v.key_id() && o.name() == v.name())
+    });
+    if !continuation {
+        eprintln!(
+            "tlogd migrate: a mirror, not a continuation: the source's checkpoint is not signed by this log's key, so `tlogd serve` will refuse to open the copy (it never appends to a log it cannot sign for)"
+        );
+    }
+    struct Copy<'a> {
+        source: &'a Source,
+        checkpoint: Checkpoint,
+        signed: Vec<u8>,
+        options: tlogd_core::engine::import::CopyOptions,
+        quiet: bool,
+    }
+    impl OverStorage for Copy<'_> {
+        type Output = tlogd_core::engine::import::CopyReport;
+        async fn run<S: LogStorage>(
+            self,
+            storage: Arc<S>,
+            _private_dir: Option<PathBuf>,
+        ) -> anyhow::Result<Self::Output> {
+            let mut bar = CopyBar::new(self.quiet);
+            Ok(tlogd_core::engine::import::copy_log(
+                self.source,
+                &*storage,
+                &tlogd_core::personality::TlogTiles,
+                &self.checkpoint,
+                &self.signed,
+                &self.options,
+                &mut bar,
+            )
+            .await?)
+        }
+    }
+    let size = checkpoint.size;
+    let copy = Copy {
+        source: &source,
+        checkpoint,
+        signed,
+        options: tlogd_core::engine::import::CopyOptions {
+            jobs: args.jobs.max(1),
+            bundles_per_commit: args.bundles_per_commit.max(1),
+        },
+        quiet: args.quiet,
+    };
+    let clients = Clients::default();
+    // A mirror into a Tessera POSIX directory is checked with the source's keys too.
+    let all_keys: Vec<NoteVerifier> = own.iter().chain(&theirs).cloned().collect();
+    let report = with_storage(&section, &origin, &clients, &all_keys, copy).await?;
+    if report.already_complete {
+        println!(
+            "the target already holds the source's tree and checkpoint (size {size}): nothing to copy"
+        );
+    } else {
+        let copied = report.size - report.resumed_from;
+        println!(
+            "copied {copied} entries ({} bundles) from {} in {:.1} s: {:.0} entries/s{}; published the source's checkpoint (size {size})",
+            report.bundles,
+            source.location(),
+            report.seconds,
+            copied as f64 / report.seconds.max(1e-9),
+            match report.resumed_from {
+                0 => String::new(),
+                n => format!(", resumed at {n}"),
+            }
+        );
+    }
+    // The dedup index, built now rather than at the first start (adds wait for it).
+    if continuation && section.dedup.enabled {
+        let started = std::time::Instant::now();
+        eprintln!("tlogd migrate: building the dedup index from the copy");
+        // Opened to build the index only: `read_only` would freeze the copy for good.
+        let mut section = section.clone();
+        section.read_only = false;
+        let opened = open_log(&c, &section, &clients).await?;
+        let caught_up = async {
+            while opened.log.dedup_lag() > 0 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        };
+        tokio::select! {
+            () = caught_up => {}
+            why = opened.log.failed() => bail!("building the dedup index: {why}"),
+        }
+        opened.log.shutdown();
+        opened.tasks.join().await;
+        println!(
+            "dedup index built up to {} entries in {:.1} s",
+            opened.log.committed_size(),
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
 }
