@@ -48,7 +48,7 @@ use tlogd_core::witness::{
 /// daemon crate links RocksDB and the SQL drivers, whose C and C++ an instrumented
 /// build would compile again for half an hour; this module needs only serde, toml and
 /// anyhow, and is the whole of the config file's parsing and validation.
-#[path = "../../crates/daemon/src/config.rs"]
+#[path = "../../crates/daemon/src/config/mod.rs"]
 pub mod config;
 
 /// The log key the targets sign with (the Go test vectors' key).
