@@ -9,14 +9,14 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sha2::{Digest, Sha256};
-use tlog_verify::VerifyError;
 use tlog_verify::fetch::{DirFetcher, Fetch, HttpFetcher};
 use tlog_verify::fsck::{EntryCheck, FsckOptions, FsckProgress, FsckSummary, fsck};
 use tlog_verify::reader::open_checkpoint_with;
-use tlogd_core::engine::TreeState;
 use tlogd_core::note::{NoteVerifier, SignatureAlgorithm};
 use tlogd_core::personality::StoredEntry;
 use tlogd_core::witness::WitnessPolicy;
+
+use crate::logset::tessera::verify_failure;
 
 /// Exit status when the log failed verification (or could not be read in full).
 pub const EXIT_FAILED: u8 = 1;
@@ -284,7 +284,7 @@ async fn check<F: Fetch>(
             0
         }
         Err(e) => {
-            eprintln!("FAIL {}", failure(&e));
+            eprintln!("FAIL {}", verify_failure(&e));
             eprintln!(
                 "     checked before the failure: {} entries in {} bundles of {}",
                 summary.entries,
@@ -293,13 +293,6 @@ async fn check<F: Fetch>(
             );
             EXIT_FAILED
         }
-    }
-}
-
-fn failure(e: &VerifyError) -> String {
-    match e {
-        VerifyError::Fetch(m) => format!("could not read the log: {m}"),
-        other => other.to_string(),
     }
 }
 
@@ -386,46 +379,4 @@ fn algorithm_name(alg: SignatureAlgorithm) -> &'static str {
         SignatureAlgorithm::CosignatureEd25519 => "Ed25519 cosignature",
         _ => "other",
     }
-}
-
-/// Before serving a Tessera log adopted at `state` (see `tlogd_storage_posix`), check
-/// the whole of it as `tlogd verify` would, up to that tree state: every bundle, every
-/// hash tile, the root; and its published checkpoint, if any: its signature with this
-/// log's keys (`keys`, every configured signer's: one of them at least signed it), and
-/// its consistency with the tree state.
-pub async fn check_adopted_tessera(
-    dir: &std::path::Path,
-    origin: &str,
-    keys: &[NoteVerifier],
-    state: TreeState,
-) -> anyhow::Result<()> {
-    let Some((verifier, more_keys)) = keys.split_first() else {
-        anyhow::bail!("no key to check the adopted Tessera log's checkpoint with");
-    };
-    tracing::info!(size = state.size, dir = %dir.display(), "adopting a Tessera log: checking it first");
-    let fetch = DirFetcher::new(dir)?;
-    let mut summary = FsckSummary::default();
-    let started = Instant::now();
-    let options = FsckOptions {
-        tree: Some((state.size, state.root)),
-        more_keys: more_keys.to_vec(),
-        ..FsckOptions::default()
-    };
-    fsck(&fetch, origin, verifier, &options, &mut (), &mut summary)
-        .await
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "refusing to adopt the Tessera log in {}: {}",
-                dir.display(),
-                failure(&e)
-            )
-        })?;
-    tracing::info!(
-        size = state.size,
-        checkpoint = summary.checkpoint.as_ref().map_or(0, |c| c.size),
-        entries = summary.entries,
-        seconds = started.elapsed().as_secs_f64(),
-        "adopted the Tessera log: it verifies; appending continues it (tlogd's dedup index is rebuilt from the bundles)"
-    );
-    Ok(())
 }

@@ -1,11 +1,13 @@
 //! The log set: every log of the configuration opened ([`open_logs`]): its keys
-//! ([`keys`]), its storage and dedup index ([`storage`]), its engine, frozen if the
-//! file says so, its CT shard's timers, and its routes; and the public router that
-//! picks a log by host and path prefix ([`routing`]).
+//! ([`keys`]), its storage and dedup index ([`storage`]; a directory Go Tessera wrote
+//! is checked whole first, [`tessera`]), its engine, frozen if the file says so, its
+//! CT shard's timers, and its routes; and the public router that picks a log by host
+//! and path prefix ([`routing`]).
 
 pub mod keys;
 pub mod routing;
 pub mod storage;
+pub mod tessera;
 
 use std::path::PathBuf;
 use std::sync::Arc;

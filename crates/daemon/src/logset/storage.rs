@@ -82,7 +82,7 @@ pub(crate) async fn with_storage<O: OverStorage>(
             .with_context(|| format!("opening log directory {}", dir.display()))?,
     );
     if let Some(state) = storage.adopted_tessera() {
-        crate::commands::verify::check_adopted_tessera(&dir, origin, verifiers, state).await?;
+        super::tessera::check_adopted_tessera(&dir, origin, verifiers, state).await?;
     }
     let private = storage.private_dir().to_path_buf();
     over.run(storage, Some(private)).await
