@@ -1,6 +1,7 @@
 //! Chain validation against TesseraCT's and Azul's vectors (outcomes as the vectors'
 //! README states them) and tlogd's own chains (`testdata/chains/tlogd/gen.sh`).
 
+use super::signature::*;
 use super::*;
 use x509_parser::certificate::TbsCertificate;
 
