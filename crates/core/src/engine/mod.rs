@@ -403,6 +403,12 @@ struct Inner<S> {
     dedup: Option<Arc<dyn DedupIndex>>,
     /// Size of the committed tree.
     committed_size: AtomicU64,
+    /// The size below which this process knows every entry's index without the
+    /// persistent index: the tree it opened (the index's catch-up covers it), then its
+    /// own commits and the ranges its check against other writers' entries read. The
+    /// committed size can run ahead of it (a late commit learned, a reload that found
+    /// another writer's entries): the next commit first reads `[checked_size, prev)`.
+    checked_size: AtomicU64,
     /// Persistent dedup index marker.
     indexed_size: AtomicU64,
     /// The committed size at open when the dedup index was behind it (entries a
@@ -557,6 +563,7 @@ impl<S: LogStorage> Log<S> {
             work: Notify::new(),
             dedup,
             committed_size: AtomicU64::new(state.size),
+            checked_size: AtomicU64::new(state.size),
             indexed_size: AtomicU64::new(indexed),
             catch_up_to,
             dedup_lookups: metrics::counter!("tlogd_dedup_lookups_total", "log" => config.name.clone()),
@@ -1344,7 +1351,7 @@ impl<S: LogStorage> Log<S> {
                 let mut maybe = None;
                 let result = match result {
                     Ok(appended) => Ok(appended),
-                    Err(Outcome::Failed(e)) => Err(e),
+                    Err(Outcome::Failed(e)) => Err(self.failed_answer(e)),
                     Err(Outcome::Unknown { attempts }) => {
                         open.push(Unresolved {
                             attempts,
@@ -1636,13 +1643,15 @@ impl<S: LogStorage> Log<S> {
             *edge = Some(current);
             return Err(Retry::Frozen);
         }
-        // Entries another writer committed since this process last saw the tree
+        // Entries another writer committed that this process has not read yet
         // (another frontend, or a commit of a crashed process of ours landing after the
-        // restart): the dedup index learns them only later, so a resubmission of one
-        // may be in this batch. Checked against them before it is appended: never a
-        // second index for an entry the tree already holds.
-        if inner.dedup.is_some() && prev.size > seen.size {
-            let logged = match self.logged_between(seen.size, prev.size).await {
+        // restart; `checked_size`, not the committed size, which a late commit learned
+        // or a reload moves past them): the dedup index learns them only later, so a
+        // resubmission of one may be in this batch. Checked against them before it is
+        // appended: never a second index for an entry the tree already holds.
+        let checked = inner.checked_size.load(Ordering::Acquire);
+        if inner.dedup.is_some() && prev.size > checked {
+            let logged = match self.logged_between(checked, prev.size).await {
                 Ok(logged) => logged,
                 Err(e) => {
                     *edge = Some(current);
@@ -1675,6 +1684,7 @@ impl<S: LogStorage> Log<S> {
                     );
                 }
                 if batch.entries.is_empty() {
+                    inner.checked_size.fetch_max(prev.size, Ordering::AcqRel);
                     *edge = Some(current);
                     self.advance_to(prev, committed_tx);
                     return Ok(Appended {
@@ -1684,6 +1694,7 @@ impl<S: LogStorage> Log<S> {
                 }
             }
         }
+        inner.checked_size.fetch_max(prev.size, Ordering::AcqRel);
         // Appended in place, not on a copy: copying the edge would copy its partial
         // bundle (up to 255 entries, ~300 KB for a CT log) once more per batch. A
         // refused write restores it from `undo` instead.
@@ -1717,6 +1728,7 @@ impl<S: LogStorage> Log<S> {
                 metrics::histogram!("tlogd_batch_size", "log" => self.inner.config.name.clone())
                     .record(batch.entries.len() as f64);
                 *edge = Some(next_edge);
+                inner.checked_size.fetch_max(next.size, Ordering::AcqRel);
                 self.advance(next, committed_tx);
                 // Our swap moved the tree off every state an open outcome was built on,
                 // each checked above against `prev`: none can land any more.
@@ -1884,6 +1896,26 @@ impl<S: LogStorage> Log<S> {
         metrics::gauge!("tlogd_integrated_tree_size", "log" => self.inner.config.name.clone())
             .set(next.size as f64);
         committed_tx.send_replace(next);
+    }
+
+    /// What the adds of a batch this frontend failed to commit itself are answered.
+    /// "Not logged" (`Storage`, `WritesRefused`: HTTP 500, or 503 pushback) frees the
+    /// client to send the entry to another frontend. A frontend that forwards cannot
+    /// promise it: a process of it before a restart may have forwarded the same entry,
+    /// and the sequencing frontend may still commit it (the ties of unanswered
+    /// forwards die with the process that made them). There such a failure is "may
+    /// be logged" (503: resubmit here, where the check against other writers' entries
+    /// finds it once it is logged). Found by `benches/sim.sh` (seed 234224: an entry
+    /// answered 500 here was logged from the forward of the process before the crash).
+    fn failed_answer(&self, e: AddError) -> AddError {
+        match e {
+            AddError::Storage(_) | AddError::WritesRefused
+                if self.inner.config.forward.is_some() =>
+            {
+                AddError::Uncertain
+            }
+            e => e,
+        }
     }
 
     /// The timestamp a batch sequenced at `timestamp` stored with its entries, as the

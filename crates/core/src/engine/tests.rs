@@ -285,6 +285,51 @@ async fn an_outcome_that_may_still_land_outlives_its_batch() {
     assert_eq!(logged(&storage, &cfg).await, want, "each entry once");
 }
 
+/// An open outcome learned as landed from a tree another writer grew moves the
+/// committed size past that writer's entries too; they must still be checked before
+/// the next append. Here this frontend's commit of P may land late; it is lost, and
+/// another writer (a crashed process of ours landing, another frontend) commits P and
+/// Q; P's resubmission learns P landed (the tree at size 1 is P's), which moves the
+/// committed size to 2; Q's resubmission then gets Q's index, not a second one.
+/// (Found by `benches/sim.sh` at seed 251083: the learned outcome moved the size the
+/// check starts from, and Q was appended again.)
+#[tokio::test]
+async fn entries_another_writer_logged_under_a_learned_outcome_are_never_appended_again() {
+    let storage = Arc::new(MemoryStorage::new());
+    let mut cfg = config();
+    cfg.commit_retry = Duration::ZERO;
+    let (log, tasks) = Log::open(
+        storage.clone(),
+        Some(Arc::new(MapIndex::default())),
+        cfg.clone(),
+    )
+    .await
+    .unwrap();
+    storage.fail_next_commit(Fault::PersistLate);
+    assert_eq!(log.add(entry(0)).await, Err(AddError::Uncertain));
+    storage.drop_late();
+    let (other, other_tasks) = Log::open(
+        storage.clone(),
+        Some(Arc::new(MapIndex::default())),
+        cfg.clone(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(other.add(entry(0)).await.map(|o| o.index), Ok(0));
+    assert_eq!(other.add(entry(1)).await.map(|o| o.index), Ok(1));
+    other.shutdown();
+    other_tasks.join().await;
+    assert_eq!(log.add(entry(0)).await, Ok(AddOutcome::duplicate(0)));
+    assert_eq!(log.committed_size(), 2, "the learned outcome moved it");
+    assert_eq!(log.add(entry(1)).await, Ok(AddOutcome::duplicate(1)));
+    log.shutdown();
+    tasks.join().await;
+    assert_eq!(
+        logged(&storage, &cfg).await,
+        [0, 1].map(|i| entry(i).to_vec())
+    );
+}
+
 /// An open outcome that turns out never to land (the next batch's swap moved the tree
 /// off the state it was built on) is closed: the resubmission is then queued and
 /// logged, once.
@@ -346,12 +391,16 @@ enum Link {
     DeliverThenLose,
     /// The sequencing frontend is down: the connection is refused.
     Refuse,
+    /// Delivered into the sequencing frontend's queue but not committed yet (held in
+    /// `held` until the test commits it there), and the answer lost.
+    HoldThenLose,
 }
 
 /// A forwarder to another `Log` in this process, doing what its script says.
 struct ScriptedForwarder {
     to: Log<MemoryStorage>,
     script: Mutex<std::collections::VecDeque<Link>>,
+    held: Mutex<Vec<Bytes>>,
 }
 
 impl Forwarder for ScriptedForwarder {
@@ -377,6 +426,10 @@ impl Forwarder for ScriptedForwarder {
                     forward::classify_answer(503, false, b"busy: too many response bytes", n)
                 }
                 Link::Refuse => Err(ForwardError::Unsent("connection refused".into())),
+                Link::HoldThenLose => {
+                    self.held.lock().unwrap().extend(entries);
+                    Err(ForwardError::Unknown("timed out".into()))
+                }
             }
         })
     }
@@ -402,6 +455,7 @@ async fn an_unanswered_forward_is_never_committed_by_the_forwarding_frontend() {
     let forwarder = Arc::new(ScriptedForwarder {
         to: s.clone(),
         script: Mutex::new([Link::DeliverThenLose, Link::Refuse, Link::Deliver].into()),
+        held: Mutex::default(),
     });
     let mut f_cfg = cfg.clone();
     f_cfg.forward = Some(forwarder);
@@ -426,6 +480,67 @@ async fn an_unanswered_forward_is_never_committed_by_the_forwarding_frontend() {
         logged(&storage, &cfg).await,
         [0, 1].map(|i| entry(i).to_vec())
     );
+}
+
+/// A forwarding frontend whose own commit fails never answers "not logged": the
+/// process of it before a crash may have forwarded the same entry, which the
+/// sequencing frontend still holds and commits later; a client told "not logged" may
+/// send the entry elsewhere and log it twice. Here the first process's forward of the
+/// entry is delivered but unanswered and it crashes; the restarted frontend finds the
+/// sequencing frontend down, commits the resubmission itself and fails: answered 503
+/// "may be logged"; the sequencing frontend then commits the forward it held, and the
+/// client's resubmission gets that index. (Found by `benches/sim.sh`, seed 234224;
+/// answered `Storage`, 500, before.)
+#[tokio::test]
+async fn a_forwarding_frontend_never_answers_not_logged_for_its_own_failed_commit() {
+    let storage = Arc::new(MemoryStorage::new());
+    let cfg = config();
+    let (s, s_tasks) = Log::open(
+        storage.clone(),
+        Some(Arc::new(MapIndex::default())),
+        cfg.clone(),
+    )
+    .await
+    .unwrap();
+    let forwarder = Arc::new(ScriptedForwarder {
+        to: s.clone(),
+        script: Mutex::new([Link::HoldThenLose, Link::Refuse].into()),
+        held: Mutex::default(),
+    });
+    let mut f_cfg = cfg.clone();
+    f_cfg.forward = Some(forwarder.clone());
+    f_cfg.commit_retry = Duration::from_millis(50);
+    let (f1, f1_tasks) = Log::open(
+        storage.clone(),
+        Some(Arc::new(MapIndex::default())),
+        f_cfg.clone(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(f1.add(entry(0)).await, Err(AddError::Uncertain));
+    f1_tasks.abort().await;
+    drop(f1);
+    // Restarted: it has forgotten that forward. The sequencing frontend is down and
+    // storage refuses writes.
+    let (f2, f2_tasks) = Log::open(storage.clone(), Some(Arc::new(MapIndex::default())), f_cfg)
+        .await
+        .unwrap();
+    storage.set_unwritable(true);
+    assert_eq!(f2.add(entry(0)).await, Err(AddError::Uncertain));
+    storage.set_unwritable(false);
+    // The sequencing frontend commits what it held.
+    let held = std::mem::take(&mut *forwarder.held.lock().unwrap());
+    let outcomes = s.add_forwarded(held).await;
+    assert_eq!(outcomes.len(), 1);
+    assert_eq!(outcomes[0].as_ref().map(|o| o.index), Ok(0));
+    // The resubmission, as told, to the same frontend: that index.
+    *f2.inner.forward_paused_until.lock().unwrap() = None;
+    assert_eq!(f2.add(entry(0)).await, Ok(AddOutcome::duplicate(0)));
+    f2.shutdown();
+    f2_tasks.join().await;
+    s.shutdown();
+    s_tasks.join().await;
+    assert_eq!(logged(&storage, &cfg).await, [entry(0).to_vec()]);
 }
 
 /// The one rule by which a forwarding frontend reads an answer: only the sequencing
