@@ -34,7 +34,8 @@
 //! integrator reads the stored tree back until it can tell: the stored state is the
 //! batch's `next` (persisted: acknowledged), smaller than `next` (not persisted: the
 //! batch is retried from step 1 with backoff for up to [`LogConfig::commit_retry`],
-//! then its adds fail with HTTP 500, nothing logged), or larger (another frontend
+//! then its adds fail with HTTP 500, nothing logged, or 503 on a frontend that
+//! forwards: see `failed_answer`), or larger (another frontend
 //! committed on top: the batch persisted iff the stored tree at `next.size` has
 //! `next.root`). "Not persisted" is only what the read saw: a commit still in flight
 //! (a `COMMIT` on a cut connection reaching the database after the read, a
