@@ -403,6 +403,17 @@ struct ScriptedForwarder {
     held: Mutex<Vec<Bytes>>,
 }
 
+impl ScriptedForwarder {
+    /// A forwarder to `to` taking the links of `script` in turn (then delivering).
+    fn new<const N: usize>(to: &Log<MemoryStorage>, script: [Link; N]) -> Arc<Self> {
+        Arc::new(ScriptedForwarder {
+            to: to.clone(),
+            script: Mutex::new(script.into()),
+            held: Mutex::default(),
+        })
+    }
+}
+
 impl Forwarder for ScriptedForwarder {
     fn target(&self) -> &str {
         "scripted"
@@ -452,11 +463,8 @@ async fn an_unanswered_forward_is_never_committed_by_the_forwarding_frontend() {
     )
     .await
     .unwrap();
-    let forwarder = Arc::new(ScriptedForwarder {
-        to: s.clone(),
-        script: Mutex::new([Link::DeliverThenLose, Link::Refuse, Link::Deliver].into()),
-        held: Mutex::default(),
-    });
+    let forwarder =
+        ScriptedForwarder::new(&s, [Link::DeliverThenLose, Link::Refuse, Link::Deliver]);
     let mut f_cfg = cfg.clone();
     f_cfg.forward = Some(forwarder);
     let (f, f_tasks) = Log::open(storage.clone(), Some(Arc::new(MapIndex::default())), f_cfg)
@@ -502,11 +510,7 @@ async fn a_forwarding_frontend_never_answers_not_logged_for_its_own_failed_commi
     )
     .await
     .unwrap();
-    let forwarder = Arc::new(ScriptedForwarder {
-        to: s.clone(),
-        script: Mutex::new([Link::HoldThenLose, Link::Refuse].into()),
-        held: Mutex::default(),
-    });
+    let forwarder = ScriptedForwarder::new(&s, [Link::HoldThenLose, Link::Refuse]);
     let mut f_cfg = cfg.clone();
     f_cfg.forward = Some(forwarder.clone());
     f_cfg.commit_retry = Duration::from_millis(50);
