@@ -67,6 +67,12 @@ pub const MAX_CHAIN_LEN: usize = 10;
 /// makes a request cost more.
 const MAX_RSA_BITS: usize = 8192;
 
+/// The largest RSA modulus of a submitted issuer's key, in bits (Mozilla's Root Store
+/// Policy §5.1 names 2048 to 4096): checked before any signature work, so a made-up
+/// key cannot make a request cost more. An operator's root may be larger
+/// ([`MAX_RSA_BITS`]).
+const MAX_ISSUER_RSA_BITS: usize = 4096;
+
 // OBJECT IDENTIFIER contents (X.690 §8.19), compared as bytes.
 /// RFC 6962 §3.1 precertificate poison extension, 1.3.6.1.4.1.11129.2.4.3.
 const OID_CT_POISON: &[u8] = &[0x2b, 0x06, 0x01, 0x04, 0x01, 0xd6, 0x79, 0x02, 0x04, 0x03];
@@ -468,6 +474,15 @@ pub enum ChainError {
         /// Why no root fits.
         why: String,
     },
+    /// A submitted issuer's key is one no root program allows: refused before any
+    /// signature is checked.
+    #[error("certificate {index} has a key this log does not accept: {why}")]
+    IssuerKey {
+        /// Its position.
+        index: usize,
+        /// What is wrong with the key.
+        why: String,
+    },
     /// An issuer is not a CA.
     #[error("{which} is not a CA certificate (no basicConstraints with cA true)")]
     NotCa {
@@ -618,7 +633,46 @@ pub fn validate(
     check_policy(&leaf, policy, now_ms)?;
 
     // RFC 6962 §3.1: a valid signature chain, using the intermediates as submitted.
+    // Checked in the order that costs a made-up chain least (#62): every signature
+    // check comes after everything that needs none, and they run from the root down,
+    // so the first key used is an accepted root's, and each next one was certified by
+    // the one before. A chain that does not reach a root, or holds a key no root program
+    // allows, costs no signature work; one that names a root costs one check under it.
+    //
+    // 1. Names: each certificate names the next as its issuer (Go's verifier compares
+    //    the raw names too: RawIssuer, RawSubject).
     for (index, pair) in certs.windows(2).enumerate() {
+        check_names(pair[0], index, pair[1])?;
+    }
+    // 2. The last certificate is an accepted root, or one of its issuer's name is.
+    let last = certs.len() - 1;
+    let last_is_root = match cas.last() {
+        Some(ca) => roots.contains(&ca.fingerprint),
+        None => roots.contains(&Sha256::digest(&chain[0]).into()),
+    };
+    if !last_is_root && !roots.by_subject.contains_key(certs[last].issuer) {
+        return Err(ChainError::NoRoot {
+            index: last,
+            issuer: certs[last].issuer_name(),
+            why: "no accepted root has that name".into(),
+        });
+    }
+    // 3. Every submitted key that will verify a signature is one the root programs
+    //    allow (the roots' own keys are the operator's choice).
+    for (c, ca) in cas.iter().enumerate() {
+        if !roots.contains(&ca.fingerprint) {
+            check_issuer_key(ca.cert())
+                .map_err(|why| ChainError::IssuerKey { index: c + 1, why })?;
+        }
+    }
+    // 4. Signatures, from the root down. The accepted root that issued the last
+    //    certificate, when the submitter left it out:
+    let appended = if last_is_root {
+        None
+    } else {
+        Some(roots.issuer_of(certs[last], last, cas.last().map(|c| &**c))?)
+    };
+    for (index, pair) in certs.windows(2).enumerate().rev() {
         // From certificate 1 on, the child is a CA certificate parsed once, which
         // remembers the issuers (by fingerprint) found to have signed it: the same
         // bytes, the same answer.
@@ -626,21 +680,11 @@ pub fn validate(
         if child.is_some_and(|c| c.is_signed_by(&cas[index].fingerprint)) {
             continue;
         }
-        check_issued(pair[0], index, pair[1])?;
+        check_signed(pair[0], index, pair[1])?;
         if let Some(c) = child {
             c.signed_by(cas[index].fingerprint);
         }
     }
-    let last = certs.len() - 1;
-    let last_is_root = match cas.last() {
-        Some(ca) => roots.contains(&ca.fingerprint),
-        None => roots.contains(&Sha256::digest(&chain[0]).into()),
-    };
-    let appended = if last_is_root {
-        None
-    } else {
-        Some(roots.issuer_of(certs[last], last, cas.last().map(|c| &**c))?)
-    };
 
     let mut path: Vec<&Cert<'_>> = certs.clone();
     if let Some(root) = appended {
@@ -1058,9 +1102,9 @@ fn oid_name(contents: &[u8]) -> String {
 // ---------------------------------------------------------------------------------------
 // Path checks.
 
-/// `issuer` (certificate `index + 1`) issued `child` (certificate `index`).
-fn check_issued(child: &Cert<'_>, index: usize, issuer: &Cert<'_>) -> Result<(), ChainError> {
-    // Go's verifier compares the raw names too (RawIssuer, RawSubject).
+/// `issuer` (certificate `index + 1`) is named as `child`'s (certificate `index`)
+/// issuer, byte for byte.
+fn check_names(child: &Cert<'_>, index: usize, issuer: &Cert<'_>) -> Result<(), ChainError> {
     if child.issuer != issuer.subject {
         return Err(ChainError::NotIssuer {
             index,
@@ -1071,6 +1115,11 @@ fn check_issued(child: &Cert<'_>, index: usize, issuer: &Cert<'_>) -> Result<(),
             ),
         });
     }
+    Ok(())
+}
+
+/// `issuer` (certificate `index + 1`) signed `child` (certificate `index`).
+fn check_signed(child: &Cert<'_>, index: usize, issuer: &Cert<'_>) -> Result<(), ChainError> {
     verify_signed_by(child, issuer).map_err(|e| match e {
         VerifyError::Unsupported(algorithm) => {
             ChainError::UnsupportedAlgorithm { index, algorithm }
@@ -1080,6 +1129,87 @@ fn check_issued(child: &Cert<'_>, index: usize, issuer: &Cert<'_>) -> Result<(),
             why: format!("the signature does not verify ({why})"),
         },
     })
+}
+
+/// Whether `cert`'s public key is one a CA of the root programs may have (Mozilla's
+/// Root Store Policy §5.1, the CA/Browser Forum's Baseline Requirements §6.1.5–6.1.6),
+/// so what verifying under it costs is bounded before any signature is checked: RSA
+/// of at most [`MAX_ISSUER_RSA_BITS`] bits with an odd exponent of 3 to 2^32 − 1 (the
+/// Baseline Requirements allow up to 2^256 − 1; CAs use 65537, and a wider exponent
+/// only makes a check slower); ECDSA on P-256, P-384 or P-521 (P-521 is out of the
+/// root programs today, but older CAs and Azul's test chains use it, and it is only
+/// ever verified under a key a root certified); Ed25519. Other algorithms fail later
+/// with the signature algorithm's own error.
+fn check_issuer_key(cert: &Cert<'_>) -> Result<(), String> {
+    let bad = |why: &str| why.to_string();
+    let spki = der::read_exact(cert.spki, der::SEQUENCE).map_err(|e| e.to_string())?;
+    let mut r = Reader::new(spki.value);
+    let alg = r
+        .expect(der::SEQUENCE, "no key algorithm")
+        .map_err(|e| e.to_string())?;
+    let bits = r
+        .expect(der::BIT_STRING, "no public key")
+        .map_err(|e| e.to_string())?;
+    let mut ar = Reader::new(alg.value);
+    let oid = ar
+        .expect(der::OID, "no key algorithm OID")
+        .map_err(|e| e.to_string())?;
+    if oid.value == OID_RSA_KEY {
+        let key = bits.value.get(1..).unwrap_or_default();
+        let seq = der::read_exact(key, der::SEQUENCE).map_err(|e| e.to_string())?;
+        let mut kr = Reader::new(seq.value);
+        let n = kr
+            .expect(der::INTEGER, "no RSA modulus")
+            .map_err(|e| e.to_string())?;
+        let e = kr
+            .expect(der::INTEGER, "no RSA exponent")
+            .map_err(|e| e.to_string())?;
+        let n_bits = unsigned_bits(n.value).ok_or_else(|| bad("a negative RSA modulus"))?;
+        let e_bits = unsigned_bits(e.value).ok_or_else(|| bad("a negative RSA exponent"))?;
+        if n_bits > MAX_ISSUER_RSA_BITS {
+            return Err(format!(
+                "an RSA key of {n_bits} bits (at most {MAX_ISSUER_RSA_BITS} are accepted)"
+            ));
+        }
+        let odd = e.value.last().is_some_and(|b| b & 1 == 1);
+        if !(2..=32).contains(&e_bits) || !odd {
+            return Err(format!(
+                "an RSA public exponent of {e_bits} bits{} (an odd exponent of 3 to 2^32 - 1 is accepted)",
+                if odd { "" } else { ", even" }
+            ));
+        }
+        return Ok(());
+    }
+    if oid.value == OID_EC_KEY {
+        let curve = ar.next_tlv().map_err(|e| e.to_string())?;
+        return match curve {
+            Some(c) if c.tag == der::OID && [OID_P256, OID_P384, OID_P521].contains(&c.value) => {
+                Ok(())
+            }
+            Some(c) if c.tag == der::OID => Err(format!(
+                "an EC key on curve {}, not P-256, P-384 or P-521",
+                oid_name(c.value)
+            )),
+            _ => Err(bad("an EC key without a named curve")),
+        };
+    }
+    // Ed25519, or an algorithm the signature check names.
+    Ok(())
+}
+
+/// The bit length of a DER INTEGER's contents taken as unsigned; `None` if negative
+/// or empty.
+fn unsigned_bits(v: &[u8]) -> Option<usize> {
+    let first = *v.first()?;
+    if first & 0x80 != 0 {
+        return None;
+    }
+    let v = match v {
+        [0, rest @ ..] if !rest.is_empty() => rest,
+        _ => v,
+    };
+    let top = *v.first()?;
+    Some(v.len() * 8 - top.leading_zeros() as usize)
 }
 
 /// Every intermediate of the path (position 1 on, before the root) is a CA within its

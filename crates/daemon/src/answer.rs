@@ -213,6 +213,13 @@ pub(crate) fn now_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
+/// The client a request came from, as per-address limits count it (an IPv6 address cut
+/// to `http.ipv6_prefix_len`): the listener puts it in every request's extensions.
+/// `None` inside: a trusted proxy (`http.trusted_proxies`), whose requests are many
+/// clients' and are not counted per address.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClientAddr(pub Option<std::net::IpAddr>);
+
 /// Marks a response that must never be shed for the budget (a response extension): an
 /// answer that tells what became of entries already queued, such as a forward's
 /// (`routes/forward.rs`; the listener, `serve/server.rs`, obeys it), where a 503 in its place would leave their outcome unknown. Such

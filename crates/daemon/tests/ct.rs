@@ -540,6 +540,12 @@ async fn a_ct_log_takes_chains_and_serves_static_ct_api() {
     let issuer_file = dir.join("log").join("issuer").join(&hex);
     assert!(issuer_file.exists(), "{}", issuer_file.display());
     std::fs::remove_file(&issuer_file).unwrap();
+    // The daemon remembers the issuers it served (content-addressed, they never
+    // change): restarted, it reads storage again.
+    assert!(d.terminate().success());
+    let mut d = start_ct(dir, &roots, "");
+    d.wait_ready(&http).await;
+    let base = d.url.clone();
     let (ok, out) = tlogd_verify_ct(&base).await;
     assert!(!ok, "{out}");
     assert!(out.contains(&format!("issuer/{hex}")), "{out}");
@@ -1394,4 +1400,70 @@ async fn a_precertificate_resubmitted_by_another_path_gets_the_sct_of_its_logged
     assert_eq!(check_sct(&again, by_a), 0);
     assert_eq!(checkpoint(&http, &d.url, 1).await.size, 1, "logged once");
     assert!(d.terminate().success());
+}
+
+/// #62: an add the log refuses for its own state (here frozen) stores nothing, not
+/// even the chain's issuers; a missing issuer's `404` is `no-store` (a later add may
+/// store it, and a CDN must not keep answering `404`); a chain's length is checked
+/// before any certificate is decoded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_add_stores_nothing_and_missing_issuers_are_not_cached() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let roots = dir.join("roots.pem");
+    std::fs::copy(chains().join("test_root_ca_cert.pem"), &roots).unwrap();
+    let http = Http::new();
+    let mut d = start_ct(dir, &roots, "");
+    d.wait_ready(&http).await;
+    assert_eq!(d.terminate().code(), Some(0));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tlogd"))
+        .args(["freeze", "--config"])
+        .arg(dir.join("tlogd.toml"))
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut d = start_ct(dir, &roots, "");
+    d.wait_ready(&http).await;
+    let inter = cert("test_intermediate_ca_cert.pem");
+    let leaf = cert("test_leaf_cert_signed_by_intermediate.pem");
+    let e = submit(&http, &d.url, "add-chain", &[&leaf, &inter])
+        .await
+        .expect_err("the log is frozen");
+    assert_eq!(e.0, 403, "{}", e.1);
+    let stored: Vec<_> = std::fs::read_dir(dir.join("log/issuer"))
+        .map(|r| r.map(|e| e.unwrap().file_name()).collect())
+        .unwrap_or_default();
+    assert!(
+        stored.is_empty(),
+        "a refused add stored issuers: {stored:?}"
+    );
+    // The intermediate is not stored: 404, not to be cached; nor is a malformed path.
+    let fp = hex(&Sha256::digest(&inter));
+    for path in [format!("issuer/{fp}"), "issuer/not-hex".to_string()] {
+        let (status, headers, _) = http.get(&format!("{}/{path}", d.url)).await.unwrap();
+        assert_eq!(status, 404, "{path}");
+        assert_eq!(
+            headers.get("cache-control").map(String::as_str),
+            Some("no-store"),
+            "{path}"
+        );
+    }
+    // Eleven certificates that are not even base64: refused for their number.
+    let chain: Vec<&str> = vec!["!"; 11];
+    let body = Bytes::from(serde_json::json!({ "chain": chain }).to_string());
+    let (status, _, body) = http
+        .post(&format!("{}/ct/v1/add-chain", d.url), body)
+        .await
+        .unwrap();
+    assert_eq!(status, 400);
+    assert!(
+        String::from_utf8_lossy(&body).contains("a chain of 11 certificates"),
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
 }

@@ -454,6 +454,25 @@ where
         StorageError::Backend(format!("{} {what}: {e}", D::PRODUCT))
     }
 
+    /// The blob at `key`, read on `pool`.
+    async fn read_blob_on(
+        &self,
+        pool: &Pool<D::Db>,
+        key: &str,
+    ) -> Result<Option<Vec<u8>>, StorageError> {
+        check_blob_key(key)?;
+        let row = self
+            .retry("blob read", || {
+                sqlx::query(AssertSqlSafe(self.statements.select_blob.as_str()))
+                    .bind(key)
+                    .fetch_optional(pool)
+            })
+            .await?;
+        row.map(|r| r.try_get::<Vec<u8>, _>(0))
+            .transpose()
+            .map_err(|e| self.backend("blob read", &e))
+    }
+
     /// `ids` read on `pool`: cached full tiles from memory, every other position in
     /// one query.
     async fn read_tiles_on(
@@ -911,17 +930,11 @@ where
     }
 
     async fn read_blob(&self, key: &str) -> Result<Option<Vec<u8>>, StorageError> {
-        check_blob_key(key)?;
-        let row = self
-            .retry("blob read", || {
-                sqlx::query(AssertSqlSafe(self.statements.select_blob.as_str()))
-                    .bind(key)
-                    .fetch_optional(&self.pool)
-            })
-            .await?;
-        row.map(|r| r.try_get::<Vec<u8>, _>(0))
-            .transpose()
-            .map_err(|e| self.backend("blob read", &e))
+        self.read_blob_on(&self.pool, key).await
+    }
+
+    async fn read_public_blob(&self, key: &str) -> Result<Option<Vec<u8>>, StorageError> {
+        self.read_blob_on(&self.readers, key).await
     }
 
     async fn check_writable(&self) -> Result<(), StorageError> {

@@ -981,6 +981,26 @@ impl<S: LogStorage> Log<S> {
         }))
     }
 
+    /// Whether an add of an entry of `len` bytes would be queued now, as far as the log's
+    /// own state tells: `Err` with what [`Log::add`] would answer (shutting down,
+    /// frozen, queue full, dedup index behind). A personality that writes something an
+    /// entry needs before queueing it (a CT log stores its chain's issuers) asks this
+    /// first, so that an add refused for the log's state writes nothing (#62). Not a
+    /// reservation: [`Log::add`] may still refuse what was admitted a moment before.
+    pub fn admits(&self, len: usize) -> Result<(), AddError> {
+        let inner = &self.inner;
+        if self.is_frozen() {
+            return Err(AddError::Frozen);
+        }
+        if let Some(refused) = lock(&inner.queue).refusal(&inner.limits, len) {
+            return Err(refused);
+        }
+        if inner.dedup.is_some() && self.dedup_lag() > inner.config.dedup_max_lag {
+            return Err(AddError::DedupLag);
+        }
+        Ok(())
+    }
+
     /// Whether the log is frozen: as stored when it was opened, frozen by
     /// [`Log::freeze`], or found frozen by another frontend of a shared store at a
     /// commit.

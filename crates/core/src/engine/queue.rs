@@ -306,6 +306,20 @@ impl Queue {
         }
     }
 
+    /// What [`Queue::push`] would refuse a new entry of `len` bytes with now (not
+    /// counting what the in-flight map answers without queueing).
+    pub(crate) fn refusal(&self, limits: &QueueLimits, len: usize) -> Option<AddError> {
+        if self.closed {
+            Some(AddError::ShuttingDown)
+        } else if self.frozen {
+            Some(AddError::Frozen)
+        } else if self.entries >= limits.max_entries || self.bytes + len > limits.max_bytes {
+            Some(AddError::QueueFull)
+        } else {
+            None
+        }
+    }
+
     pub(crate) fn push(
         &mut self,
         limits: &QueueLimits,

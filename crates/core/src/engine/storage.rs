@@ -264,6 +264,16 @@ pub trait LogStorage: Send + Sync + 'static {
         key: &str,
     ) -> impl Future<Output = Result<Option<Vec<u8>>, StorageError>> + Send;
 
+    /// [`read_blob`](Self::read_blob) for a public reader (the daemon's `GET
+    /// /issuer/...`), from the readers' own resource as
+    /// [`read_public_tile`](Self::read_public_tile) is; the default is `read_blob`.
+    fn read_public_blob(
+        &self,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<Vec<u8>>, StorageError>> + Send {
+        self.read_blob(key)
+    }
+
     /// Cheap liveness probe for `/readyz`: can the store take writes right now?
     fn check_writable(&self) -> impl Future<Output = Result<(), StorageError>> + Send;
 

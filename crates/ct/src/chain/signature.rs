@@ -151,11 +151,15 @@ pub(super) fn whole_bytes(bit_string: &[u8]) -> Result<&[u8], VerifyError> {
 /// How many verified signatures on CA certificates [`verify_signed_by`] remembers.
 const VERIFIED_CA_SIGNATURES: usize = 4096;
 
+/// How many verified signatures on other certificates (leaves) it remembers, per
+/// generation (two: up to twice this, 32 bytes each).
+const VERIFIED_LEAF_SIGNATURES: usize = 16_384;
+
 /// Signatures on CA certificates found valid: the SHA-256 of the signed bytes, the
 /// signature and the issuer's key. Every submission under one intermediate repeats
 /// the check of that intermediate by its root (an RSA verification costs more than
 /// the rest of an add); a signature's validity depends on nothing else, so it is
-/// checked once. Leaves are unique and never cached. Full: forgotten, checked again.
+/// checked once. Full: forgotten, checked again.
 pub(super) fn verified_ca_signatures()
 -> &'static std::sync::Mutex<std::collections::HashSet<[u8; 32]>> {
     static SEEN: std::sync::OnceLock<std::sync::Mutex<std::collections::HashSet<[u8; 32]>>> =
@@ -163,30 +167,80 @@ pub(super) fn verified_ca_signatures()
     SEEN.get_or_init(Default::default)
 }
 
-pub(super) fn verify_signed_by(child: &Cert<'_>, issuer: &Cert<'_>) -> Result<(), VerifyError> {
-    if !child.basic_constraints().is_some_and(|(ca, _)| ca) {
-        return verify_signature(child, issuer);
+/// Signatures on leaves found valid, the same way, kept apart so that leaves (one per
+/// submission) never push out the CA links every submission repeats: a chain submitted
+/// again (a CA's retries, several logs' worth of one chain, a client replaying one)
+/// costs no signature check (#62). Two generations: when the current one is full it
+/// becomes the previous one.
+fn verified_leaf_signatures() -> &'static std::sync::Mutex<[std::collections::HashSet<[u8; 32]>; 2]>
+{
+    static SEEN: std::sync::OnceLock<std::sync::Mutex<[std::collections::HashSet<[u8; 32]>; 2]>> =
+        std::sync::OnceLock::new();
+    SEEN.get_or_init(Default::default)
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Tests of what is checked inline turn the leaf cache off on their own thread, so
+    /// that another test's validation of the same chain does not change their answer.
+    pub(super) static LEAF_CACHE_OFF: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether verified leaf signatures are remembered and looked up (always, but in the
+/// tests that turn it off).
+fn leaf_cache_on() -> bool {
+    #[cfg(test)]
+    {
+        !LEAF_CACHE_OFF.get()
     }
+    #[cfg(not(test))]
+    {
+        true
+    }
+}
+
+pub(super) fn verify_signed_by(child: &Cert<'_>, issuer: &Cert<'_>) -> Result<(), VerifyError> {
+    let is_ca = child.basic_constraints().is_some_and(|(ca, _)| ca);
     let mut h = Sha256::new();
     for part in [child.tbs, child.sig_alg.raw, child.signature, issuer.spki] {
         h.update((part.len() as u64).to_be_bytes());
         h.update(part);
     }
     let key: [u8; 32] = h.finalize().into();
+    if is_ca {
+        let seen = || {
+            verified_ca_signatures()
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+        };
+        if seen().contains(&key) {
+            return Ok(());
+        }
+        verify_signature(child, issuer)?;
+        let mut seen = seen();
+        if seen.len() >= VERIFIED_CA_SIGNATURES {
+            seen.clear();
+        }
+        seen.insert(key);
+        return Ok(());
+    }
+    if !leaf_cache_on() {
+        return verify_signature(child, issuer);
+    }
     let seen = || {
-        verified_ca_signatures()
+        verified_leaf_signatures()
             .lock()
             .unwrap_or_else(|e| e.into_inner())
     };
-    if seen().contains(&key) {
+    if seen().iter().any(|g| g.contains(&key)) {
         return Ok(());
     }
     verify_signature(child, issuer)?;
     let mut seen = seen();
-    if seen.len() >= VERIFIED_CA_SIGNATURES {
-        seen.clear();
+    if seen[0].len() >= VERIFIED_LEAF_SIGNATURES {
+        seen[1] = std::mem::take(&mut seen[0]);
     }
-    seen.insert(key);
+    seen[0].insert(key);
     Ok(())
 }
 

@@ -439,6 +439,7 @@ fn azul_sha1_rsa_and_p521_chains_validate() {
 /// the same either way, and deferring leaves no state behind.
 #[test]
 fn cheap_chains_validate_inline_and_costly_ones_are_deferred() {
+    LEAF_CACHE_OFF.set(true);
     let now = now();
     let policy = ChainPolicy::default();
     let p521 = chain(&[
@@ -1387,4 +1388,162 @@ fn remembered_ca_signatures_cover_only_their_bytes() {
         validate(&bad, Cert_, &roots, &ChainPolicy::default(), now()).is_err(),
         "a corrupted intermediate signature passed after the good one was remembered"
     );
+}
+
+/// `der` with its subjectPublicKeyInfo replaced by `spki` (its signature, kept, no
+/// longer verifies: the checks before any signature do not look at it).
+fn with_spki(der: &[u8], spki: &[u8]) -> Vec<u8> {
+    let c = Cert::parse(der).expect("parses");
+    let first = usize::from(
+        c.tbs_fields
+            .first()
+            .is_some_and(|f| f.tag == der::CONTEXT_0),
+    );
+    let fields: Vec<&[u8]> = c
+        .tbs_fields
+        .iter()
+        .enumerate()
+        .map(|(i, f)| if i == first + 5 { spki } else { f.raw })
+        .collect();
+    let tbs = der::wrap(der::SEQUENCE, &fields);
+    let sig = der::wrap(der::BIT_STRING, &[c.signature]);
+    der::wrap(der::SEQUENCE, &[&tbs[..], c.sig_alg.raw, &sig[..]])
+}
+
+/// An RSA subjectPublicKeyInfo with a modulus of `bits` bits (top bit set, odd) and
+/// the exponent `e` (big-endian, no leading zero).
+fn rsa_spki(bits: usize, e: &[u8]) -> Vec<u8> {
+    let mut n = vec![0u8; 1 + bits / 8];
+    n[1] = 0x80;
+    n[bits / 8] |= 1;
+    let e = if e[0] & 0x80 != 0 {
+        [&[0u8][..], e].concat()
+    } else {
+        e.to_vec()
+    };
+    let key = der::wrap(
+        der::SEQUENCE,
+        &[der::wrap(der::INTEGER, &[n]), der::wrap(der::INTEGER, &[e])],
+    );
+    let alg = der::wrap(
+        der::SEQUENCE,
+        &[der::wrap(der::OID, &[OID_RSA_KEY]), vec![0x05, 0x00]],
+    );
+    der::wrap(
+        der::SEQUENCE,
+        &[alg, der::wrap(der::BIT_STRING, &[&[0u8][..], &key[..]])],
+    )
+}
+
+/// #62: a chain that names no accepted root costs no signature check: under the
+/// inline budget, a chain of P-521 links (milliseconds each in RustCrypto) is refused
+/// at once instead of deferred to be verified link by link.
+#[test]
+fn a_chain_that_reaches_no_root_costs_no_signature_check() {
+    LEAF_CACHE_OFF.set(true);
+    let p521 = chain(&[
+        "azul/p521-ecdsa-leaf-cert.pem",
+        "azul/p521-ecdsa-intermediate-cert.pem",
+    ]);
+    let e = validate_if_cheap(
+        &p521,
+        Cert_,
+        &roots(&[T_ROOT]),
+        &ChainPolicy::default(),
+        now(),
+    )
+    .expect("refused without a costly check")
+    .unwrap_err();
+    assert!(
+        matches!(&e, ChainError::NoRoot { index: 1, why, .. } if why.contains("no accepted root has that name")),
+        "{e}"
+    );
+}
+
+/// #62: signatures are checked from the root down, so a made-up link under an
+/// accepted root's name fails at the first check, under the root's own key, before any
+/// costly key below it is used.
+#[test]
+fn a_made_up_link_under_a_root_fails_at_the_first_check() {
+    LEAF_CACHE_OFF.set(true);
+    let p521 = chain(&[
+        "azul/p521-ecdsa-leaf-cert.pem",
+        "azul/p521-ecdsa-intermediate-cert.pem",
+    ]);
+    // A root of the P-521 root's name with another (cheap) key: it did not sign the
+    // intermediate.
+    let rsa_root = cert("azul/sha1-rsa-root-ca-cert.pem");
+    let rsa_spki = Cert::parse(&rsa_root).unwrap().spki.to_vec();
+    let impostor = with_spki(&cert("azul/p521-ecdsa-root-ca-cert.pem"), &rsa_spki);
+    let (roots, warnings) = Roots::from_pem(pem_of(&impostor).as_bytes());
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let e = validate_if_cheap(&p521, Cert_, &roots, &ChainPolicy::default(), now())
+        .expect("refused without a costly check")
+        .unwrap_err();
+    assert!(matches!(e, ChainError::NoRoot { index: 1, .. }), "{e}");
+    assert!(e.to_string().contains("did not sign it"), "{e}");
+}
+
+/// #62: a submitted issuer whose key no root program allows (RSA beyond 4096 bits, an
+/// exponent beyond 32 bits or even, an EC curve other than P-256/384/521) is refused
+/// before any signature is checked.
+#[test]
+fn issuer_keys_beyond_the_root_programs_are_refused_before_any_signature() {
+    LEAF_CACHE_OFF.set(true);
+    let roots = azul_roots();
+    let c = chain(&[A_LEAF, A_INT]);
+    let e33 = [0x01, 0xff, 0xff, 0xff, 0xff];
+    for (spki, why) in [
+        (rsa_spki(8192, &[0x01, 0x00, 0x01]), "8192 bits"),
+        (rsa_spki(2048, &e33), "33 bits"),
+        (rsa_spki(2048, &[0x01, 0x00, 0x00]), "even"),
+    ] {
+        let mut bad = c.clone();
+        bad[1] = with_spki(&c[1], &spki);
+        let e = validate_if_cheap(&bad, Cert_, &roots, &ChainPolicy::default(), now())
+            .expect("refused without a signature check")
+            .unwrap_err();
+        assert!(matches!(e, ChainError::IssuerKey { index: 1, .. }), "{e}");
+        assert!(e.to_string().contains(why), "{e}");
+    }
+    // P-224 (secp224r1, 1.3.132.0.33).
+    let alg = der::wrap(
+        der::SEQUENCE,
+        &[
+            der::wrap(der::OID, &[OID_EC_KEY]),
+            der::wrap(der::OID, &[&[0x2b, 0x81, 0x04, 0x00, 0x21][..]]),
+        ],
+    );
+    let point = [&[0u8, 0x04][..], &[7u8; 56][..]].concat();
+    let spki = der::wrap(der::SEQUENCE, &[alg, der::wrap(der::BIT_STRING, &[point])]);
+    let mut bad = c.clone();
+    bad[1] = with_spki(&c[1], &spki);
+    let e = err(&bad, Cert_, &roots);
+    assert!(matches!(e, ChainError::IssuerKey { index: 1, .. }), "{e}");
+    assert!(e.to_string().contains("1.3.132.0.33"), "{e}");
+    // The accepted root keys themselves are the operator's: an RSA-4096 root with a
+    // usual exponent passes; the check is of submitted issuers only.
+    assert!(validate(&c, Cert_, &roots, &ChainPolicy::default(), now()).is_ok());
+}
+
+/// #62: a leaf's signature, once verified, is not checked again: the same chain
+/// submitted again (retries, replays) costs no signature check, even a costly one.
+#[test]
+fn a_leaf_verified_once_is_not_checked_again() {
+    let p521 = chain(&[
+        "azul/p521-ecdsa-leaf-cert.pem",
+        "azul/p521-ecdsa-intermediate-cert.pem",
+    ]);
+    let p521_roots = roots(&["azul/p521-ecdsa-root-ca-cert.pem"]);
+    let policy = ChainPolicy::default();
+    let first = validate(&p521, Cert_, &p521_roots, &policy, now());
+    assert!(first.is_ok());
+    let again = validate_if_cheap(&p521, Cert_, &p521_roots, &policy, now())
+        .expect("every link was verified before");
+    assert_eq!(again, first);
+    // A corrupted leaf is not the leaf verified: checked, and refused.
+    let mut bad = p521.clone();
+    let last = bad[0].len() - 1;
+    bad[0][last] ^= 1;
+    assert!(validate(&bad, Cert_, &p521_roots, &policy, now()).is_err());
 }

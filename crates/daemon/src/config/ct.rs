@@ -56,6 +56,19 @@ pub struct CtConfig {
     /// See `old_not_before_days`.
     #[serde(default)]
     pub old_not_before_per_second: f64,
+    /// Threads that validate the chains too costly to check on a request's own thread
+    /// (P-384 and P-521 links, RSA keys aws-lc-rs does not take; cheap ones never
+    /// wait for these). Default: one per core.
+    pub validation_threads: Option<usize>,
+    /// Chains waiting for those threads at most; beyond it an add gets `503` +
+    /// `Retry-After` at once.
+    #[serde(default = "default_validation_queue")]
+    pub validation_queue: usize,
+    /// Chains from one client address (IPv6: its `http.ipv6_prefix_len` prefix;
+    /// trusted proxies are not counted) waiting or being validated at most: one
+    /// address cannot take the queue from the others.
+    #[serde(default = "default_validation_queue_per_address")]
+    pub validation_queue_per_address: usize,
     /// Freeze the shard for good (the engine's freeze: adds get `403`, reads go on,
     /// a final checkpoint is published) once `not_after_limit` plus `freeze_grace_s`
     /// has passed: at start-up if it already has, else when the instant comes. No
@@ -246,4 +259,12 @@ pub fn parse_rfc3339_ms(s: &str) -> anyhow::Result<u64> {
     // From 1970 on (checked above): not negative.
     let days = tlogd_core::time::days_from_civil(y as i64, mo as u32, d as u32) as u64;
     Ok(((days * 24 + h) * 60 + mi) * 60_000 + sec * 1000 + millis)
+}
+
+fn default_validation_queue() -> usize {
+    64
+}
+
+fn default_validation_queue_per_address() -> usize {
+    8
 }

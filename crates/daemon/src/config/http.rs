@@ -48,6 +48,11 @@ pub struct HttpConfig {
     /// `max_connections_per_ip`: a reverse proxy or load balancer, from which every
     /// client comes. Default: loopback (`127.0.0.0/8`, `::1`).
     pub trusted_proxies: Vec<String>,
+    /// IPv6 clients are counted by this many leading bits of their address, for
+    /// `max_connections_per_ip` and every per-address share (a CT log's validation
+    /// queue): one host is usually given a whole `/64`, so counting single addresses
+    /// would let it open as many connections as it likes. 128 counts each address.
+    pub ipv6_prefix_len: u8,
     /// Response body bytes held for clients at once (each listener); a response that
     /// does not fit gets `503` with `Retry-After: 1`.
     pub max_response_bytes_in_flight: u64,
@@ -82,6 +87,7 @@ impl Default for HttpConfig {
             max_connections: 4096,
             max_connections_per_ip: 256,
             trusted_proxies: vec!["127.0.0.0/8".into(), "::1".into()],
+            ipv6_prefix_len: 64,
             max_response_bytes_in_flight: 256 << 20,
             h2_max_concurrent_streams: 100,
             h2_keep_alive_interval_ms: 20_000,
@@ -160,6 +166,19 @@ impl IpCidr {
             0 => 0,
             k => bits(ip) & (u128::MAX << (width - k)) & (u128::MAX >> (128 - width)),
         }
+    }
+}
+
+/// `ip` as a client is counted per address: an IPv4 address (IPv4-mapped IPv6 ones
+/// too) as it is, an IPv6 address cut to its first `v6_prefix` bits (the rest zero).
+pub fn client_key(ip: std::net::IpAddr, v6_prefix: u8) -> std::net::IpAddr {
+    match ip.to_canonical() {
+        std::net::IpAddr::V6(v6) => {
+            let keep = u32::from(v6_prefix.min(128));
+            let mask = u128::MAX.checked_shl(128 - keep).unwrap_or(0);
+            std::net::IpAddr::V6((u128::from(v6) & mask).into())
+        }
+        v4 => v4,
     }
 }
 

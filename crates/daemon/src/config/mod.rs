@@ -18,7 +18,7 @@ mod tests;
 
 pub use ct::{CtConfig, log_list_url, parse_rfc3339_ms};
 pub use engine::{BatchingConfig, CT_BATCH_MAX_AGE_MS, CheckpointConfig, DedupConfig, QueueConfig};
-pub use http::{AuthConfig, HttpConfig, IpCidr, MAX_RESPONSE_BYTES};
+pub use http::{AuthConfig, HttpConfig, IpCidr, MAX_RESPONSE_BYTES, client_key};
 pub use observe::{LogFormatConfig, MetricsConfig};
 pub use peers::{ForwardConfig, WitnessingConfig};
 pub use storage::{StorageConfig, database_tls_warning};
@@ -569,6 +569,12 @@ impl Config {
             );
         }
         self.http.trusted_proxies()?;
+        if self.http.ipv6_prefix_len > 128 {
+            bail!(
+                "`http.ipv6_prefix_len` is {}: an IPv6 prefix is 0 to 128 bits",
+                self.http.ipv6_prefix_len
+            );
+        }
         if !matches!(self.log.format.as_str(), "text" | "json") {
             bail!(
                 "`log.format` must be \"text\" or \"json\", not {:?}",

@@ -453,6 +453,7 @@ fn http_limits_have_defaults_and_parse() {
     c.validate().unwrap();
     assert_eq!(c.http.write_timeout_ms, 1500);
     assert_eq!(c.http.max_connections_per_ip, 3);
+    assert_eq!(c.http.ipv6_prefix_len, 64, "IPv6 clients by /64 by default");
     assert_eq!(c.http.max_response_bytes_in_flight, 32 << 20);
     assert_eq!(
         (
@@ -485,6 +486,10 @@ fn bad_http_limits_are_named_in_one_line() {
             "\"proxy.local\" is not",
         ),
         ("trusted_proxies = [\"::/129\"]", "0 to 128"),
+        (
+            "ipv6_prefix_len = 129",
+            "`http.ipv6_prefix_len` is 129: an IPv6 prefix is 0 to 128 bits",
+        ),
         (
             "write_timeout_ms = 0",
             "`http.write_timeout_ms` must be at least 1",

@@ -11,13 +11,18 @@
 //!    dedup index holds (its index and timestamp; the entry is the leaf itself). Its
 //!    chain was validated when it was logged, and its SCT commits the log to nothing
 //!    new, so the chain sent again is not checked (it may differ: RFC 6962 §4.1).
-//! 1. The chain is validated against the roots (`tlogd_ct::chain`): on the request's
-//!    thread when its checks are few and cheap, else off the async threads; `400`
-//!    with the reason when it does not validate.
+//!    The chain's length is checked before any certificate is decoded.
+//! 1. The chain is validated against the roots (`tlogd_ct::chain`, which checks
+//!    names, the root and the keys before any signature, and signatures from the root
+//!    down): on the request's thread when its checks are few and cheap, else on the
+//!    log's validation threads (`validation.rs`: a bounded queue, a per-address share,
+//!    `503` beyond either); `400` with the reason when it does not validate.
 //!    Certificates older than `[ct] old_not_before_days` are rate-limited (`429`).
 //! 2. Every issuer of the verified path, the root included, is stored at
 //!    `issuer/<hex>` with `put_blob` (write-once, durable when it returns) before the
-//!    entry is queued: a data tile never names an issuer a reader cannot fetch.
+//!    entry is queued: a data tile never names an issuer a reader cannot fetch. An add
+//!    the log would refuse now ([`Log::admits`]: frozen, queue full, shutting down)
+//!    is refused before, and stores nothing.
 //! 3. The entry is sequenced by the engine, which answers once it is durable in the
 //!    committed tree, with its index and the timestamp its batch was given.
 //! 4. With `await_publication`, the answer waits until a published checkpoint covers
@@ -43,15 +48,20 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use serde::Deserialize;
 use tlogd_core::engine::{Log, LogStorage};
-use tlogd_ct::chain::{ChainKind, ChainPolicy, Roots, validate, validate_if_cheap};
+use tlogd_ct::chain::{
+    ChainError, ChainKind, ChainPolicy, MAX_CHAIN_LEN, Roots, validate, validate_if_cheap,
+};
 use tlogd_ct::sct::{SignedCertificateTimestamp, timestamped_entry};
 use tlogd_ct::{certificate_dedup_key, precertificate_dedup_key};
 use tlogd_static_ct::leaf::TimestampedEntry;
 use tlogd_static_ct::parse_data_tile;
 use tlogd_static_ct::signer::LogKey;
 
-use crate::answer::{add_refused, hex, internal_error, now_ms, read_body, text};
+use crate::answer::{ClientAddr, add_refused, hex, internal_error, now_ms, read_body, text};
 use crate::config::CtConfig;
+use crate::routes::tiles::{Reads, not_yet};
+use crate::routes::validation::ValidationPool;
+use sha2::{Digest, Sha256};
 
 /// The largest `add-chain` or `add-pre-chain` body taken (TesseraCT's bound).
 pub const MAX_CHAIN_BODY: usize = 512 << 10;
@@ -100,6 +110,10 @@ pub struct CtLog {
     roots_file: PathBuf,
     policy: ChainPolicy,
     stored_issuers: Mutex<HashSet<[u8; 32]>>,
+    /// `GET /issuer` answers.
+    issuers: IssuerCache,
+    /// The threads that validate costly chains.
+    validation: ValidationPool,
     scts: Mutex<SctCache>,
     metrics: SubmissionMetrics,
     body_read_timeout: Duration,
@@ -209,6 +223,16 @@ impl CtLog {
             roots_file: config.roots_file.clone(),
             policy,
             stored_issuers: Mutex::new(HashSet::new()),
+            issuers: IssuerCache::default(),
+            validation: ValidationPool::new(
+                "ct",
+                config
+                    .validation_threads
+                    .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+                config.validation_queue,
+                config.validation_queue_per_address,
+            )
+            .context("starting the chain validation threads")?,
             scts: Mutex::new(SctCache::default()),
             metrics: SubmissionMetrics::default(),
             body_read_timeout,
@@ -267,22 +291,23 @@ pub fn submission_routes<S: LogStorage>(log: Log<S>, ct: Arc<CtLog>) -> Router {
         .with_state((log, ct))
 }
 
-/// The CT read routes of `log`: `get-roots` and the issuers.
-pub fn read_routes<S: LogStorage>(log: Log<S>, ct: Arc<CtLog>) -> Router {
+/// The CT read routes of a log: `get-roots` and the issuers, read with the turns
+/// its tile reads take (`reads`).
+pub(crate) fn read_routes<S: LogStorage>(reads: Arc<Reads<S>>, ct: Arc<CtLog>) -> Router {
     Router::new()
         .route(
             "/ct/v1/get-roots",
-            get(|State(s): State<(Log<S>, Arc<CtLog>)>| async move { get_roots(&s.1) }),
+            get(|State(s): State<(Arc<Reads<S>>, Arc<CtLog>)>| async move { get_roots(&s.1) }),
         )
         .route(
             "/issuer/{fingerprint}",
             get(
-                |State(s): State<(Log<S>, Arc<CtLog>)>, UrlPath(f): UrlPath<String>| async move {
-                    issuer(&s.0, &f).await
+                |State(s): State<(Arc<Reads<S>>, Arc<CtLog>)>, UrlPath(f): UrlPath<String>| async move {
+                    issuer(&s.0, &s.1, &f).await
                 },
             ),
         )
-        .with_state((log, ct))
+        .with_state((reads, ct))
 }
 
 /// RFC 6962 §4.1: `{"chain": [base64 DER, ...]}`. Borrowed from the body (base64
@@ -297,6 +322,22 @@ struct AddChainRequest<'a> {
 /// a newtype: serde borrows a field's `Cow` when told to, never a `Vec`'s elements).
 #[derive(Deserialize)]
 struct Base64Der<'a>(#[serde(borrow)] std::borrow::Cow<'a, str>);
+
+/// The answer to an add the log refused, its `Retry-After` jittered.
+fn refused<S: LogStorage>(
+    log: &Log<S>,
+    e: &tlogd_core::engine::AddError,
+    route: &str,
+) -> (Response, &'static str) {
+    let (mut resp, outcome) = add_refused(e, log.config().retry_after, route);
+    if resp.headers().contains_key(header::RETRY_AFTER) {
+        resp.headers_mut().insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(jittered(log.config().retry_after)),
+        );
+    }
+    (resp, outcome)
+}
 
 /// `503` with `msg` and a jittered `Retry-After`: retrying later can succeed.
 fn pushback<S: LogStorage>(log: &Log<S>, msg: &str) -> (Response, &'static str) {
@@ -402,6 +443,14 @@ async fn add_inner<S: LogStorage>(
     let Some(leaf) = request.chain.first() else {
         return bad("the chain is empty".into());
     };
+    // Counted before any certificate is decoded (#62).
+    if request.chain.len() > MAX_CHAIN_LEN {
+        return bad(ChainError::TooLong {
+            len: request.chain.len(),
+            max: MAX_CHAIN_LEN,
+        }
+        .to_string());
+    }
     let leaf = match B64.decode(leaf.0.as_bytes()) {
         Ok(der) => der,
         Err(e) => return bad(format!("chain[0] is not base64: {e}")),
@@ -428,23 +477,36 @@ async fn add_inner<S: LogStorage>(
     drop(body);
     // A few cheap signature checks (RSA up to 4096 bits, P-256: 20-60 µs each) cost
     // about what handing the chain to another thread costs: here. Others (P-384 ~0.7
-    // ms, P-521, small RSA keys, long chains of unknown links): off the async threads,
-    // which serve every other request (`validate_if_cheap`).
+    // ms, P-521, small RSA keys): on the log's validation threads, within the queue's
+    // bound and this client's share of it (`validation.rs`), never on the async
+    // threads, which serve every other request, nor on the blocking pool storage uses.
     let roots = ct.roots();
     let validated = match validate_if_cheap(&chain, kind, &roots.roots, &ct.policy, now_ms()) {
-        Some(v) => Ok(v),
+        Some(v) => v,
         None => {
             let policy = ct.policy.clone();
-            tokio::task::spawn_blocking(move || {
+            let client = parts
+                .extensions
+                .get::<ClientAddr>()
+                .copied()
+                .unwrap_or_default();
+            let run = ct.validation.run(client.0, move || {
                 validate(&chain, kind, &roots.roots, &policy, now_ms())
-            })
-            .await
+            });
+            match run.await {
+                Ok(v) => v,
+                Err(shed) => {
+                    let (reason, msg) = shed.reason();
+                    metrics::counter!("tlogd_ct_validation_shed_total", "log" => ct.label.clone(), "reason" => reason)
+                        .increment(1);
+                    return pushback(log, msg);
+                }
+            }
         }
     };
     let validated = match validated {
-        Ok(Ok(v)) => v,
-        Ok(Err(e)) => return bad(e.to_string()),
-        Err(e) => return (internal_error(route, &e), "error"),
+        Ok(v) => v,
+        Err(e) => return bad(e.to_string()),
     };
     if let Some(limit) = &ct.old_limit
         && !limit.admit(validated.not_before_ms, now_ms())
@@ -456,7 +518,15 @@ async fn add_inner<S: LogStorage>(
         *resp.status_mut() = StatusCode::TOO_MANY_REQUESTS;
         return (resp, outcome);
     }
-    // Step 2: the issuers, durable before the entry is queued.
+    let entry = match validated.submission.encode() {
+        Ok(e) => Bytes::from(e),
+        Err(e) => return bad(e.to_string()),
+    };
+    // Step 2: the issuers, durable before the entry is queued; none stored for an add
+    // the log would refuse now (frozen, queue full, ...: #62).
+    if let Err(e) = log.admits(entry.len()) {
+        return refused(log, &e, route);
+    }
     for (fingerprint, der) in validated.submission.chain.iter().zip(&validated.issuers) {
         let known = ct
             .stored_issuers
@@ -474,29 +544,17 @@ async fn add_inner<S: LogStorage>(
                 "cannot store the chain's issuers right now; retry later",
             );
         }
+        ct.issuers.stored(fingerprint, der);
         let mut known = ct.stored_issuers.lock().unwrap_or_else(|e| e.into_inner());
         if known.len() >= MAX_REMEMBERED_ISSUERS {
             known.clear();
         }
         known.insert(*fingerprint);
     }
-    let entry = match validated.submission.encode() {
-        Ok(e) => Bytes::from(e),
-        Err(e) => return bad(e.to_string()),
-    };
     // Step 3.
     let added = match log.add(entry).await {
         Ok(a) => a,
-        Err(e) => {
-            let (mut resp, outcome) = add_refused(&e, log.config().retry_after, route);
-            if resp.headers().contains_key(header::RETRY_AFTER) {
-                resp.headers_mut().insert(
-                    header::RETRY_AFTER,
-                    HeaderValue::from(jittered(log.config().retry_after)),
-                );
-            }
-            return (resp, outcome);
-        }
+        Err(e) => return refused(log, &e, route),
     };
     // A precertificate's entry holds what its chain gave (the issuer's key hash, the
     // TBS as a precertificate signing certificate rewrites it): a resubmission with
@@ -630,37 +688,193 @@ fn get_roots(ct: &CtLog) -> Response {
     resp
 }
 
-async fn issuer<S: LogStorage>(log: &Log<S>, fingerprint: &str) -> Response {
-    let valid = fingerprint.len() == 64
-        && fingerprint
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-    if !valid {
-        return text(
-            StatusCode::NOT_FOUND,
-            "issuer/ paths are 64 lowercase hex digits (a SHA-256)",
-        );
-    }
-    match log
-        .storage()
-        .read_blob(&format!("issuer/{fingerprint}"))
-        .await
-    {
-        Ok(Some(der)) => {
-            let mut resp = (StatusCode::OK, der).into_response();
-            let h = resp.headers_mut();
-            h.insert(header::CONTENT_TYPE, HeaderValue::from_static(PKIX_CERT));
-            // Content-addressed: the bytes at this path never change.
-            h.insert(
-                header::CACHE_CONTROL,
-                HeaderValue::from_static("public, max-age=31536000, immutable"),
-            );
-            resp
-        }
-        Ok(None) => text(
+/// `GET /issuer/<hex>` (static-ct-api "Issuers"): from [`IssuerCache`] when it
+/// knows the answer, else read from storage with a read turn and remembered. A miss
+/// is answered `no-store`: a later add (here or at another frontend of the store) may
+/// store that issuer.
+async fn issuer<S: LogStorage>(reads: &Reads<S>, ct: &CtLog, fingerprint: &str) -> Response {
+    let not_found = || {
+        not_yet(text(
             StatusCode::NOT_FOUND,
             format!("issuer/{fingerprint} not found"),
+        ))
+    };
+    let Some(key) = parse_fingerprint(fingerprint) else {
+        return not_yet(text(
+            StatusCode::NOT_FOUND,
+            "issuer/ paths are 64 lowercase hex digits (a SHA-256)",
+        ));
+    };
+    let found = |der: Bytes| {
+        let mut resp = (StatusCode::OK, der).into_response();
+        let h = resp.headers_mut();
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static(PKIX_CERT));
+        // Content-addressed: the bytes at this path never change.
+        h.insert(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("public, max-age=31536000, immutable"),
+        );
+        resp
+    };
+    match ct.issuers.get(&key) {
+        Some(Some(der)) => return found(der),
+        Some(None) => return not_found(),
+        None => {}
+    }
+    let turn = match reads.turn("issuer").await {
+        Ok(turn) => turn,
+        Err(resp) => return resp,
+    };
+    let read = reads
+        .log
+        .storage()
+        .read_public_blob(&format!("issuer/{fingerprint}"))
+        .await;
+    drop(turn);
+    match read {
+        // What is stored under a fingerprint is that certificate (it was checked when
+        // stored); anything else is not served, nor remembered.
+        Ok(Some(der)) if Sha256::digest(&der)[..] == key[..] => {
+            let der = Bytes::from(der);
+            ct.issuers.stored(&key, &der);
+            found(der)
+        }
+        Ok(Some(_)) => internal_error(
+            "GET /issuer",
+            &format!("issuer/{fingerprint} holds bytes of another fingerprint"),
         ),
+        Ok(None) => {
+            ct.issuers.missing(&key);
+            not_found()
+        }
         Err(e) => internal_error("GET /issuer", &e),
+    }
+}
+
+/// 64 lowercase hex digits as the 32 bytes they spell.
+fn parse_fingerprint(s: &str) -> Option<[u8; 32]> {
+    let digit = |b: u8| match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        _ => None,
+    };
+    let b = s.as_bytes();
+    if b.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = digit(b[2 * i])? << 4 | digit(b[2 * i + 1])?;
+    }
+    Some(out)
+}
+
+/// How many issuers [`IssuerCache`] keeps per generation (two generations; CA
+/// certificates are 1 to 2 KB: a few MB at most).
+const ISSUER_CACHE_GENERATION: usize = 2048;
+
+/// How many fingerprints found missing it keeps; beyond it the set starts over.
+const MISSING_ISSUERS: usize = 65_536;
+
+/// How long a fingerprint found missing is answered `404` without reading storage
+/// again: another frontend of a shared store may store that issuer, and its entries'
+/// data tiles are public only after it did, so a reader that follows a tile meets at
+/// most this much delay; a flood of made-up fingerprints costs one read each per this.
+const MISSING_ISSUER_TTL: Duration = Duration::from_secs(1);
+
+/// Issuers read or stored here, and fingerprints found missing (#62): a flood of
+/// issuer requests, random or repeated, costs storage one read per fingerprint (per
+/// [`MISSING_ISSUER_TTL`] for a miss), not one per request.
+#[derive(Default)]
+struct IssuerCache {
+    found: Mutex<[HashMap<[u8; 32], Bytes>; 2]>,
+    missing: Mutex<HashMap<[u8; 32], Instant>>,
+}
+
+impl IssuerCache {
+    /// `Some(Some(der))`: stored; `Some(None)`: found missing a moment ago; `None`: not
+    /// known here.
+    fn get(&self, key: &[u8; 32]) -> Option<Option<Bytes>> {
+        let found = self.found.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(der) = found.iter().find_map(|g| g.get(key)) {
+            return Some(Some(der.clone()));
+        }
+        drop(found);
+        let missing = self.missing.lock().unwrap_or_else(|e| e.into_inner());
+        match missing.get(key) {
+            Some(at) if at.elapsed() < MISSING_ISSUER_TTL => Some(None),
+            _ => None,
+        }
+    }
+
+    /// The issuer with this fingerprint is stored.
+    fn stored(&self, key: &[u8; 32], der: &[u8]) {
+        self.missing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+        let mut found = self.found.lock().unwrap_or_else(|e| e.into_inner());
+        if found.iter().any(|g| g.contains_key(key)) {
+            return;
+        }
+        if found[0].len() >= ISSUER_CACHE_GENERATION {
+            found[1] = std::mem::take(&mut found[0]);
+        }
+        found[0].insert(*key, Bytes::copy_from_slice(der));
+    }
+
+    /// Storage holds no issuer with this fingerprint (now).
+    fn missing(&self, key: &[u8; 32]) {
+        let mut missing = self.missing.lock().unwrap_or_else(|e| e.into_inner());
+        if missing.len() >= MISSING_ISSUERS {
+            missing.retain(|_, at| at.elapsed() < MISSING_ISSUER_TTL);
+            if missing.len() >= MISSING_ISSUERS {
+                missing.clear();
+            }
+        }
+        missing.insert(*key, Instant::now());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// #62: issuers read or stored are answered from memory; a miss is remembered for
+    /// [`MISSING_ISSUER_TTL`] only, and forgotten at once when this frontend stores it.
+    #[test]
+    fn the_issuer_cache_keeps_hits_and_misses_for_a_moment() {
+        let c = IssuerCache::default();
+        let (a, b) = ([1u8; 32], [2u8; 32]);
+        assert_eq!(c.get(&a), None);
+        c.missing(&a);
+        assert_eq!(c.get(&a), Some(None));
+        c.stored(&a, b"der a");
+        assert_eq!(c.get(&a), Some(Some(Bytes::from_static(b"der a"))));
+        c.missing(&b);
+        c.missing
+            .lock()
+            .unwrap()
+            .insert(b, Instant::now() - MISSING_ISSUER_TTL);
+        assert_eq!(c.get(&b), None, "a miss is remembered for a moment only");
+        // Bounded: the oldest generation goes.
+        for i in 0..2 * ISSUER_CACHE_GENERATION {
+            let mut k = [0u8; 32];
+            k[..8].copy_from_slice(&(i as u64 + 10).to_be_bytes());
+            c.stored(&k, b"x");
+        }
+        assert_eq!(c.get(&a), None);
+        let held: usize = c.found.lock().unwrap().iter().map(HashMap::len).sum();
+        assert!(held <= 2 * ISSUER_CACHE_GENERATION);
+    }
+
+    #[test]
+    fn fingerprints_are_64_lowercase_hex_digits() {
+        let hexed = "00ff".repeat(16);
+        let fp = parse_fingerprint(&hexed).unwrap();
+        assert_eq!(fp[..2], [0x00, 0xff]);
+        assert!(parse_fingerprint(&hexed.to_uppercase()).is_none());
+        assert!(parse_fingerprint(&hexed[1..]).is_none());
+        assert!(parse_fingerprint(&format!("{}g", &hexed[1..])).is_none());
     }
 }

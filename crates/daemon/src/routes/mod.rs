@@ -8,3 +8,4 @@ pub mod ct;
 pub mod ct_shard;
 pub mod forward;
 pub mod tiles;
+pub mod validation;

@@ -25,6 +25,35 @@ pub(crate) struct Reads<S: LogStorage> {
     pub(crate) queue_timeout: Duration,
 }
 
+impl<S: LogStorage> Reads<S> {
+    /// A turn to read storage, waited for at most `queue_timeout`; else the `503`
+    /// to answer (counted under `kind`).
+    pub(crate) async fn turn(
+        &self,
+        kind: &'static str,
+    ) -> Result<tokio::sync::SemaphorePermit<'_>, Response> {
+        match tokio::time::timeout(self.queue_timeout, self.turns.acquire()).await {
+            Ok(Ok(turn)) => Ok(turn),
+            _ => {
+                read_metric(
+                    kind,
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &self.log.config().name,
+                );
+                metrics::counter!("tlogd_storage_reads_shed_total", "log" => self.log.config().name.clone())
+                    .increment(1);
+                let mut resp = text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "too many reads in progress; retry later",
+                );
+                resp.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                Err(resp)
+            }
+        }
+    }
+}
+
 /// Whether the request's `Accept-Encoding` takes gzip (not with `q=0`).
 fn accepts_gzip(headers: &HeaderMap) -> bool {
     headers
@@ -177,7 +206,7 @@ pub(crate) async fn checkpoint<S: LogStorage>(State(reads): State<Arc<Reads<S>>>
 
 /// A 404 for something that may exist a moment later (a path beyond the tree, which
 /// another frontend may be committing; the first checkpoint): no cache may keep it.
-fn not_yet(mut resp: Response) -> Response {
+pub(crate) fn not_yet(mut resp: Response) -> Response {
     resp.headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     resp
@@ -241,33 +270,19 @@ pub(crate) async fn tile<S: LogStorage>(
         read_metric(kind, StatusCode::NOT_FOUND, &reads.log.config().name);
         return not_yet(text(StatusCode::NOT_FOUND, format!("{path} not found")));
     }
-    let turn = match tokio::time::timeout(reads.queue_timeout, reads.turns.acquire()).await {
-        Ok(Ok(turn)) => turn,
-        _ => {
-            read_metric(
-                kind,
-                StatusCode::SERVICE_UNAVAILABLE,
-                &reads.log.config().name,
-            );
-            metrics::counter!("tlogd_storage_reads_shed_total", "log" => reads.log.config().name.clone())
-                .increment(1);
-            let mut resp = text(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "too many reads in progress; retry later",
-            );
-            resp.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-            return resp;
-        }
+    let turn = match reads.turn(kind).await {
+        Ok(turn) => turn,
+        Err(resp) => return resp,
     };
     let read = log.storage().read_public_tile(&id).await;
-    drop(turn);
     match read {
         Ok(Some(b)) if id.kind == TileKind::Data && accepts_gzip(req.headers()) => {
             read_metric(kind, StatusCode::OK, &reads.log.config().name);
             // static-ct-api "Log entries": data tiles SHOULD be served compressed;
-            // certificates compress to about half.
+            // certificates compress to about half. Within the read's turn (#62): a
+            // flood of data tile reads compresses no more at once than it reads.
             let gzipped = tokio::task::spawn_blocking(move || gzip(&b)).await;
+            drop(turn);
             match gzipped {
                 Ok(Ok(z)) => (
                     [

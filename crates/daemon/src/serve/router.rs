@@ -100,7 +100,7 @@ pub fn router_with<S: LogStorage>(log: Log<S>, opts: &HttpOptions) -> Router {
     let read_routes = Router::new()
         .route("/checkpoint", get(checkpoint::<S>))
         .route("/tile/{*path}", get(tile::<S>))
-        .with_state(reads);
+        .with_state(reads.clone());
     let mut writes = match &opts.ct {
         None => Router::new().route("/add", add_route),
         Some(_) => Router::new(),
@@ -127,7 +127,7 @@ pub fn router_with<S: LogStorage>(log: Log<S>, opts: &HttpOptions) -> Router {
         }
         routes = routes
             .merge(submissions)
-            .merge(crate::routes::ct::read_routes(log, ct.clone()));
+            .merge(crate::routes::ct::read_routes(reads, ct.clone()));
     }
     routes
         .fallback(move |req: Request| not_found(req, label.clone()))

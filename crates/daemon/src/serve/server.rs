@@ -94,6 +94,8 @@ pub struct ServeOptions {
     pub max_connections_per_ip: usize,
     /// Addresses without a per-address cap (reverse proxies).
     pub trusted_proxies: Vec<IpCidr>,
+    /// IPv6 clients are counted by this many leading bits of their address.
+    pub ipv6_prefix_len: u8,
     /// Response body bytes held at once (this listener); beyond it, `503`.
     pub max_response_bytes_in_flight: u64,
     /// Requests in flight at once on one HTTP/2 connection.
@@ -128,6 +130,7 @@ impl From<&HttpConfig> for ServeOptions {
                 .iter()
                 .filter_map(|t| IpCidr::parse(t).ok())
                 .collect(),
+            ipv6_prefix_len: c.ipv6_prefix_len,
             max_response_bytes_in_flight: c.max_response_bytes_in_flight,
             h2_max_concurrent_streams: c.h2_max_concurrent_streams.max(1),
             h2_keep_alive_interval: Duration::from_millis(c.h2_keep_alive_interval_ms.max(1)),
@@ -166,6 +169,7 @@ pub async fn serve(
     let per_ip = Arc::new(PerIp {
         max: opts.max_connections_per_ip,
         trusted: opts.trusted_proxies.clone(),
+        v6_prefix: opts.ipv6_prefix_len,
         open: Mutex::new(HashMap::new()),
     });
     let shared = Arc::new(Shared {
@@ -256,7 +260,9 @@ async fn accept_error(e: std::io::Error, listener: &'static str) {
 struct PerIp {
     max: usize,
     trusted: Vec<IpCidr>,
-    /// Addresses with at least one connection open; an entry is removed at zero, so the
+    /// IPv6 addresses are counted by this many leading bits (`ipv6_prefix_len`).
+    v6_prefix: u8,
+    /// Addresses (IPv6 ones cut to their prefix) with at least one connection open; an entry is removed at zero, so the
     /// map holds no more entries than there are connections.
     open: Mutex<HashMap<IpAddr, usize>>,
 }
@@ -265,11 +271,12 @@ impl PerIp {
     /// A place for one more connection from `ip`, or `None` when it has its fill.
     /// Trusted addresses get a place that counts nothing.
     fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<IpSlot> {
-        // One client is one client, over IPv4 or as an IPv4-mapped IPv6 address.
-        let ip = ip.to_canonical();
+        // One client is one client, over IPv4 or as an IPv4-mapped IPv6 address, and
+        // an IPv6 host is counted by its prefix (#62: one /64 is one client).
         if self.trusted.iter().any(|t| t.contains(ip)) {
             return Some(IpSlot(None));
         }
+        let ip = crate::config::client_key(ip, self.v6_prefix);
         // A poisoned lock (a panic while held: none of the code under it can panic)
         // still holds consistent counts.
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
@@ -284,6 +291,13 @@ impl PerIp {
 
 /// One connection's place in [`PerIp`], given back when dropped.
 struct IpSlot(Option<(Arc<PerIp>, IpAddr)>);
+
+impl IpSlot {
+    /// The client as per-address shares count it: `None` for a trusted proxy.
+    fn client(&self) -> crate::answer::ClientAddr {
+        crate::answer::ClientAddr(self.0.as_ref().map(|(_, ip)| *ip))
+    }
+}
 
 impl Drop for IpSlot {
     fn drop(&mut self) {
@@ -720,9 +734,10 @@ async fn connection(
     opts: ServeOptions,
     shared: Arc<Shared>,
     mut close_rx: watch::Receiver<()>,
-    _places: (OwnedSemaphorePermit, IpSlot),
+    places: (OwnedSemaphorePermit, IpSlot),
 ) {
     let name = opts.name;
+    let client = places.1.client();
     metrics::gauge!("tlogd_http_connections", "listener" => name).increment(1.0);
     let activity = Arc::new(Activity::new());
     let service = {
@@ -732,7 +747,9 @@ async fn connection(
                 activity.http2.store(true, Ordering::Relaxed);
             }
             let guard = InFlight::new(&activity);
-            let call = app.clone().call(Request::from(req.map(Body::new)));
+            let mut req = Request::from(req.map(Body::new));
+            req.extensions_mut().insert(client);
+            let call = app.clone().call(req);
             let shared = shared.clone();
             async move {
                 let resp = call.await?;
@@ -831,4 +848,52 @@ async fn connection(
             .increment(1);
     }
     metrics::gauge!("tlogd_http_connections", "listener" => name).decrement(1.0);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn per_ip(max: usize, v6_prefix: u8) -> Arc<PerIp> {
+        Arc::new(PerIp {
+            max,
+            trusted: vec![IpCidr::parse("::1").unwrap()],
+            v6_prefix,
+            open: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    /// #62: one IPv6 /64 is one client (by default): its addresses share the cap and
+    /// the per-address shares, another /64 has its own; with a /128 prefix each address
+    /// counts alone; IPv4 (and IPv4-mapped) addresses count alone; trusted ones not at
+    /// all.
+    #[test]
+    fn ipv6_clients_are_counted_by_their_prefix() {
+        let p = per_ip(1, 64);
+        let a = p.admit(ip("2001:db8:1:2::1")).expect("first");
+        assert_eq!(a.client().0, Some(ip("2001:db8:1:2::")));
+        assert!(p.admit(ip("2001:db8:1:2:ffff::9")).is_none(), "same /64");
+        let b = p.admit(ip("2001:db8:1:3::1")).expect("another /64");
+        assert!(p.admit(ip("192.0.2.1")).is_some());
+        let v4 = p.admit(ip("192.0.2.2")).expect("v4");
+        assert!(
+            p.admit(ip("::ffff:192.0.2.2")).is_none(),
+            "mapped is the same"
+        );
+        assert_eq!(v4.client().0, Some(ip("192.0.2.2")));
+        let t = p.admit(ip("::1")).expect("trusted");
+        assert!(p.admit(ip("::1")).is_some());
+        assert_eq!(t.client().0, None);
+        drop(a);
+        assert!(p.admit(ip("2001:db8:1:2::7")).is_some(), "place given back");
+        drop(b);
+        let each = per_ip(1, 128);
+        let _x = each.admit(ip("2001:db8::1")).expect("first");
+        assert!(each.admit(ip("2001:db8::2")).is_some(), "/128: each alone");
+        assert!(each.admit(ip("2001:db8::1")).is_none());
+    }
 }
