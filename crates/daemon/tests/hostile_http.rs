@@ -503,3 +503,74 @@ async fn an_h2_peer_that_does_not_answer_pings_is_closed() {
     );
     drop(conn);
 }
+
+/// #62: one address holds at most its share of the response budget: its streams beyond
+/// it get `503` (counted apart), while another address still gets what fits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_address_holds_at_most_its_share_of_the_response_budget() {
+    let addr = start(ServeOptions {
+        max_response_bytes_in_flight: 10 * MIB as u64,
+        max_response_bytes_per_ip: 3 * MIB as u64,
+        trusted_proxies: vec![],
+        ..patient("share")
+    })
+    .await;
+    let (heads, conn, held) = window_zero_client(addr, 10, MIB).await;
+    let ok = heads.iter().filter(|(s, _)| *s == 200).count();
+    let shed = heads.iter().filter(|(s, _)| *s == 503).count();
+    assert_eq!((ok, shed), (3, 7), "{heads:?}");
+    assert_eq!(
+        value("tlogd_http_responses_shed_per_ip_total{listener=\"share\"}"),
+        7.0
+    );
+    // Another address (127.0.0.2 is loopback too) is served from what is left.
+    let other = tokio::net::TcpSocket::new_v4().unwrap();
+    other.set_recv_buffer_size(32 << 10).unwrap();
+    other.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+    let mut other = other.connect(addr).await.unwrap();
+    other
+        .write_all(format!("GET /bytes/{MIB} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut head = [0u8; 12];
+    tokio::time::timeout(BOUND, other.read_exact(&mut head))
+        .await
+        .expect("an answer")
+        .unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200", "{:?}", String::from_utf8_lossy(&head));
+    drop(other);
+    drop(held);
+    conn.abort();
+    wait_metric(
+        "tlogd_http_response_bytes_in_flight{listener=\"share\"}",
+        0.0,
+    )
+    .await;
+}
+
+/// #62: a reader that keeps reading, but below the minimum rate, is cut as one that
+/// stopped: trickling a few bytes out of the socket is not progress enough to hold a
+/// response (and its bytes of the budget) for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_below_the_minimum_rate_is_cut() {
+    let addr = start_with_send_buffer(
+        ServeOptions {
+            write_timeout: Duration::from_secs(1),
+            min_response_bytes_per_s: 256 << 10,
+            ..patient("trickle")
+        },
+        Some(64 << 10),
+    )
+    .await;
+    let mut s = small_window_connection(addr).await;
+    // ~10 KiB/s, far below 256 KiB/s, never stopping.
+    let reader = tokio::spawn(async move {
+        read_response(&mut s, 8 * MIB, 1 << 10, Duration::from_millis(100)).await
+    });
+    wait_metric(
+        "tlogd_http_connections_closed_total{listener=\"trickle\",reason=\"write_timeout\"}",
+        1.0,
+    )
+    .await;
+    reader.abort();
+}

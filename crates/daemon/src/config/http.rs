@@ -56,6 +56,15 @@ pub struct HttpConfig {
     /// Response body bytes held for clients at once (each listener); a response that
     /// does not fit gets `503` with `Retry-After: 1`.
     pub max_response_bytes_in_flight: u64,
+    /// Of those, held for one client address at most (IPv6: its `ipv6_prefix_len`
+    /// prefix; `trusted_proxies` not counted): one address's readers, however slow,
+    /// cannot hold what others need. At least one full bundle.
+    pub max_response_bytes_per_ip: u64,
+    /// A response must be taken at this many bytes a second at least, on average: each
+    /// piece the client takes earns it this much time, and a response whose credit runs
+    /// `write_timeout_ms` behind is cut as if it had stopped (a reader that trickles is
+    /// no better than one that stopped). 0: any progress counts.
+    pub min_response_bytes_per_s: u64,
     /// Requests in flight at once on one HTTP/2 connection.
     pub h2_max_concurrent_streams: u32,
     /// An HTTP/2 connection is pinged after this long without hearing from the peer.
@@ -89,6 +98,8 @@ impl Default for HttpConfig {
             trusted_proxies: vec!["127.0.0.0/8".into(), "::1".into()],
             ipv6_prefix_len: 64,
             max_response_bytes_in_flight: 256 << 20,
+            max_response_bytes_per_ip: 64 << 20,
+            min_response_bytes_per_s: 16 << 10,
             h2_max_concurrent_streams: 100,
             h2_keep_alive_interval_ms: 20_000,
             h2_keep_alive_timeout_ms: 20_000,

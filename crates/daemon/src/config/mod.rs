@@ -568,6 +568,11 @@ impl Config {
                 "`http.max_response_bytes_in_flight` must be at least {MAX_RESPONSE_BYTES} (one full entry bundle)"
             );
         }
+        if self.http.max_response_bytes_per_ip < MAX_RESPONSE_BYTES {
+            bail!(
+                "`http.max_response_bytes_per_ip` must be at least {MAX_RESPONSE_BYTES} (one full entry bundle)"
+            );
+        }
         self.http.trusted_proxies()?;
         if self.http.ipv6_prefix_len > 128 {
             bail!(

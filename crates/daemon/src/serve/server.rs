@@ -23,15 +23,20 @@
 //!   a response handed to hyper has not had its next piece taken for that long (an
 //!   HTTP/2 stream whose flow-control window the peer keeps shut: hyper does not poll a
 //!   body while its stream has no send capacity, and the socket has nothing to write).
-//!   The deadline is on progress: a slow reader that keeps reading gets everything.
+//!   The deadline is on progress, at a minimum rate (`min_response_bytes_per_s`): each
+//!   piece a response hands over earns it the time the piece takes at that rate, and
+//!   a response that falls the write timeout behind is cut as one that stopped; a slow
+//!   reader above the rate gets everything, one trickling below it holds nothing for
+//!   long.
 //!   Response bodies are handed over in pieces of at most [`FRAME`] bytes (slices of
 //!   one buffer, no copy), so that "taken" follows what was sent: a whole bundle polled
 //!   at once would sit in hyper's or h2's buffer, taken yet unsent.
 //! * **HTTP/2 keep-alive** (`h2_keep_alive_*`): a connection the peer has sent nothing
 //!   on for the interval is pinged; a ping not answered in time closes it.
 //! * **Response bytes** (`max_response_bytes_in_flight`): response bodies hold their
-//!   size from one budget per listener until dropped; one that does not fit is
-//!   answered `503` with `Retry-After: 1` instead.
+//!   size from one budget per listener, and from the client address's share of it
+//!   (`max_response_bytes_per_ip`; trusted proxies not counted), until dropped; one that
+//!   does not fit either is answered `503` with `Retry-After: 1` instead.
 //! * **Body read**: the handlers' business (`POST /add` bounds it, see `routes/tiles.rs` and `answer.rs`).
 //! * **Connections** (`max_connections`, `max_connections_per_ip`): one permit each,
 //!   and at most so many from one address (except `trusted_proxies`); a connection
@@ -98,6 +103,10 @@ pub struct ServeOptions {
     pub ipv6_prefix_len: u8,
     /// Response body bytes held at once (this listener); beyond it, `503`.
     pub max_response_bytes_in_flight: u64,
+    /// Of those, held for one client address at most (trusted proxies not counted).
+    pub max_response_bytes_per_ip: u64,
+    /// The rate a response must be taken at, on average (0: any progress counts).
+    pub min_response_bytes_per_s: u64,
     /// Requests in flight at once on one HTTP/2 connection.
     pub h2_max_concurrent_streams: u32,
     /// An HTTP/2 connection silent for this long is pinged.
@@ -132,6 +141,8 @@ impl From<&HttpConfig> for ServeOptions {
                 .collect(),
             ipv6_prefix_len: c.ipv6_prefix_len,
             max_response_bytes_in_flight: c.max_response_bytes_in_flight,
+            max_response_bytes_per_ip: c.max_response_bytes_per_ip,
+            min_response_bytes_per_s: c.min_response_bytes_per_s,
             h2_max_concurrent_streams: c.h2_max_concurrent_streams.max(1),
             h2_keep_alive_interval: Duration::from_millis(c.h2_keep_alive_interval_ms.max(1)),
             h2_keep_alive_timeout: Duration::from_millis(c.h2_keep_alive_timeout_ms.max(1)),
@@ -177,8 +188,11 @@ pub async fn serve(
             used: AtomicU64::new(0),
             limit: opts.max_response_bytes_in_flight,
             gauge: metrics::gauge!("tlogd_http_response_bytes_in_flight", "listener" => opts.name),
+            per_ip_limit: opts.max_response_bytes_per_ip,
+            per_ip: Mutex::new(HashMap::new()),
         },
         shed: metrics::counter!("tlogd_http_responses_shed_total", "listener" => opts.name),
+        shed_per_ip: metrics::counter!("tlogd_http_responses_shed_per_ip_total", "listener" => opts.name),
     });
     let (close_tx, close_rx) = watch::channel(());
     let mut shutdown = std::pin::pin!(shutdown);
@@ -318,6 +332,8 @@ struct Shared {
     budget: Budget,
     /// `tlogd_http_responses_shed_total{listener}`.
     shed: metrics::Counter,
+    /// `tlogd_http_responses_shed_per_ip_total{listener}`: those over an address's share.
+    shed_per_ip: metrics::Counter,
 }
 
 /// Response body bytes held for clients (`max_response_bytes_in_flight`).
@@ -326,28 +342,80 @@ struct Budget {
     limit: u64,
     /// `tlogd_http_response_bytes_in_flight{listener}`.
     gauge: metrics::Gauge,
+    /// One client address's share (`max_response_bytes_per_ip`).
+    per_ip_limit: u64,
+    /// Bytes held by client address; an entry is removed at zero. Only responses over
+    /// [`SMALL_BODY`] come here (tiles and bundles, not adds' answers).
+    per_ip: Mutex<HashMap<IpAddr, u64>>,
 }
 
-/// `n` bytes of the listener's [`Budget`], given back when dropped (with the body).
+/// `n` bytes of the listener's [`Budget`] (and of the client's share of it), given
+/// back when dropped (with the body).
 struct Held {
     shared: Arc<Shared>,
     n: u64,
+    client: Option<IpAddr>,
+}
+
+/// Why a response's bytes were not held.
+enum Over {
+    /// The listener's budget is full.
+    Listener,
+    /// The client's share of it is.
+    Client,
 }
 
 impl Held {
-    /// `n` bytes if they fit.
-    fn take(shared: &Arc<Shared>, n: u64) -> Option<Held> {
+    /// `n` bytes for `client` (`None`: a trusted proxy, not counted per address) if
+    /// they fit in both the listener's budget and the client's share.
+    fn take(shared: &Arc<Shared>, n: u64, client: Option<IpAddr>) -> Result<Held, Over> {
         let b = &shared.budget;
         b.used
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
                 used.checked_add(n).filter(|&total| total <= b.limit)
             })
-            .ok()?;
+            .map_err(|_| Over::Listener)?;
         b.gauge.increment(n as f64);
-        Some(Held {
+        // From here, dropping `held` gives the listener's bytes back (and the
+        // client's, once counted).
+        let mut held = Held {
             shared: shared.clone(),
             n,
-        })
+            client: None,
+        };
+        if let Some(ip) = client {
+            let mut per_ip = b.per_ip.lock().unwrap_or_else(|p| p.into_inner());
+            let mine = per_ip.entry(ip).or_insert(0);
+            match mine.checked_add(n).filter(|&t| t <= b.per_ip_limit) {
+                Some(t) => *mine = t,
+                None => {
+                    if *mine == 0 {
+                        per_ip.remove(&ip);
+                    }
+                    return Err(Over::Client);
+                }
+            }
+            held.client = Some(ip);
+        }
+        Ok(held)
+    }
+
+    /// Returns `n` bytes to the client's share.
+    fn give_back_client(&self) {
+        if let Some(ip) = self.client {
+            let mut per_ip = self
+                .shared
+                .budget
+                .per_ip
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if let Some(held) = per_ip.get_mut(&ip) {
+                *held = held.saturating_sub(self.n);
+                if *held == 0 {
+                    per_ip.remove(&ip);
+                }
+            }
+        }
     }
 }
 
@@ -356,6 +424,7 @@ impl Drop for Held {
         let b = &self.shared.budget;
         b.used.fetch_sub(self.n, Ordering::AcqRel);
         b.gauge.decrement(self.n as f64);
+        self.give_back_client();
     }
 }
 
@@ -398,6 +467,9 @@ struct Activity {
     /// entry for HTTP/1.1, up to the stream limit for HTTP/2; the lock is the
     /// connection's own and held for a store or a scan of those few entries.
     responses: Mutex<Slots>,
+    /// `min_response_bytes_per_s`: a piece handed over moves its response's stamp on by
+    /// the time it earns at this rate, never beyond now (0: to now).
+    min_rate: u64,
 }
 
 /// A small slab of time stamps.
@@ -408,8 +480,9 @@ struct Slots {
 }
 
 impl Activity {
-    fn new() -> Self {
+    fn new(min_rate: u64) -> Self {
         Activity {
+            min_rate,
             epoch: Instant::now(),
             http2: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
@@ -450,11 +523,18 @@ impl Activity {
         }
     }
 
-    /// Response `slot` handed over a piece.
-    fn response_progress(&self, slot: usize) {
+    /// Response `slot` handed over a piece of `n` bytes: with a minimum rate, its
+    /// stamp moves on by the time the piece earns at that rate (so a response taken
+    /// slower falls behind, and is cut once `write_timeout` behind); else to now.
+    fn response_progress(&self, slot: usize, n: usize) {
         let now = self.now_ms();
         if let Some(at) = self.slots().at.get_mut(slot) {
-            *at = now;
+            *at = match self.min_rate {
+                0 => now,
+                rate => at
+                    .saturating_add((n as u64).saturating_mul(1000) / rate)
+                    .min(now),
+            };
         }
     }
 
@@ -520,9 +600,16 @@ impl Activity {
         let http2 = self.http2.load(Ordering::Relaxed);
         let last_write = self.last_write_ms.load(Ordering::Acquire);
         let blocked = self.blocked_since_ms.load(Ordering::Acquire);
-        let stalled = self
-            .oldest_response()
-            .map(|t| if http2 { t } else { t.max(last_write) });
+        // On HTTP/1.1 a socket write is the one response's progress too, unless a
+        // minimum rate is asked: then only what the response earned counts (a reader
+        // trickling bytes out of the socket is behind all the same).
+        let stalled = self.oldest_response().map(|t| {
+            if http2 || self.min_rate > 0 {
+                t
+            } else {
+                t.max(last_write)
+            }
+        });
         for since in [blocked, stalled.unwrap_or(NEVER)] {
             if since != NEVER {
                 let d = since.saturating_add(write_ms);
@@ -630,22 +717,25 @@ impl hyper::body::Body for Watched {
         let this = self.get_mut();
         if !this.rest.is_empty() {
             let piece = this.rest.split_to(FRAME.min(this.rest.len()));
-            this.in_flight.0.response_progress(this.slot);
+            this.in_flight.0.response_progress(this.slot, piece.len());
             return Poll::Ready(Some(Ok(Frame::data(piece))));
         }
         let frame = match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
             Some(Ok(f)) => f,
             other => return Poll::Ready(other),
         };
-        this.in_flight.0.response_progress(this.slot);
         match frame.into_data() {
             Ok(mut data) => {
                 if data.len() > FRAME {
                     this.rest = data.split_off(FRAME);
                 }
+                this.in_flight.0.response_progress(this.slot, data.len());
                 Poll::Ready(Some(Ok(Frame::data(data))))
             }
-            Err(other) => Poll::Ready(Some(Ok(other))),
+            Err(other) => {
+                this.in_flight.0.response_progress(this.slot, 0);
+                Poll::Ready(Some(Ok(other)))
+            }
         }
     }
 
@@ -739,7 +829,7 @@ async fn connection(
     let name = opts.name;
     let client = places.1.client();
     metrics::gauge!("tlogd_http_connections", "listener" => name).increment(1.0);
-    let activity = Arc::new(Activity::new());
+    let activity = Arc::new(Activity::new(opts.min_response_bytes_per_s));
     let service = {
         let activity = activity.clone();
         hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
@@ -765,10 +855,13 @@ async fn connection(
                     {
                         None
                     }
-                    Some(n) if n > SMALL_BODY => match Held::take(&shared, n) {
-                        Some(h) => Some(h),
-                        None => {
+                    Some(n) if n > SMALL_BODY => match Held::take(&shared, n, client.0) {
+                        Ok(h) => Some(h),
+                        Err(over) => {
                             shared.shed.increment(1);
+                            if matches!(over, Over::Client) {
+                                shared.shed_per_ip.increment(1);
+                            }
                             let shed = shed_response();
                             return Ok(shed.map(|b| Body::new(Watched::new(b, guard, None))));
                         }
