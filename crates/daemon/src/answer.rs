@@ -11,9 +11,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use http_body_util::BodyExt;
 use sha2::{Digest, Sha256};
 use tlogd_core::engine::AddError;
+
+use crate::client::{BodyHeld, Client};
 
 /// Response header marking an add answered from the dedup index.
 pub const DUPLICATE_HEADER: &str = "x-tlog-duplicate";
@@ -56,9 +58,14 @@ const DRAIN_LIMIT: u64 = 1 << 20;
 /// queue's byte limit counting a small fraction of it) and hyper would allocate a
 /// fresh one for the connection's next request. One parsed and dropped at once (a CT
 /// chain) need not be.
-pub(crate) async fn read_body(
+///
+/// Beyond its first bytes a body is read within `client`'s share of the listener's
+/// request-body budget ([`crate::client`]): one that does not fit gets `503` +
+/// `Retry-After: 1` at once.
+pub async fn read_body(
     headers: &HeaderMap,
     body: Body,
+    client: Option<&Client>,
     timeout: Duration,
     max: usize,
     what: &str,
@@ -91,9 +98,46 @@ pub(crate) async fn read_body(
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
         return Err(resp);
     }
-    let limited = Limited::new(body, max + 1);
-    match tokio::time::timeout(timeout, limited.collect()).await {
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+    let read = async {
+        let mut body = body;
+        let mut held = BodyHeld::new(client);
+        let mut pieces: Vec<Bytes> = Vec::new();
+        let mut total = 0usize;
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| {
+                text(
+                    StatusCode::BAD_REQUEST,
+                    format!("cannot read the request body: {e}"),
+                )
+            })?;
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            total += data.len();
+            if total > max {
+                return Err(too_large());
+            }
+            if !held.grow_to(total as u64) {
+                let mut resp = text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "busy: too many request bytes in flight; retry later",
+                );
+                let h = resp.headers_mut();
+                h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+                return Err(resp);
+            }
+            pieces.push(data);
+        }
+        // One piece (the usual case) is handed over as it is, a slice of hyper's buffer.
+        Ok(match pieces.len() {
+            0 => Bytes::new(),
+            1 => pieces.swap_remove(0),
+            _ => Bytes::from(pieces.concat()),
+        })
+    };
+    match tokio::time::timeout(timeout, read).await {
+        Ok(r) => r,
         Err(_) => {
             let mut resp = text(
                 StatusCode::REQUEST_TIMEOUT,
@@ -106,11 +150,6 @@ pub(crate) async fn read_body(
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
             Err(resp)
         }
-        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => Err(too_large()),
-        Ok(Err(e)) => Err(text(
-            StatusCode::BAD_REQUEST,
-            format!("cannot read the request body: {e}"),
-        )),
     }
 }
 
@@ -212,13 +251,6 @@ pub(crate) fn now_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
-
-/// The client a request came from, as per-address limits count it (an IPv6 address cut
-/// to `http.ipv6_prefix_len`): the listener puts it in every request's extensions.
-/// `None` inside: a trusted proxy (`http.trusted_proxies`), whose requests are many
-/// clients' and are not counted per address.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ClientAddr(pub Option<std::net::IpAddr>);
 
 /// Marks a response that must never be shed for the budget (a response extension): an
 /// answer that tells what became of entries already queued, such as a forward's

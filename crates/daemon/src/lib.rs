@@ -16,6 +16,7 @@
 
 pub mod answer;
 pub mod auth;
+pub mod client;
 pub mod commands;
 pub mod config;
 pub mod logset;

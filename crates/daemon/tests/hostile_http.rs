@@ -61,14 +61,37 @@ fn pattern(i: usize) -> u8 {
     (i % 251) as u8
 }
 
-/// `GET /bytes/{n}`: `n` bytes (at most 32 MiB) of [`pattern`], from one buffer.
+/// `GET /bytes/{n}`: `n` bytes (at most 32 MiB) of [`pattern`], from one buffer;
+/// `POST /body`: reads a body of up to 1 MiB as the handlers do (`read_body`, within
+/// the listener's request-body budget) and answers its length.
 fn router() -> Router {
     static BODY: OnceLock<Bytes> = OnceLock::new();
     let body = BODY.get_or_init(|| (0..32 * MIB).map(pattern).collect::<Vec<u8>>().into());
-    Router::new().route(
-        "/bytes/{n}",
-        get(move |Path(n): Path<usize>| async move { body.slice(..n.min(body.len())) }),
-    )
+    Router::new()
+        .route(
+            "/bytes/{n}",
+            get(move |Path(n): Path<usize>| async move { body.slice(..n.min(body.len())) }),
+        )
+        .route(
+            "/body",
+            axum::routing::post(|req: axum::extract::Request| async move {
+                let (parts, body) = req.into_parts();
+                let client = parts.extensions.get::<tlogd::client::Client>();
+                match tlogd::answer::read_body(
+                    &parts.headers,
+                    body,
+                    client,
+                    Duration::from_secs(60),
+                    MIB,
+                    "the body",
+                )
+                .await
+                {
+                    Ok(b) => axum::response::IntoResponse::into_response(b.len().to_string()),
+                    Err(resp) => resp,
+                }
+            }),
+        )
 }
 
 /// A server of [`router`] on a loopback port.
@@ -537,7 +560,12 @@ async fn one_address_holds_at_most_its_share_of_the_response_budget() {
         .await
         .expect("an answer")
         .unwrap();
-    assert_eq!(&head, b"HTTP/1.1 200", "{:?}", String::from_utf8_lossy(&head));
+    assert_eq!(
+        &head,
+        b"HTTP/1.1 200",
+        "{:?}",
+        String::from_utf8_lossy(&head)
+    );
     drop(other);
     drop(held);
     conn.abort();
@@ -573,4 +601,111 @@ async fn a_reader_below_the_minimum_rate_is_cut() {
     )
     .await;
     reader.abort();
+}
+
+/// #62: request bodies are budgeted like responses: an HTTP/2 client whose streams each
+/// send most of a body and never finish holds at most its address's share; its streams
+/// beyond it get `503` at once, and another address's body is still read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unfinished_bodies_hold_at_most_their_address_share() {
+    let addr = start(ServeOptions {
+        max_request_bytes_in_flight: 4 * MIB as u64,
+        max_request_bytes_per_ip: MIB as u64,
+        trusted_proxies: vec![],
+        ..patient("bodies")
+    })
+    .await;
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (send, conn) = h2::client::Builder::new()
+        .handshake::<_, Bytes>(tcp)
+        .await
+        .unwrap();
+    let conn = tokio::spawn(conn);
+    let piece = Bytes::from(vec![7u8; 100 << 10]);
+    let mut answers = Vec::new();
+    let mut streams = Vec::new();
+    for _ in 0..20 {
+        let mut s = tokio::time::timeout(BOUND, send.clone().ready())
+            .await
+            .expect("a stream slot")
+            .unwrap();
+        let req = hyper::Request::post(format!("http://{addr}/body"))
+            .header("content-length", (200 << 10).to_string())
+            .body(())
+            .unwrap();
+        let (resp, mut stream) = s.send_request(req, false).unwrap();
+        // 100 KiB of the 200 announced, and never the rest.
+        stream.send_data(piece.clone(), false).unwrap();
+        streams.push(stream);
+        answers.push(tokio::spawn(async move {
+            resp.await.map(|r| r.status().as_u16()).unwrap_or(0)
+        }));
+    }
+    // The share is 1 MiB: ~10 bodies beyond their free 4 KiB fit, the rest are refused.
+    wait_metric_at_least(
+        "tlogd_http_request_bodies_shed_total{listener=\"bodies\"}",
+        9.0,
+    )
+    .await;
+    let held = value("tlogd_http_request_bytes_in_flight{listener=\"bodies\"}");
+    assert!(held <= MIB as f64, "{held} bytes held for one address");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (answered, waiting): (Vec<_>, Vec<_>) = answers.into_iter().partition(|a| a.is_finished());
+    assert!(
+        (9..=11).contains(&answered.len()),
+        "{} of 20 answered",
+        answered.len()
+    );
+    for a in answered {
+        assert_eq!(a.await.unwrap(), 503, "a body over the share is refused");
+    }
+    // Another address's body is read whole.
+    let other = tokio::net::TcpSocket::new_v4().unwrap();
+    other.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+    let mut other = other.connect(addr).await.unwrap();
+    let body = vec![1u8; 300 << 10];
+    other
+        .write_all(
+            format!(
+                "POST /body HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    other.write_all(&body).await.unwrap();
+    let mut head = [0u8; 12];
+    tokio::time::timeout(BOUND, other.read_exact(&mut head))
+        .await
+        .expect("an answer")
+        .unwrap();
+    assert_eq!(
+        &head,
+        b"HTTP/1.1 200",
+        "{:?}",
+        String::from_utf8_lossy(&head)
+    );
+    // The client goes: what its bodies held comes back.
+    drop(waiting);
+    drop(streams);
+    drop(send);
+    conn.abort();
+    wait_metric(
+        "tlogd_http_request_bytes_in_flight{listener=\"bodies\"}",
+        0.0,
+    )
+    .await;
+}
+
+async fn wait_metric_at_least(name_and_labels: &str, want: f64) {
+    let deadline = Instant::now() + BOUND;
+    while value(name_and_labels) < want {
+        assert!(
+            Instant::now() < deadline,
+            "{name_and_labels} stays at {} (want {want} or more)",
+            value(name_and_labels)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

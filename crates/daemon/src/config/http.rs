@@ -60,6 +60,13 @@ pub struct HttpConfig {
     /// prefix; `trusted_proxies` not counted): one address's readers, however slow,
     /// cannot hold what others need. At least one full bundle.
     pub max_response_bytes_per_ip: u64,
+    /// Request-body bytes being read at once (each listener), beyond the first 4 KiB
+    /// of each body (small adds never count); a body that does not fit gets `503` +
+    /// `Retry-After: 1` at once.
+    pub max_request_bytes_in_flight: u64,
+    /// Of those, read for one client address at most (IPv6: its `ipv6_prefix_len`
+    /// prefix; `trusted_proxies` not counted). At least one CT chain (512 KiB).
+    pub max_request_bytes_per_ip: u64,
     /// A response must be taken at this many bytes a second at least, on average: each
     /// piece the client takes earns it this much time, and a response whose credit runs
     /// `write_timeout_ms` behind is cut as if it had stopped (a reader that trickles is
@@ -100,6 +107,8 @@ impl Default for HttpConfig {
             max_response_bytes_in_flight: 256 << 20,
             max_response_bytes_per_ip: 64 << 20,
             min_response_bytes_per_s: 16 << 10,
+            max_request_bytes_in_flight: 64 << 20,
+            max_request_bytes_per_ip: 8 << 20,
             h2_max_concurrent_streams: 100,
             h2_keep_alive_interval_ms: 20_000,
             h2_keep_alive_timeout_ms: 20_000,

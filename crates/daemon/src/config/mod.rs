@@ -568,6 +568,13 @@ impl Config {
                 "`http.max_response_bytes_in_flight` must be at least {MAX_RESPONSE_BYTES} (one full entry bundle)"
             );
         }
+        if self.http.max_request_bytes_per_ip < 512 << 10
+            || self.http.max_request_bytes_in_flight < self.http.max_request_bytes_per_ip
+        {
+            bail!(
+                "`http.max_request_bytes_per_ip` must be at least 524288 (one CT chain), and `http.max_request_bytes_in_flight` at least that"
+            );
+        }
         if self.http.max_response_bytes_per_ip < MAX_RESPONSE_BYTES {
             bail!(
                 "`http.max_response_bytes_per_ip` must be at least {MAX_RESPONSE_BYTES} (one full entry bundle)"

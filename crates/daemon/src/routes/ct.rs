@@ -57,7 +57,8 @@ use tlogd_static_ct::leaf::TimestampedEntry;
 use tlogd_static_ct::parse_data_tile;
 use tlogd_static_ct::signer::LogKey;
 
-use crate::answer::{ClientAddr, add_refused, hex, internal_error, now_ms, read_body, text};
+use crate::answer::{add_refused, hex, internal_error, now_ms, read_body, text};
+use crate::client::Client;
 use crate::config::CtConfig;
 use crate::routes::tiles::{Reads, not_yet};
 use crate::routes::validation::ValidationPool;
@@ -426,6 +427,7 @@ async fn add_inner<S: LogStorage>(
     let body = match read_body(
         &parts.headers,
         body,
+        parts.extensions.get::<Client>(),
         ct.body_read_timeout,
         MAX_CHAIN_BODY,
         "the request body",
@@ -485,12 +487,8 @@ async fn add_inner<S: LogStorage>(
         Some(v) => v,
         None => {
             let policy = ct.policy.clone();
-            let client = parts
-                .extensions
-                .get::<ClientAddr>()
-                .copied()
-                .unwrap_or_default();
-            let run = ct.validation.run(client.0, move || {
+            let client = parts.extensions.get::<Client>().and_then(|c| c.addr);
+            let run = ct.validation.run(client, move || {
                 validate(&chain, kind, &roots.roots, &policy, now_ms())
             });
             match run.await {

@@ -15,6 +15,7 @@ use tlogd_core::tile::{TileId, TileKind};
 use crate::answer::{
     DUPLICATE_HEADER, add_refused, internal_error, printable, read_body, read_metric, text,
 };
+use crate::client::Client;
 
 const IMMUTABLE: &str = "public, max-age=31536000, immutable";
 
@@ -116,9 +117,14 @@ pub(crate) fn outcome(o: &'static str, started: Instant, log: &str) {
 
 /// Read an add's body: at most [`MAX_ENTRY_SIZE`] bytes (one more is enough to know it
 /// is too large), within `timeout`.
-async fn read_entry(headers: &HeaderMap, body: Body, timeout: Duration) -> Result<Bytes, Response> {
+async fn read_entry(
+    headers: &HeaderMap,
+    body: Body,
+    client: Option<&Client>,
+    timeout: Duration,
+) -> Result<Bytes, Response> {
     // Copied out: the entry is held until its batch commits (see `read_body`).
-    read_body(headers, body, timeout, MAX_ENTRY_SIZE, "entry")
+    read_body(headers, body, client, timeout, MAX_ENTRY_SIZE, "entry")
         .await
         .map(|b| Bytes::copy_from_slice(&b))
 }
@@ -131,7 +137,8 @@ pub(crate) async fn add<S: LogStorage>(
 ) -> Response {
     let started = Instant::now();
     let (parts, body) = req.into_parts();
-    let body = match read_entry(&parts.headers, body, timeout).await {
+    let client = parts.extensions.get::<Client>();
+    let body = match read_entry(&parts.headers, body, client, timeout).await {
         Ok(b) => b,
         Err(resp) => {
             outcome(

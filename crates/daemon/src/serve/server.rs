@@ -37,7 +37,10 @@
 //!   size from one budget per listener, and from the client address's share of it
 //!   (`max_response_bytes_per_ip`; trusted proxies not counted), until dropped; one that
 //!   does not fit either is answered `503` with `Retry-After: 1` instead.
-//! * **Body read**: the handlers' business (`POST /add` bounds it, see `routes/tiles.rs` and `answer.rs`).
+//! * **Request bodies** (`max_request_bytes_in_flight`, `max_request_bytes_per_ip`): a
+//!   budget every request carries (`client.rs`), within which handlers read bodies
+//!   (`answer::read_body`); their size and time bounds are the handlers' business
+//!   (`routes/tiles.rs`, `routes/ct.rs`).
 //! * **Connections** (`max_connections`, `max_connections_per_ip`): one permit each,
 //!   and at most so many from one address (except `trusted_proxies`); a connection
 //!   accepted beyond either is closed at once and counted in
@@ -66,6 +69,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tower_service::Service;
 
+use crate::client::{BodyBudget, Client};
 use crate::config::{HttpConfig, IpCidr};
 
 /// The largest piece of a response body handed to hyper at once: a larger body is
@@ -105,6 +109,10 @@ pub struct ServeOptions {
     pub max_response_bytes_in_flight: u64,
     /// Of those, held for one client address at most (trusted proxies not counted).
     pub max_response_bytes_per_ip: u64,
+    /// Request-body bytes being read at once (this listener); beyond it, `503`.
+    pub max_request_bytes_in_flight: u64,
+    /// Of those, read for one client address at most (trusted proxies not counted).
+    pub max_request_bytes_per_ip: u64,
     /// The rate a response must be taken at, on average (0: any progress counts).
     pub min_response_bytes_per_s: u64,
     /// Requests in flight at once on one HTTP/2 connection.
@@ -142,6 +150,8 @@ impl From<&HttpConfig> for ServeOptions {
             ipv6_prefix_len: c.ipv6_prefix_len,
             max_response_bytes_in_flight: c.max_response_bytes_in_flight,
             max_response_bytes_per_ip: c.max_response_bytes_per_ip,
+            max_request_bytes_in_flight: c.max_request_bytes_in_flight,
+            max_request_bytes_per_ip: c.max_request_bytes_per_ip,
             min_response_bytes_per_s: c.min_response_bytes_per_s,
             h2_max_concurrent_streams: c.h2_max_concurrent_streams.max(1),
             h2_keep_alive_interval: Duration::from_millis(c.h2_keep_alive_interval_ms.max(1)),
@@ -191,6 +201,11 @@ pub async fn serve(
             per_ip_limit: opts.max_response_bytes_per_ip,
             per_ip: Mutex::new(HashMap::new()),
         },
+        bodies: Arc::new(BodyBudget::new(
+            opts.name,
+            opts.max_request_bytes_in_flight,
+            opts.max_request_bytes_per_ip,
+        )),
         shed: metrics::counter!("tlogd_http_responses_shed_total", "listener" => opts.name),
         shed_per_ip: metrics::counter!("tlogd_http_responses_shed_per_ip_total", "listener" => opts.name),
     });
@@ -307,9 +322,9 @@ impl PerIp {
 struct IpSlot(Option<(Arc<PerIp>, IpAddr)>);
 
 impl IpSlot {
-    /// The client as per-address shares count it: `None` for a trusted proxy.
-    fn client(&self) -> crate::answer::ClientAddr {
-        crate::answer::ClientAddr(self.0.as_ref().map(|(_, ip)| *ip))
+    /// The client's address as per-address shares count it: `None` for a trusted proxy.
+    fn addr(&self) -> Option<IpAddr> {
+        self.0.as_ref().map(|(_, ip)| *ip)
     }
 }
 
@@ -330,6 +345,8 @@ impl Drop for IpSlot {
 /// What all connections of one listener share.
 struct Shared {
     budget: Budget,
+    /// Request-body bytes being read (`max_request_bytes_in_flight`).
+    bodies: Arc<BodyBudget>,
     /// `tlogd_http_responses_shed_total{listener}`.
     shed: metrics::Counter,
     /// `tlogd_http_responses_shed_per_ip_total{listener}`: those over an address's share.
@@ -827,7 +844,10 @@ async fn connection(
     places: (OwnedSemaphorePermit, IpSlot),
 ) {
     let name = opts.name;
-    let client = places.1.client();
+    let client = Client {
+        addr: places.1.addr(),
+        bodies: Some(shared.bodies.clone()),
+    };
     metrics::gauge!("tlogd_http_connections", "listener" => name).increment(1.0);
     let activity = Arc::new(Activity::new(opts.min_response_bytes_per_s));
     let service = {
@@ -838,7 +858,7 @@ async fn connection(
             }
             let guard = InFlight::new(&activity);
             let mut req = Request::from(req.map(Body::new));
-            req.extensions_mut().insert(client);
+            req.extensions_mut().insert(client.clone());
             let call = app.clone().call(req);
             let shared = shared.clone();
             async move {
@@ -855,7 +875,7 @@ async fn connection(
                     {
                         None
                     }
-                    Some(n) if n > SMALL_BODY => match Held::take(&shared, n, client.0) {
+                    Some(n) if n > SMALL_BODY => match Held::take(&shared, n, client.addr) {
                         Ok(h) => Some(h),
                         Err(over) => {
                             shared.shed.increment(1);
@@ -968,7 +988,7 @@ mod tests {
     fn ipv6_clients_are_counted_by_their_prefix() {
         let p = per_ip(1, 64);
         let a = p.admit(ip("2001:db8:1:2::1")).expect("first");
-        assert_eq!(a.client().0, Some(ip("2001:db8:1:2::")));
+        assert_eq!(a.addr(), Some(ip("2001:db8:1:2::")));
         assert!(p.admit(ip("2001:db8:1:2:ffff::9")).is_none(), "same /64");
         let b = p.admit(ip("2001:db8:1:3::1")).expect("another /64");
         assert!(p.admit(ip("192.0.2.1")).is_some());
@@ -977,10 +997,10 @@ mod tests {
             p.admit(ip("::ffff:192.0.2.2")).is_none(),
             "mapped is the same"
         );
-        assert_eq!(v4.client().0, Some(ip("192.0.2.2")));
+        assert_eq!(v4.addr(), Some(ip("192.0.2.2")));
         let t = p.admit(ip("::1")).expect("trusted");
         assert!(p.admit(ip("::1")).is_some());
-        assert_eq!(t.client().0, None);
+        assert_eq!(t.addr(), None);
         drop(a);
         assert!(p.admit(ip("2001:db8:1:2::7")).is_some(), "place given back");
         drop(b);
