@@ -13,6 +13,8 @@
 //! * `--mode trickle`: HTTP/2 connections of `--streams` streams, each a `GET` of
 //!   `--path` (a large bundle) whose window grows by 64 KiB every 10 s.
 //! * `--mode issuers`: `GET /issuer/<random fingerprint>`, `--concurrency` at a time.
+//! * `--mode gets`: `GET` of `--path` (say `checkpoint`), `--concurrency` at a time:
+//!   what a flood of requests costs whatever it asks for, the floor under the others.
 //!
 //! Prints the answers it got by status every 5 s.
 //!
@@ -23,8 +25,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
-use base64::Engine as _;
 use axum::http::{Method, Request};
+use base64::Engine as _;
 use bytes::Bytes;
 use clap::Parser;
 
@@ -42,7 +44,7 @@ struct Args {
     /// `trickle`: streams on each of 2 connections.
     #[arg(long, default_value_t = 19)]
     streams: usize,
-    /// `trickle`: the path to read, under `--url`.
+    /// `trickle`, `gets`: the path to read, under `--url`.
     #[arg(long, default_value = "tile/data/000")]
     path: String,
     /// The local address to connect from (a second loopback address, so that the
@@ -120,9 +122,24 @@ async fn main() -> anyhow::Result<()> {
                     requests(&authority, &tally, move |k| {
                         let n = (i as u64) << 40 | k;
                         let fp: String = (0..4u64)
-                            .map(|j| format!("{:016x}", (n ^ j).wrapping_mul(0x9e37_79b9_7f4a_7c15)))
+                            .map(|j| {
+                                format!("{:016x}", (n ^ j).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+                            })
                             .collect();
                         (Method::GET, format!("{base}{fp}"), None)
+                    })
+                    .await
+                });
+            }
+        }
+        "gets" => {
+            // The baseline of a flood: one cheap path, over and over.
+            for _ in 0..args.concurrency {
+                let (tally, authority) = (tally.clone(), authority.clone());
+                let uri = format!("http://{authority}{prefix}/{}", args.path);
+                tokio::spawn(async move {
+                    requests(&authority, &tally, move |_| {
+                        (Method::GET, uri.clone(), None)
                     })
                     .await
                 });
@@ -158,6 +175,8 @@ async fn main() -> anyhow::Result<()> {
         }
         other => anyhow::bail!("unknown --mode {other}"),
     }
+    // Set up (a key made, a chain signed): the script starts measuring now.
+    println!("ready");
     loop {
         tokio::time::sleep(Duration::from_secs(5)).await;
         let t = tally.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -179,10 +198,7 @@ async fn requests(
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
-        let Ok((send, conn)) = h2::client::Builder::new()
-            .handshake::<_, Bytes>(tcp)
-            .await
-        else {
+        let Ok((send, conn)) = h2::client::Builder::new().handshake::<_, Bytes>(tcp).await else {
             count(tally, "handshake failed");
             continue;
         };
@@ -231,21 +247,24 @@ fn made_up_chain(pem: &[u8]) -> anyhow::Result<Bytes> {
     use rsa::pkcs1v15::Pkcs1v15Sign;
     use sha2::{Digest, Sha256};
     let ders: Vec<Vec<u8>> = pem_certs(pem);
-    let leaf = ders.first().context("the PEM needs a leaf and its intermediate")?;
-    let inter = ders.get(1).context("the PEM needs a leaf and its intermediate")?;
+    let leaf = ders
+        .first()
+        .context("the PEM needs a leaf and its intermediate")?;
+    let inter = ders
+        .get(1)
+        .context("the PEM needs a leaf and its intermediate")?;
     let (issuer, subject) = names(inter).context("intermediate does not parse")?;
-    let key = rsa::RsaPrivateKey::new_with_exp(
-        &mut OsRng,
-        4096,
-        &rsa::BigUint::from(0x1_ffff_ffffu64),
-    )?;
+    let key =
+        rsa::RsaPrivateKey::new_with_exp(&mut OsRng, 4096, &rsa::BigUint::from(0x1_ffff_ffffu64))?;
     let n = rsa::traits::PublicKeyParts::n(&key).to_bytes_be();
     let spki = rsa_spki(&n, &[0x01, 0xff, 0xff, 0xff, 0xff]);
     // sha256WithRSAEncryption, NULL parameters.
     let alg = wrap(
         0x30,
         &[
-            &[0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x0b],
+            &[
+                0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x0b,
+            ],
             &[0x05, 0x00],
         ],
     );
@@ -253,7 +272,11 @@ fn made_up_chain(pem: &[u8]) -> anyhow::Result<Bytes> {
     for i in 0..10u8 {
         // Certificate i names certificate i + 1's subject; the last names the root.
         let own = name_with(&subject, i);
-        let parent = if i == 9 { issuer.clone() } else { name_with(&subject, i + 1) };
+        let parent = if i == 9 {
+            issuer.clone()
+        } else {
+            name_with(&subject, i + 1)
+        };
         // The leaf's shape (no basicConstraints: a log that remembers verified CA
         // links does not remember these).
         let tbs = tbs_with(leaf, &alg, &parent, &own, &spki).context("rebuilding")?;
@@ -345,9 +368,12 @@ fn wrap(tag: u8, parts: &[&[u8]]) -> Vec<u8> {
     out
 }
 
-/// The TBSCertificate's elements of `der`, and the outer signatureAlgorithm and
-/// signatureValue elements.
-fn split(der: &[u8]) -> Option<(Vec<&[u8]>, &[u8], &[u8])> {
+/// A certificate cut up: the TBSCertificate's elements, the outer signatureAlgorithm
+/// and signatureValue elements.
+type Parts<'a> = (Vec<&'a [u8]>, &'a [u8], &'a [u8]);
+
+/// `der` cut up ([`Parts`]).
+fn split(der: &[u8]) -> Option<Parts<'_>> {
     let (_, h, _) = tlv(der)?;
     let mut rest = &der[h..];
     let mut outer = Vec::new();
@@ -393,7 +419,10 @@ fn name_with(base: &[u8], n: u8) -> Vec<u8> {
     let ou = format!("made-up {n}");
     let atv = wrap(
         0x30,
-        &[&[0x06, 0x03, 0x55, 0x04, 0x0b], &wrap(0x0c, &[ou.as_bytes()])],
+        &[
+            &[0x06, 0x03, 0x55, 0x04, 0x0b],
+            &wrap(0x0c, &[ou.as_bytes()]),
+        ],
     );
     let rdn = wrap(0x31, &[&atv]);
     wrap(0x30, &[&base[h..], &rdn])
@@ -412,7 +441,9 @@ fn rsa_spki(n: &[u8], e: &[u8]) -> Vec<u8> {
     let alg = wrap(
         0x30,
         &[
-            &[0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01],
+            &[
+                0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01,
+            ],
             &[0x05, 0x00],
         ],
     );
@@ -442,7 +473,13 @@ async fn bodies(authority: &str, prefix: &str, tally: &Tally) -> anyhow::Result<
                 let _keep = stream;
                 match resp.await {
                     Ok(r) => count(&tally, r.status().as_u16().to_string()),
-                    Err(e) => count(&tally, format!("stream: {}", e.reason().map_or("error".into(), |r| format!("{r:?}")))),
+                    Err(e) => count(
+                        &tally,
+                        format!(
+                            "stream: {}",
+                            e.reason().map_or("error".into(), |r| format!("{r:?}"))
+                        ),
+                    ),
                 }
             });
         }

@@ -15,7 +15,7 @@ use http_body_util::BodyExt;
 use sha2::{Digest, Sha256};
 use tlogd_core::engine::AddError;
 
-use crate::client::{BodyHeld, Client};
+use crate::client::{BODY_ROOM_WAIT, BodyHeld, Client};
 
 /// Response header marking an add answered from the dedup index.
 pub const DUPLICATE_HEADER: &str = "x-tlog-duplicate";
@@ -60,8 +60,8 @@ const DRAIN_LIMIT: u64 = 1 << 20;
 /// chain) need not be.
 ///
 /// Beyond its first bytes a body is read within `client`'s share of the listener's
-/// request-body budget ([`crate::client`]): one that does not fit gets `503` +
-/// `Retry-After: 1` at once.
+/// request-body budget ([`crate::client`]): one that does not fit within a moment gets
+/// `503` + `Retry-After: 1`.
 pub async fn read_body(
     headers: &HeaderMap,
     body: Body,
@@ -117,7 +117,7 @@ pub async fn read_body(
             if total > max {
                 return Err(too_large());
             }
-            if !held.grow_to(total as u64) {
+            if !held.grow_to_within(total as u64, BODY_ROOM_WAIT).await {
                 let mut resp = text(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "busy: too many request bytes in flight; retry later",

@@ -61,7 +61,11 @@ fn pattern(i: usize) -> u8 {
     (i % 251) as u8
 }
 
-/// `GET /bytes/{n}`: `n` bytes (at most 32 MiB) of [`pattern`], from one buffer;
+/// How many `GET /counted/{n}` were served (one test uses that route).
+static COUNTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// `GET /bytes/{n}`: `n` bytes (at most 32 MiB) of [`pattern`], from one buffer
+/// (`/counted/{n}` the same, counted in [`COUNTED`]);
 /// `POST /body`: reads a body of up to 1 MiB as the handlers do (`read_body`, within
 /// the listener's request-body budget) and answers its length.
 fn router() -> Router {
@@ -71,6 +75,13 @@ fn router() -> Router {
         .route(
             "/bytes/{n}",
             get(move |Path(n): Path<usize>| async move { body.slice(..n.min(body.len())) }),
+        )
+        .route(
+            "/counted/{n}",
+            get(move |Path(n): Path<usize>| async move {
+                COUNTED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                body.slice(..n.min(body.len()))
+            }),
         )
         .route(
             "/body",
@@ -154,6 +165,20 @@ async fn window_zero_client(
     tokio::task::JoinHandle<Result<(), h2::Error>>,
     Held,
 ) {
+    window_zero_client_at(addr, "bytes", streams, size).await
+}
+
+/// [`window_zero_client`] on `/<route>/{size}`.
+async fn window_zero_client_at(
+    addr: SocketAddr,
+    route: &str,
+    streams: usize,
+    size: usize,
+) -> (
+    Vec<(u16, Option<String>)>,
+    tokio::task::JoinHandle<Result<(), h2::Error>>,
+    Held,
+) {
     let tcp = TcpStream::connect(addr).await.unwrap();
     let (send, conn) = h2::client::Builder::new()
         .initial_window_size(0)
@@ -168,7 +193,7 @@ async fn window_zero_client(
             .await
             .expect("a stream slot")
             .unwrap();
-        let req = hyper::Request::get(format!("http://{addr}/bytes/{size}"))
+        let req = hyper::Request::get(format!("http://{addr}/{route}/{size}"))
             .body(())
             .unwrap();
         let (resp, stream) = s.send_request(req, true).unwrap();
@@ -527,8 +552,10 @@ async fn an_h2_peer_that_does_not_answer_pings_is_closed() {
     drop(conn);
 }
 
-/// #62: one address holds at most its share of the response budget: its streams beyond
-/// it get `503` (counted apart), while another address still gets what fits.
+/// #62: one address holds at most its share of the response budget: once it holds over
+/// half of it, its reads get `503` before they are served (counted apart; the handler
+/// never runs, so a client that reads nothing cannot make the daemon build responses
+/// for it), while another address still gets what fits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_address_holds_at_most_its_share_of_the_response_budget() {
     let addr = start(ServeOptions {
@@ -538,13 +565,20 @@ async fn one_address_holds_at_most_its_share_of_the_response_budget() {
         ..patient("share")
     })
     .await;
-    let (heads, conn, held) = window_zero_client(addr, 10, MIB).await;
-    let ok = heads.iter().filter(|(s, _)| *s == 200).count();
-    let shed = heads.iter().filter(|(s, _)| *s == 503).count();
-    assert_eq!((ok, shed), (3, 7), "{heads:?}");
+    // Two responses held unread: 2 MiB of a 3 MiB share, over half of it.
+    let (heads, conn, held) = window_zero_client_at(addr, "counted", 2, MIB).await;
+    assert!(heads.iter().all(|(s, _)| *s == 200), "{heads:?}");
+    // The same address's next reads, on another connection: refused unserved.
+    let (heads, conn2, held2) = window_zero_client_at(addr, "counted", 8, MIB).await;
+    assert!(heads.iter().all(|(s, _)| *s == 503), "{heads:?}");
     assert_eq!(
         value("tlogd_http_responses_shed_per_ip_total{listener=\"share\"}"),
-        7.0
+        8.0
+    );
+    assert_eq!(
+        COUNTED.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "reads beyond the mark were served before they were refused"
     );
     // Another address (127.0.0.2 is loopback too) is served from what is left.
     let other = tokio::net::TcpSocket::new_v4().unwrap();
@@ -567,8 +601,9 @@ async fn one_address_holds_at_most_its_share_of_the_response_budget() {
         String::from_utf8_lossy(&head)
     );
     drop(other);
-    drop(held);
+    drop((held, held2));
     conn.abort();
+    conn2.abort();
     wait_metric(
         "tlogd_http_response_bytes_in_flight{listener=\"share\"}",
         0.0,

@@ -303,8 +303,11 @@ pub(crate) fn read_routes<S: LogStorage>(reads: Arc<Reads<S>>, ct: Arc<CtLog>) -
         .route(
             "/issuer/{fingerprint}",
             get(
-                |State(s): State<(Arc<Reads<S>>, Arc<CtLog>)>, UrlPath(f): UrlPath<String>| async move {
-                    issuer(&s.0, &s.1, &f).await
+                |State(s): State<(Arc<Reads<S>>, Arc<CtLog>)>,
+                 client: Option<axum::Extension<Client>>,
+                 UrlPath(f): UrlPath<String>| async move {
+                    let addr = client.and_then(|c| c.0.addr);
+                    issuer(&s.0, &s.1, addr, &f).await
                 },
             ),
         )
@@ -690,7 +693,12 @@ fn get_roots(ct: &CtLog) -> Response {
 /// knows the answer, else read from storage with a read turn and remembered. A miss
 /// is answered `no-store`: a later add (here or at another frontend of the store) may
 /// store that issuer.
-async fn issuer<S: LogStorage>(reads: &Reads<S>, ct: &CtLog, fingerprint: &str) -> Response {
+async fn issuer<S: LogStorage>(
+    reads: &Reads<S>,
+    ct: &CtLog,
+    client: Option<std::net::IpAddr>,
+    fingerprint: &str,
+) -> Response {
     let not_found = || {
         not_yet(text(
             StatusCode::NOT_FOUND,
@@ -718,6 +726,21 @@ async fn issuer<S: LogStorage>(reads: &Reads<S>, ct: &CtLog, fingerprint: &str) 
         Some(Some(der)) => return found(der),
         Some(None) => return not_found(),
         None => {}
+    }
+    // Not known here: storage is asked, at most so often for one address (a reader
+    // following data tiles asks for a handful of issuers, once each).
+    if let Some(ip) = client
+        && !ct.issuers.may_read(ip)
+    {
+        metrics::counter!("tlogd_ct_issuer_reads_limited_total", "log" => ct.label.clone())
+            .increment(1);
+        let mut resp = not_yet(text(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too many unknown issuers asked for from this address; retry later",
+        ));
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return resp;
     }
     let turn = match reads.turn("issuer").await {
         Ok(turn) => turn,
@@ -780,13 +803,24 @@ const MISSING_ISSUERS: usize = 65_536;
 /// most this much delay; a flood of made-up fingerprints costs one read each per this.
 const MISSING_ISSUER_TTL: Duration = Duration::from_secs(1);
 
+/// Storage reads of issuers one client address may cause a second (a token bucket of
+/// [`ISSUER_READ_BURST`]); beyond it `429`.
+const ISSUER_READS_PER_SECOND: f64 = 20.0;
+
+/// See [`ISSUER_READS_PER_SECOND`].
+const ISSUER_READ_BURST: f64 = 100.0;
+
 /// Issuers read or stored here, and fingerprints found missing (#62): a flood of
 /// issuer requests, random or repeated, costs storage one read per fingerprint (per
-/// [`MISSING_ISSUER_TTL`] for a miss), not one per request.
+/// [`MISSING_ISSUER_TTL`] for a miss), not one per request, and one address causes at
+/// most [`ISSUER_READS_PER_SECOND`] reads (random fingerprints all miss: measured, a
+/// flood of them cost the other logs half again what as many plain reads do).
 #[derive(Default)]
 struct IssuerCache {
     found: Mutex<[HashMap<[u8; 32], Bytes>; 2]>,
     missing: Mutex<HashMap<[u8; 32], Instant>>,
+    /// Per client address: tokens left and when they were counted.
+    readers: Mutex<HashMap<std::net::IpAddr, (f64, Instant)>>,
 }
 
 impl IssuerCache {
@@ -819,6 +853,31 @@ impl IssuerCache {
             found[1] = std::mem::take(&mut found[0]);
         }
         found[0].insert(*key, Bytes::copy_from_slice(der));
+    }
+
+    /// Whether `ip` may cause one more storage read now (taking a token).
+    fn may_read(&self, ip: std::net::IpAddr) -> bool {
+        let mut readers = self.readers.lock().unwrap_or_else(|e| e.into_inner());
+        if readers.len() >= MISSING_ISSUERS && !readers.contains_key(&ip) {
+            // Bounded: addresses whose bucket is full again are forgotten.
+            readers.retain(|_, (tokens, at)| {
+                *tokens + at.elapsed().as_secs_f64() * ISSUER_READS_PER_SECOND < ISSUER_READ_BURST
+            });
+            if readers.len() >= MISSING_ISSUERS {
+                readers.clear();
+            }
+        }
+        let now = Instant::now();
+        let (tokens, at) = readers.entry(ip).or_insert((ISSUER_READ_BURST, now));
+        *tokens = (*tokens + now.duration_since(*at).as_secs_f64() * ISSUER_READS_PER_SECOND)
+            .min(ISSUER_READ_BURST);
+        *at = now;
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            true
+        } else {
+            false
+        }
     }
 
     /// Storage holds no issuer with this fingerprint (now).
@@ -864,6 +923,24 @@ mod tests {
         assert_eq!(c.get(&a), None);
         let held: usize = c.found.lock().unwrap().iter().map(HashMap::len).sum();
         assert!(held <= 2 * ISSUER_CACHE_GENERATION);
+    }
+
+    /// One address causes at most a burst of storage reads, then a few a second;
+    /// another address has its own.
+    #[test]
+    fn one_address_causes_few_issuer_reads() {
+        let c = IssuerCache::default();
+        let (a, b): (std::net::IpAddr, std::net::IpAddr) =
+            ("192.0.2.1".parse().unwrap(), "192.0.2.2".parse().unwrap());
+        let allowed = (0..1000).filter(|_| c.may_read(a)).count();
+        assert!(
+            (100..=103).contains(&allowed),
+            "{allowed} reads allowed at once"
+        );
+        assert!(c.may_read(b));
+        std::thread::sleep(Duration::from_millis(200));
+        let again = (0..100).filter(|_| c.may_read(a)).count();
+        assert!((3..=6).contains(&again), "{again} reads after 0.2 s");
     }
 
     #[test]

@@ -200,6 +200,7 @@ pub async fn serve(
             gauge: metrics::gauge!("tlogd_http_response_bytes_in_flight", "listener" => opts.name),
             per_ip_limit: opts.max_response_bytes_per_ip,
             per_ip: Mutex::new(HashMap::new()),
+            near_full: AtomicUsize::new(0),
         },
         bodies: Arc::new(BodyBudget::new(
             opts.name,
@@ -364,6 +365,45 @@ struct Budget {
     /// Bytes held by client address; an entry is removed at zero. Only responses over
     /// [`SMALL_BODY`] come here (tiles and bundles, not adds' answers).
     per_ip: Mutex<HashMap<IpAddr, u64>>,
+    /// How many addresses hold over half their share: their next reads are refused
+    /// before they are served (see [`Budget::refuses_before`]). Zero, the usual case,
+    /// costs a request one atomic load.
+    near_full: AtomicUsize,
+}
+
+impl Budget {
+    /// Over this, an address is near its share.
+    fn near_mark(&self) -> u64 {
+        self.per_ip_limit / 2
+    }
+
+    /// An address's held bytes went from `was` to `now`: count it in or out of
+    /// `near_full`.
+    fn moved(&self, was: u64, now: u64) {
+        let mark = self.near_mark();
+        match (was > mark, now > mark) {
+            (false, true) => {
+                self.near_full.fetch_add(1, Ordering::AcqRel);
+            }
+            (true, false) => {
+                self.near_full.fetch_sub(1, Ordering::AcqRel);
+            }
+            _ => {}
+        }
+    }
+
+    /// Whether a read from `ip` is refused before it is served: the address holds over
+    /// half its share of response bytes. Refusing only once a response is built would
+    /// let such a client make the daemon read a 14 MB bundle for every `503` it is
+    /// then given (measured: the other logs lost half their appends,
+    /// `benches/hostile.sh`); a client that reads what it asked for is never here.
+    fn refuses_before(&self, ip: IpAddr) -> bool {
+        if self.near_full.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        let per_ip = self.per_ip.lock().unwrap_or_else(|p| p.into_inner());
+        per_ip.get(&ip).is_some_and(|&held| held > self.near_mark())
+    }
 }
 
 /// `n` bytes of the listener's [`Budget`] (and of the client's share of it), given
@@ -404,7 +444,10 @@ impl Held {
             let mut per_ip = b.per_ip.lock().unwrap_or_else(|p| p.into_inner());
             let mine = per_ip.entry(ip).or_insert(0);
             match mine.checked_add(n).filter(|&t| t <= b.per_ip_limit) {
-                Some(t) => *mine = t,
+                Some(t) => {
+                    b.moved(*mine, t);
+                    *mine = t;
+                }
                 None => {
                     if *mine == 0 {
                         per_ip.remove(&ip);
@@ -427,8 +470,10 @@ impl Held {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
             if let Some(held) = per_ip.get_mut(&ip) {
-                *held = held.saturating_sub(self.n);
-                if *held == 0 {
+                let now = held.saturating_sub(self.n);
+                self.shared.budget.moved(*held, now);
+                *held = now;
+                if now == 0 {
                     per_ip.remove(&ip);
                 }
             }
@@ -857,11 +902,22 @@ async fn connection(
                 activity.http2.store(true, Ordering::Relaxed);
             }
             let guard = InFlight::new(&activity);
+            // A read from an address holding over half its share of response bytes is
+            // refused before it is served (adds and forwards are never refused here).
+            if let Some(ip) = client.addr
+                && req.method() == hyper::Method::GET
+                && shared.budget.refuses_before(ip)
+            {
+                shared.shed.increment(1);
+                shared.shed_per_ip.increment(1);
+                let shed = shed_response().map(|b| Body::new(Watched::new(b, guard, None)));
+                return futures_util::future::Either::Left(std::future::ready(Ok(shed)));
+            }
             let mut req = Request::from(req.map(Body::new));
             req.extensions_mut().insert(client.clone());
             let call = app.clone().call(req);
             let shared = shared.clone();
-            async move {
+            futures_util::future::Either::Right(async move {
                 let resp = call.await?;
                 // A large body holds its size from the budget while it is with hyper
                 // (a body of unknown size holds nothing: tlogd's are all in memory and
@@ -892,7 +948,7 @@ async fn connection(
                 Ok::<_, std::convert::Infallible>(
                     resp.map(move |b| Body::new(Watched::new(b, guard, held))),
                 )
-            }
+            })
         })
     };
     let io = Io {
