@@ -1099,7 +1099,30 @@ impl<S: LogStorage> Log<S> {
                 // batch here, first.
                 counter("unsent").increment(1);
                 self.pause_forwarding(&*forwarder, &why);
-                lock(&inner.queue).batches.push_front(batch);
+                let mut batch = batch;
+                let committed = self.committed_size();
+                let mut q = lock(&inner.queue);
+                // While it was away, a commit's check against other writers' entries
+                // may have found some of its entries logged (the late commit of a
+                // crashed process of ours): it dropped them from the queued batches,
+                // but this batch was not there. Marked committed in flight, or
+                // already in the index (the indexer forgets in-flight records once
+                // it holds them: looked up after them), they are dropped now and
+                // answered with their indices, never appended again (#57, simulator
+                // seed 666800).
+                let dedup = inner.dedup.clone();
+                let (dropped, bytes) = batch.drop_logged(|h| match q.inflight.get(h) {
+                    Some(InFlight::Committed(first)) => Some(first.index),
+                    _ => dedup
+                        .as_ref()
+                        .and_then(|d| d.get(h).ok().flatten())
+                        .filter(|first| first.index < committed)
+                        .map(|first| first.index),
+                });
+                q.entries -= dropped;
+                q.bytes -= bytes;
+                q.batches.push_front(batch);
+                drop(q);
                 inner.work.notify_one();
                 return;
             }
