@@ -589,17 +589,7 @@ async fn one_address_holds_at_most_its_share_of_the_response_budget() {
         .write_all(format!("GET /bytes/{MIB} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())
         .await
         .unwrap();
-    let mut head = [0u8; 12];
-    tokio::time::timeout(BOUND, other.read_exact(&mut head))
-        .await
-        .expect("an answer")
-        .unwrap();
-    assert_eq!(
-        &head,
-        b"HTTP/1.1 200",
-        "{:?}",
-        String::from_utf8_lossy(&head)
-    );
+    assert_answered_200(&mut other).await;
     drop(other);
     drop((held, held2));
     conn.abort();
@@ -710,17 +700,7 @@ async fn unfinished_bodies_hold_at_most_their_address_share() {
         .await
         .unwrap();
     other.write_all(&body).await.unwrap();
-    let mut head = [0u8; 12];
-    tokio::time::timeout(BOUND, other.read_exact(&mut head))
-        .await
-        .expect("an answer")
-        .unwrap();
-    assert_eq!(
-        &head,
-        b"HTTP/1.1 200",
-        "{:?}",
-        String::from_utf8_lossy(&head)
-    );
+    assert_answered_200(&mut other).await;
     // The client goes: what its bodies held comes back.
     drop(waiting);
     drop(streams);
@@ -743,4 +723,19 @@ async fn wait_metric_at_least(name_and_labels: &str, want: f64) {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// The answer on `s` starts `HTTP/1.1 200`, within [`BOUND`].
+async fn assert_answered_200(s: &mut TcpStream) {
+    let mut head = [0u8; 12];
+    tokio::time::timeout(BOUND, s.read_exact(&mut head))
+        .await
+        .expect("an answer")
+        .unwrap();
+    assert_eq!(
+        &head,
+        b"HTTP/1.1 200",
+        "{:?}",
+        String::from_utf8_lossy(&head)
+    );
 }
