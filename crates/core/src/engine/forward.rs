@@ -25,7 +25,9 @@
 //!    load balancer can give after the batch was committed: [`classify_answer`]) puts
 //!    the batch back at the head of the queue and forwarding pauses for
 //!    [`FORWARD_PAUSE`]: this frontend commits it itself, by compare-and-swap, as it
-//!    would without forwarding.
+//!    would without forwarding. Put back without the entries a commit found logged
+//!    while it was away (in flight as committed, or already indexed): the check
+//!    against other writers' entries drops them only from the batches it finds queued.
 //! 4. [`ForwardError::Unknown`] (sent, but no answer that tells: a timeout, a cut
 //!    connection, any other status) answers the batch's adds [`AddError::Uncertain`]
 //!    (503: resubmit): the other frontend may have logged them, so committing them
