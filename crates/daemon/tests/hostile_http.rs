@@ -151,20 +151,20 @@ async fn small_window_connection(addr: SocketAddr) -> TcpStream {
     s.connect(addr).await.unwrap()
 }
 
+/// What [`window_zero_client`] returns: the response statuses and `Retry-After`s, the
+/// connection's task, and what keeps the streams open.
+type WindowZero = (
+    Vec<(u16, Option<String>)>,
+    tokio::task::JoinHandle<Result<(), h2::Error>>,
+    Held,
+);
+
 /// An HTTP/2 client that opens no flow-control window (`initial_window_size(0)`, and
 /// never a `WINDOW_UPDATE`: nothing of the bodies is read), with `streams` requests for
 /// `size` bytes each. Returns the response statuses (their heads are not flow
 /// controlled), the connection's task, which ends when the server closes it, and what
 /// keeps the streams open (h2 resets a stream that nothing refers to any more).
-async fn window_zero_client(
-    addr: SocketAddr,
-    streams: usize,
-    size: usize,
-) -> (
-    Vec<(u16, Option<String>)>,
-    tokio::task::JoinHandle<Result<(), h2::Error>>,
-    Held,
-) {
+async fn window_zero_client(addr: SocketAddr, streams: usize, size: usize) -> WindowZero {
     window_zero_client_at(addr, "bytes", streams, size).await
 }
 
@@ -174,11 +174,7 @@ async fn window_zero_client_at(
     route: &str,
     streams: usize,
     size: usize,
-) -> (
-    Vec<(u16, Option<String>)>,
-    tokio::task::JoinHandle<Result<(), h2::Error>>,
-    Held,
-) {
+) -> WindowZero {
     let tcp = TcpStream::connect(addr).await.unwrap();
     let (send, conn) = h2::client::Builder::new()
         .initial_window_size(0)
