@@ -38,6 +38,15 @@ tessera_tool() {
   GOBIN="$gobin" go install "github.com/transparency-dev/tessera/$1@$tessera_version" >&2
 }
 
+# The verdict of Go Tessera's (or TesseraCT's) fsck from its output file $1 and exit status
+# $2: "ok" or "FAILED (its last line)". Both fsck tools exit 0 when they fail under
+# `--ui=false` (checked with Tessera v1.0.4: a flipped byte in a bundle prints "fsck
+# failed" and exits 0), so only their "Successfully fsck'd" line counts as a pass.
+fsck_verdict() {
+  if [ "$2" -eq 0 ] && grep -q "Successfully fsck'd" "$1"; then echo ok
+  else echo "FAILED (exit $2: $(tail -1 "$1" | cut -c1-100))"; fi
+}
+
 # A free TCP port on 127.0.0.1 (this machine already has a listener on 2024).
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 

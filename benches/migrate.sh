@@ -133,8 +133,10 @@ migrate() {
   local tl=$!; pids+=("$tl")
   for _ in $(seq 600); do curl -sf "http://127.0.0.1:$lport/checkpoint" >/dev/null && break; sleep 0.1; done
   local fsck verify first
-  if "$gobin/fsck" --storage_url "http://127.0.0.1:$lport/" --public_key "$work/vkey" --ui=false -N 8 \
-      >"$work/$name.fsck" 2>&1; then fsck=ok; else fsck="FAILED ($(tail -1 "$work/$name.fsck" | cut -c1-100))"; fi
+  local status=0
+  "$gobin/fsck" --storage_url "http://127.0.0.1:$lport/" --public_key "$work/vkey" --ui=false -N 8 \
+    >"$work/$name.fsck" 2>&1 || status=$?
+  fsck=$(fsck_verdict "$work/$name.fsck" "$status")
   if "$bin/tlogd" verify "http://127.0.0.1:$lport" --log-public-key "$(cat "$work/vkey")" --quiet >"$work/$name.verify" 2>&1
   then verify=ok; else verify="FAILED ($(tail -1 "$work/$name.verify" | cut -c1-100))"; fi
   first=""

@@ -75,8 +75,10 @@ echo "| log | backend | appends/s | add p50 / p99 | loadgen | Go fsck | tlogd ve
 echo "|---|---|---|---|---|---|---|"
 for n in files db bucket; do
   backend=$(case $n in files) echo posix;; db) echo "mysql (MariaDB)";; bucket) echo "s3 (MinIO)";; esac)
-  if "$gobin/fsck" --storage_url "http://127.0.0.1:$port/$n/" --public_key "$work/$n.vkey" --ui=false -N 8 \
-      >"$work/$n.fsck" 2>&1; then fsck=ok; else fsck="FAILED ($(tail -1 "$work/$n.fsck" | cut -c1-120))"; fi
+  status=0
+  "$gobin/fsck" --storage_url "http://127.0.0.1:$port/$n/" --public_key "$work/$n.vkey" --ui=false -N 8 \
+    >"$work/$n.fsck" 2>&1 || status=$?
+  fsck=$(fsck_verdict "$work/$n.fsck" "$status")
   if "$bin/tlogd" verify "http://127.0.0.1:$port/$n" --log-public-key "$(cat "$work/$n.vkey")" >"$work/$n.verify" 2>&1
   then verify=$(head -1 "$work/$n.verify" | cut -c1-60); else verify="FAILED ($(tail -1 "$work/$n.verify" | cut -c1-120))"; fi
   python3 - "$work/$n.json" "$n" "$backend" "$fsck" "$verify" <<'PY'
