@@ -24,7 +24,7 @@
 #   AB_LOG_DIR=/var/tmp/scale benches/ab.sh 40 3 old=/tmp/tlogd-old new  # on a big log
 #
 # AB_WRITERS sets the loadgen's writers (default 256, the count every recorded round
-# used).
+# used). PIN=1 puts tlogd on core 1 and the loadgen on core 0 (benches/lib.sh).
 #
 # AB_LOG_DIR runs every variant on one existing log instead of a fresh one: the
 # directory `benches/at-scale.sh GOAL MINUTES DIR` kept (DIR/log, DIR/key, DIR/vkey),
@@ -65,12 +65,12 @@ run() { # variant, loadgen flags...
   local port dir="$work/log-$RANDOM"
   [ -n "${AB_LOG_DIR:-}" ] && dir="$AB_LOG_DIR/log"
   port=$(free_port)
-  env "${env[@]}" "$tlogd" serve --storage-dir "$dir" --origin bench.example/log --private-key-file "$keydir/key" \
+  env "${env[@]}" "${on_server_core[@]}" "$tlogd" serve --storage-dir "$dir" --origin bench.example/log --private-key-file "$keydir/key" \
     --listen "127.0.0.1:$port" --metrics-listen "" "${serve_flags[@]}" "${flags[@]}" 2>"$work/tlogd.log" &
   local tl=$!
   pids+=("$tl")
   for _ in $(seq 600); do curl -sf "http://127.0.0.1:$port/checkpoint" >/dev/null && break; sleep 0.1; done
-  "$loadgen" --log-url "http://127.0.0.1:$port" --log-public-key "$(cat "$keydir/vkey")" \
+  "${on_driver_core[@]}" "$loadgen" --log-url "http://127.0.0.1:$port" --log-public-key "$(cat "$keydir/vkey")" \
     --writers "${AB_WRITERS:-256}" --duration "${secs}s" --log-pid "$tl" --probe-dir "$dir" --quiet \
     --report-json "$work/r.json" "$@" >/dev/null || true
   kill "$tl"; wait "$tl" 2>/dev/null || true
@@ -78,6 +78,7 @@ run() { # variant, loadgen flags...
   bench_row "$work/r.json" "$label" "$work/rows" tree_growth_per_s tti
 }
 
+echo "$(pinning); $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, $(date -u +'%F %H:%M UTC')"
 echo "| variant | appends/s | tlogd CPU/append | loadgen CPU/add | add p50 / p99 | time to integrate p50 / p99 | |"
 echo "|---|---|---|---|---|---|---|"
 bench_rounds "$rounds" ${#variants[@]} "${variants[@]}" "${loadgen_args[@]}"

@@ -22,6 +22,8 @@
 #
 #   benches/http-floor.sh SECONDS ROUNDS [MODE...] [-- extra loadgen flags]
 #
+# PIN=1 puts the server on core 1 and the loadgen on core 0 (benches/lib.sh).
+#
 # Needs the release binaries and the example:
 #   cargo build --release --workspace --all-targets && cargo build --release -p tlogd --example http_floor
 set -euo pipefail
@@ -47,17 +49,17 @@ run() { # mode, loadgen flags...
   port=$(free_port)
   case $mode in
     null|deferred|memory)
-      "$floor" --listen "127.0.0.1:$port" --mode "$mode" --commit-delay-us "${FLOOR_COMMIT_US:-1000}" \
+      "${on_server_core[@]}" "$floor" --listen "127.0.0.1:$port" --mode "$mode" --commit-delay-us "${FLOOR_COMMIT_US:-1000}" \
         >"$work/floor-$port.out" 2>"$work/server.log" &
       srv=$!
       ;;
     posix)
-      "$bin/tlogd" serve --storage-dir "$dir" --origin bench.example/log --private-key-file "$work/key" \
+      "${on_server_core[@]}" "$bin/tlogd" serve --storage-dir "$dir" --origin bench.example/log --private-key-file "$work/key" \
         --listen "127.0.0.1:$port" --metrics-listen "" "${serve_flags[@]}" 2>"$work/server.log" &
       srv=$!
       ;;
     tessera)
-      "$gobin/posix" -storage_dir "$dir" -private_key "$work/key" -listen "127.0.0.1:$port" 2>"$work/server.log" &
+      "${on_server_core[@]}" "$gobin/posix" -storage_dir "$dir" -private_key "$work/key" -listen "127.0.0.1:$port" 2>"$work/server.log" &
       srv=$!
       ;;
     *) echo "unknown mode $mode (null, deferred, memory, posix, tessera)" >&2; exit 2 ;;
@@ -76,7 +78,7 @@ run() { # mode, loadgen flags...
     else curl -sf -o /dev/null "http://127.0.0.1:$port/checkpoint" && break; fi
     sleep 0.1
   done
-  "$bin/tlog-loadgen" --log-url "http://127.0.0.1:$port" "${key[@]}" \
+  "${on_driver_core[@]}" "$bin/tlog-loadgen" --log-url "http://127.0.0.1:$port" "${key[@]}" \
     --writers "${FLOOR_WRITERS:-256}" --duration "${secs}s" --log-pid "$srv" --quiet \
     --report-json "$work/r.json" "$@" >/dev/null || true
   kill "$srv"; wait "$srv" 2>/dev/null || true
@@ -84,6 +86,7 @@ run() { # mode, loadgen flags...
   bench_row "$work/r.json" "$mode" "$work/rows" write_rate_per_s verified
 }
 
+echo "$(pinning); $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, $(date -u +'%F %H:%M UTC')"
 echo "| server | adds/s | server CPU/add | loadgen CPU/add | add p50 / p99 | verified | |"
 echo "|---|---|---|---|---|---|---|"
 bench_rounds "$rounds" ${#modes[@]} "${modes[@]}" "${loadgen_args[@]}"

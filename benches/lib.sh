@@ -47,6 +47,19 @@ fsck_verdict() {
   else echo "FAILED (exit $2: $(tail -1 "$1" | cut -c1-100))"; fi
 }
 
+# PIN=1 pins the log server to core 1 and its driver (the loadgen) and database or object
+# store to core 0 (`taskset`), so that neither takes the other's CPU and the server's
+# figures depend less on the driver and the hour (issue #59's method). Both Go and tokio
+# size their thread pools from the affinity they start with: a pinned server runs one
+# worker. Unset, the scheduler shares both cores among all of them, as before. Prefix a
+# command with "${on_server_core[@]}" or "${on_driver_core[@]}".
+on_server_core=() on_driver_core=()
+if [ "${PIN:-0}" = 1 ]; then
+  [ "$(nproc)" -ge 2 ] || { echo "PIN=1 needs two cores" >&2; exit 2; }
+  on_server_core=(taskset -c 1) on_driver_core=(taskset -c 0)
+fi
+pinning() { if [ "${PIN:-0}" = 1 ]; then echo "pinned: server on core 1, driver and database on core 0"; else echo "unpinned"; fi; }
+
 # A free TCP port on 127.0.0.1 (this machine already has a listener on 2024).
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
@@ -57,7 +70,7 @@ start_minio() {
   export AWS_ACCESS_KEY_ID=tlogd-bench AWS_SECRET_ACCESS_KEY=tlogd-bench-secret AWS_EC2_METADATA_DISABLED=true
   s3port=$(free_port)
   MINIO_ROOT_USER=$AWS_ACCESS_KEY_ID MINIO_ROOT_PASSWORD=$AWS_SECRET_ACCESS_KEY MINIO_BROWSER=off \
-    "$tools/minio" server "$work/minio" --address "127.0.0.1:$s3port" \
+    "${on_driver_core[@]}" "$tools/minio" server "$work/minio" --address "127.0.0.1:$s3port" \
     --console-address "127.0.0.1:$(free_port)" --certs-dir "$work/certs" --quiet >"$work/minio.log" 2>&1 &
   minio=$!; pids+=($minio)
   sign=(--aws-sigv4 "aws:amz:us-east-1:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY")
@@ -81,7 +94,7 @@ start_mariadb() {
   local dir=$1
   myport=$(free_port)
   mariadb-install-db --no-defaults --user=root --datadir="$dir" --auth-root-authentication-method=normal --skip-test-db >/dev/null 2>&1
-  mariadbd --no-defaults --user=root --datadir="$dir" --port="$myport" --bind-address=127.0.0.1 --socket="$dir/s.sock" \
+  "${on_driver_core[@]}" mariadbd --no-defaults --user=root --datadir="$dir" --port="$myport" --bind-address=127.0.0.1 --socket="$dir/s.sock" \
     --skip-log-bin --innodb-buffer-pool-size=1G --innodb-log-file-size=512M --innodb-flush-log-at-trx-commit=1 \
     --max-connections=500 --max-allowed-packet=64M >"$dir.log" 2>&1 &
   mypid=$!

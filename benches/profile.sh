@@ -119,10 +119,13 @@ def stage(comm, dso, kernel, sym):
     if re.search(r'aws_lc|ring_core|nistz|ring::|bn_mul_mont|bn_sqr|p256_point|LIMBS_|GFp_|bignum_', sym): return 'signatures: aws-lc-rs, ring (chain verification, SCT signing)'
     if re.search(r'p256::|p384::|p521::|primeorder|elliptic_curve|num_bigint|rsa::|ed25519|curve25519', sym): return 'signatures: RustCrypto'
     if 'sha2' in sym: return 'hashing (SHA-256)'
-    if re.search(r'tlogd_ct::chain|tlogd_ct::der|x509_parser|asn1_rs|der_parser|der::', sym): return 'X.509/DER parsing and chain policy'
+    # `\bder::`: the `der` crate, not `Builder::` or `Encoder::`.
+    if re.search(r'tlogd_ct::chain|tlogd_ct::der|x509_parser|asn1_rs|der_parser|\bder::', sym): return 'X.509/DER parsing and chain policy'
     if re.search(r'serde_json|base64|serde::', sym): return 'JSON and base64'
     if re.search(r'hyper|h2::|http::|httparse|http_body|axum|tower', sym): return 'HTTP parse/route/respond (hyper, axum)'
     if 'metrics' in sym: return 'metrics'
+    if re.search(r'tlogd::serve::|tlogd::client::', sym): return "tlogd's HTTP server: connections, budgets, deadlines"
+    if re.search(r'clock_gettime|read_tsc|Instant', sym): return 'clock reads'
     if re.search(r'sqlx|mysql', sym): return 'SQL backend (sqlx, MySQL protocol)'
     if 'tokio' in sym: return 'tokio: task scheduling, timers, I/O readiness'
     if kernel:

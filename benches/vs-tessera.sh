@@ -21,6 +21,7 @@
 # ~/.cache/tlogd-tools/tessera). TLOGD_BIN overrides the tlogd binary (old vs new).
 # VS_WRITERS sets the loadgen's writers for both servers (default 256). Extra loadgen
 # flags go to both: Go's conformance servers speak h2c too (`--h2c --h2c-connections 4`).
+# PIN=1 puts each server on core 1 and the loadgen and MariaDB on core 0 (benches/lib.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -52,19 +53,19 @@ run() { # which (go|go-antispam|tlogd), loadgen flags...
   port=$(free_port)
   case "$mode/$which" in
     posix/go) label="Go Tessera POSIX"
-      "$gobin/posix" -storage_dir "$dir" -private_key "$work/key" -listen "127.0.0.1:$port" 2>"$work/server.log" & ;;
+      "${on_server_core[@]}" "$gobin/posix" -storage_dir "$dir" -private_key "$work/key" -listen "127.0.0.1:$port" 2>"$work/server.log" & ;;
     posix/go-antispam) label="Go Tessera POSIX, -antispam"
-      "$gobin/posix" -storage_dir "$dir" -private_key "$work/key" -listen "127.0.0.1:$port" -antispam 2>"$work/server.log" & ;;
+      "${on_server_core[@]}" "$gobin/posix" -storage_dir "$dir" -private_key "$work/key" -listen "127.0.0.1:$port" -antispam 2>"$work/server.log" & ;;
     posix/tlogd) label="tlogd POSIX, dedup"
-      "$tlogd" serve --storage-dir "$dir" --origin bench.example/log --private-key-file "$work/key" \
+      "${on_server_core[@]}" "$tlogd" serve --storage-dir "$dir" --origin bench.example/log --private-key-file "$work/key" \
         --listen "127.0.0.1:$port" --metrics-listen "" 2>"$work/server.log" & ;;
     mysql/go) label="Go Tessera MySQL"
       mariadb -h 127.0.0.1 -P "$myport" -u root -e "create database $db"
-      "$gobin/mysql" -mysql_uri "root@tcp(127.0.0.1:$myport)/$db" -init_schema_path "$schema" \
+      "${on_server_core[@]}" "$gobin/mysql" -mysql_uri "root@tcp(127.0.0.1:$myport)/$db" -init_schema_path "$schema" \
         -private_key_path "$work/key" -listen "127.0.0.1:$port" -publish_interval 1s 2>"$work/server.log" & ;;
     mysql/tlogd) label="tlogd MySQL, dedup"
       mariadb -h 127.0.0.1 -P "$myport" -u root -e "create database $db"
-      "$tlogd" serve --backend mysql --database-url "mysql://root@127.0.0.1:$myport/$db" --dedup-path "$dir/dedup" \
+      "${on_server_core[@]}" "$tlogd" serve --backend mysql --database-url "mysql://root@127.0.0.1:$myport/$db" --dedup-path "$dir/dedup" \
         --origin bench.example/log --private-key-file "$work/key" --listen "127.0.0.1:$port" --metrics-listen "" \
         2>"$work/server.log" & ;;
   esac
@@ -73,7 +74,7 @@ run() { # which (go|go-antispam|tlogd), loadgen flags...
   # Go Tessera publishes its first checkpoint within a second or so.
   for _ in $(seq 200); do curl -sf "http://127.0.0.1:$port/checkpoint" >/dev/null && break; sleep 0.1; done
   s0=$(db_ticks)
-  "$bin/tlog-loadgen" --log-url "http://127.0.0.1:$port" --log-public-key "$(cat "$work/vkey")" \
+  "${on_driver_core[@]}" "$bin/tlog-loadgen" --log-url "http://127.0.0.1:$port" --log-public-key "$(cat "$work/vkey")" \
     --writers "${VS_WRITERS:-256}" --duration "${secs}s" --log-pid "$server" --quiet \
     --report-json "$work/r.json" "$@" >/dev/null || true
   s1=$(db_ticks)
@@ -98,6 +99,7 @@ variants=(go tlogd)
 [ "$mode" = posix ] && [ "${GO_ANTISPAM:-0}" = 1 ] && variants=(go go-antispam tlogd)
 # VS_VARIANTS="tlogd" (any of go, go-antispam, tlogd) runs only those.
 [ -n "${VS_VARIANTS:-}" ] && read -ra variants <<<"$VS_VARIANTS"
+echo "$(pinning); $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, $(date -u +'%F %H:%M UTC')"
 echo "| server | appends/s | server CPU/append | database CPU/append | loadgen CPU/add | add p50 / p99 | time to integrate p50 / p99 | |"
 echo "|---|---|---|---|---|---|---|---|"
 for i in $(seq "$pairs"); do
