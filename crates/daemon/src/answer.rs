@@ -11,6 +11,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use futures_util::FutureExt;
 use http_body_util::BodyExt;
 use sha2::{Digest, Sha256};
 use tlogd_core::engine::AddError;
@@ -98,43 +99,26 @@ pub async fn read_body(
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
         return Err(resp);
     }
-    let read = async {
-        let mut body = body;
-        let mut held = BodyHeld::new(client);
-        let mut pieces: Vec<Bytes> = Vec::new();
-        let mut total = 0usize;
-        while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|e| {
-                text(
-                    StatusCode::BAD_REQUEST,
-                    format!("cannot read the request body: {e}"),
-                )
-            })?;
-            let Ok(data) = frame.into_data() else {
-                continue;
-            };
-            total += data.len();
-            if total > max {
-                return Err(too_large());
-            }
-            if !held.grow_to_within(total as u64, BODY_ROOM_WAIT).await {
-                let mut resp = text(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "busy: too many request bytes in flight; retry later",
-                );
-                let h = resp.headers_mut();
-                h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-                h.insert(header::CONNECTION, HeaderValue::from_static("close"));
-                return Err(resp);
-            }
-            pieces.push(data);
+    let mut body = body;
+    let mut held = BodyHeld::new(client);
+    let mut pieces: Vec<Bytes> = Vec::new();
+    let mut total = 0usize;
+    // A body that has already arrived whole (an add of a small entry: nearly always)
+    // is taken without arming the timeout below, whose timer, registered and then
+    // cancelled, would cost two locks of the runtime's timer wheel per add.
+    if let Some(first) = body.frame().now_or_never() {
+        if let Some(frame) = first {
+            take_frame(frame, &mut pieces, &mut total, &mut held, max, &too_large).await?;
         }
-        // One piece (the usual case) is handed over as it is, a slice of hyper's buffer.
-        Ok(match pieces.len() {
-            0 => Bytes::new(),
-            1 => pieces.swap_remove(0),
-            _ => Bytes::from(pieces.concat()),
-        })
+        if hyper::body::Body::is_end_stream(&body) {
+            return Ok(joined(pieces));
+        }
+    }
+    let read = async {
+        while let Some(frame) = body.frame().await {
+            take_frame(frame, &mut pieces, &mut total, &mut held, max, &too_large).await?;
+        }
+        Ok(joined(pieces))
     };
     match tokio::time::timeout(timeout, read).await {
         Ok(r) => r,
@@ -150,6 +134,53 @@ pub async fn read_body(
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
             Err(resp)
         }
+    }
+}
+
+/// Add one frame of a body being read to `pieces`: its data within `max` bytes in all
+/// and within the client's share of the body budget (waiting a moment for room).
+async fn take_frame(
+    frame: Result<hyper::body::Frame<Bytes>, axum::Error>,
+    pieces: &mut Vec<Bytes>,
+    total: &mut usize,
+    held: &mut BodyHeld<'_>,
+    max: usize,
+    too_large: &(dyn Fn() -> Response + Sync),
+) -> Result<(), Response> {
+    let frame = frame.map_err(|e| {
+        text(
+            StatusCode::BAD_REQUEST,
+            format!("cannot read the request body: {e}"),
+        )
+    })?;
+    let Ok(data) = frame.into_data() else {
+        return Ok(());
+    };
+    *total += data.len();
+    if *total > max {
+        return Err(too_large());
+    }
+    if !held.grow_to_within(*total as u64, BODY_ROOM_WAIT).await {
+        let mut resp = text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "busy: too many request bytes in flight; retry later",
+        );
+        let h = resp.headers_mut();
+        h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+        return Err(resp);
+    }
+    pieces.push(data);
+    Ok(())
+}
+
+/// A body's pieces as one: a single piece (the usual case) as it is, a slice of
+/// hyper's buffer.
+fn joined(mut pieces: Vec<Bytes>) -> Bytes {
+    match pieces.len() {
+        0 => Bytes::new(),
+        1 => pieces.swap_remove(0),
+        _ => Bytes::from(pieces.concat()),
     }
 }
 

@@ -66,7 +66,7 @@ use hyper_util::server::conn::auto;
 use tlogd_http::yield_first::YieldFirst;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower_service::Service;
 
 use crate::client::{BodyBudget, Client};
@@ -210,7 +210,7 @@ pub async fn serve(
         shed: metrics::counter!("tlogd_http_responses_shed_total", "listener" => opts.name),
         shed_per_ip: metrics::counter!("tlogd_http_responses_shed_per_ip_total", "listener" => opts.name),
     });
-    let (close_tx, close_rx) = watch::channel(());
+    let closer = Arc::new(Closer::default());
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -248,15 +248,14 @@ pub async fn serve(
             app.clone(),
             opts.clone(),
             shared.clone(),
-            close_rx.clone(),
+            closer.register(),
             (permit, ip_slot),
         ));
     }
     // Stop accepting (the kernel refuses new connections from now on), then ask every
     // connection to finish.
     drop(listener);
-    drop(close_rx);
-    let _ = close_tx.send(());
+    closer.close_all();
     let all = u32::try_from(max).unwrap_or(u32::MAX);
     if tokio::time::timeout(opts.shutdown_grace, permits.acquire_many(all))
         .await
@@ -267,6 +266,90 @@ pub async fn serve(
             grace = ?opts.shutdown_grace,
             "connections still open after the shutdown grace period; going on without them"
         );
+    }
+}
+
+/// Asks every open connection of a listener to finish, at shutdown. Each connection
+/// polls a signal of its own, so a wake-up of a busy connection touches nothing that
+/// other connections share (a `watch` channel, polled on every wake-up of every
+/// connection, took a lock of its waiter list each time); a connection registers once
+/// when it opens and once when it closes.
+#[derive(Default)]
+struct Closer {
+    /// Set once `close_all` has run: a connection registered after it is asked at once.
+    closed: AtomicBool,
+    next_id: AtomicU64,
+    open: Mutex<HashMap<u64, Arc<CloseSignal>>>,
+}
+
+/// One connection's "please finish".
+#[derive(Default)]
+struct CloseSignal {
+    asked: AtomicBool,
+    waker: futures_util::task::AtomicWaker,
+}
+
+/// A connection's place in its [`Closer`] (removed when dropped).
+struct CloseHandle {
+    closer: Arc<Closer>,
+    id: u64,
+    signal: Arc<CloseSignal>,
+}
+
+impl Closer {
+    fn register(self: &Arc<Self>) -> CloseHandle {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let signal = Arc::new(CloseSignal::default());
+        self.open
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, signal.clone());
+        // After the insert: `close_all` sets `closed` before it looks at `open`, so a
+        // connection it did not see sees `closed`.
+        if self.closed.load(Ordering::Acquire) {
+            signal.asked.store(true, Ordering::Release);
+        }
+        CloseHandle {
+            closer: self.clone(),
+            id,
+            signal,
+        }
+    }
+
+    fn close_all(&self) {
+        self.closed.store(true, Ordering::Release);
+        let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        for signal in open.values() {
+            signal.asked.store(true, Ordering::Release);
+            signal.waker.wake();
+        }
+    }
+}
+
+impl CloseHandle {
+    /// Ready once the listener asks its connections to finish.
+    fn asked(&self) -> impl Future<Output = ()> + '_ {
+        std::future::poll_fn(|cx| {
+            if self.signal.asked.load(Ordering::Acquire) {
+                return Poll::Ready(());
+            }
+            self.signal.waker.register(cx.waker());
+            if self.signal.asked.load(Ordering::Acquire) {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+    }
+}
+
+impl Drop for CloseHandle {
+    fn drop(&mut self) {
+        self.closer
+            .open
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.id);
     }
 }
 
@@ -885,7 +968,7 @@ async fn connection(
     app: Router,
     opts: ServeOptions,
     shared: Arc<Shared>,
-    mut close_rx: watch::Receiver<()>,
+    close: CloseHandle,
     places: (OwnedSemaphorePermit, IpSlot),
 ) {
     let name = opts.name;
@@ -966,6 +1049,9 @@ async fn connection(
         // Over HTTP/2, many streams' answers leave in one write (`YieldFirst`).
         let polled = YieldFirst::new(conn.as_mut()).only_if(&activity.http2);
         tokio::select! {
+            // In this order: the connection is polled first on every wake-up, and
+            // `biased` spares a random draw per poll.
+            biased;
             done = polled => match done {
                 Ok(()) => break None,
                 // hyper times out nothing here but HTTP/2 keep-alive pings (the
@@ -973,7 +1059,7 @@ async fn connection(
                 // error is the connection's.
                 Err(e) => break Some(error_reason(&*e)),
             },
-            _ = close_rx.changed(), if !closing => {
+            () = close.asked(), if !closing => {
                 conn.as_mut().graceful_shutdown();
                 closing = true;
             }
@@ -1034,6 +1120,59 @@ mod tests {
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
+    }
+
+    /// At shutdown every open connection is asked to finish: an idle HTTP/1.1
+    /// keep-alive connection is closed at once, so `serve` returns long before the
+    /// grace period or any timeout would end it.
+    #[tokio::test]
+    async fn shutdown_closes_idle_connections_at_once() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = Router::new().route("/", axum::routing::get(|| async { "hello" }));
+        let long = Duration::from_secs(60);
+        let opts = ServeOptions {
+            header_read_timeout: long,
+            idle_timeout: long,
+            write_timeout: long,
+            shutdown_grace: long,
+            ..ServeOptions::default()
+        };
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(listener, app, opts, async {
+            let _ = stop_rx.await;
+        }));
+        let mut idle = Vec::new();
+        for _ in 0..3 {
+            let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+            c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                .await
+                .unwrap();
+            let mut buf = [0u8; 1024];
+            let n = c.read(&mut buf).await.unwrap();
+            assert!(
+                buf[..n].ends_with(b"hello"),
+                "{:?}",
+                String::from_utf8_lossy(&buf[..n])
+            );
+            idle.push(c);
+        }
+        let asked = std::time::Instant::now();
+        stop_tx.send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), server)
+            .await
+            .expect("serve returned within 5 s of the shutdown, not after the 60 s grace")
+            .unwrap();
+        assert!(asked.elapsed() < Duration::from_secs(5));
+        for mut c in idle {
+            let mut buf = [0u8; 16];
+            let n = tokio::time::timeout(Duration::from_secs(5), c.read(&mut buf))
+                .await
+                .expect("the idle connection was closed")
+                .unwrap_or(0);
+            assert_eq!(n, 0, "EOF on the idle connection");
+        }
     }
 
     /// #62: one IPv6 /64 is one client (by default): its addresses share the cap and
