@@ -23,15 +23,17 @@ pub struct AuthConfig {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HttpConfig {
-    /// A request's headers must arrive within this; a new connection's first request
-    /// too. For HTTP/1.1 it also bounds the wait for the next request on a keep-alive
-    /// connection (one deadline, from the previous response, covers both).
+    /// A request's headers must be whole within this of their first bytes; a new
+    /// connection's first request must be within this of the connection. (The wait
+    /// for the next request on a kept-alive HTTP/1.1 connection is `idle_timeout_ms`.)
     pub header_read_timeout_ms: u64,
     /// `POST /add`: the whole body must arrive within this once the headers have
     /// (`408` otherwise).
     pub body_read_timeout_ms: u64,
-    /// A connection with no request in flight for this long is closed (HTTP/2; an idle
-    /// HTTP/1.1 connection is closed after `header_read_timeout_ms` already).
+    /// A connection with no request in flight for this long is closed (HTTP/2:
+    /// `GOAWAY`). Longer by default than common HTTP clients keep an idle connection
+    /// (Go: 90 s), so that the client closes first: a client that reuses a connection
+    /// at the moment the server closes it gets an `EOF`, and does not retry a `POST`.
     pub idle_timeout_ms: u64,
     /// A response that makes no progress for this long closes its connection: a socket
     /// write blocked (the peer reads nothing), or a response whose next piece has not
@@ -98,7 +100,7 @@ impl Default for HttpConfig {
         HttpConfig {
             header_read_timeout_ms: 10_000,
             body_read_timeout_ms: 10_000,
-            idle_timeout_ms: 60_000,
+            idle_timeout_ms: 120_000,
             write_timeout_ms: 30_000,
             max_connections: 4096,
             max_connections_per_ip: 256,

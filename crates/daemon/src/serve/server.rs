@@ -10,12 +10,17 @@
 //!   must start within it (this also covers a client that connects and sends nothing,
 //!   or a few bytes of the HTTP/2 preface, which hyper would wait on forever while
 //!   telling the two protocols apart); on HTTP/1.1, each next request's headers must
-//!   arrive within it of the previous response (of its last byte written), which also
-//!   bounds a keep-alive connection's wait for its next request. The connection's own
+//!   be whole within it of its first bytes read. (A head whose first bytes came in
+//!   before the previous request was parsed, pipelined behind it, is bounded by the
+//!   idle timeout instead.) The connection's own
 //!   timer checks this, not hyper's: hyper's sets, polls and cancels a timer for every
 //!   request (boxed, in tokio's timer wheel), ~3 % of the daemon's CPU under load.
 //! * **Idle** (`idle_timeout`): a connection with no request in flight for this long
-//!   is shut down gracefully (HTTP/2: `GOAWAY`). A request counts as in flight until
+//!   is shut down gracefully (HTTP/2: `GOAWAY`). On HTTP/1.1 this is the wait for the
+//!   next request on a kept-alive connection, and it is longer by default than the
+//!   idle timeouts of common clients (Go's 90 s): the client closes an idle connection
+//!   first, so it never sends a request into a connection the server is closing (an
+//!   `EOF` that a client does not retry for a `POST`). A request counts as in flight until
 //!   its response body has been handed to the connection, so a long add waiting for its
 //!   commit is never cut; nothing is idle while a write is blocked.
 //! * **Write progress** (`write_timeout`): a connection is dropped when a socket write
@@ -604,6 +609,11 @@ struct Activity {
     last_end_ms: AtomicU64,
     /// When a socket write last made progress.
     last_write_ms: AtomicU64,
+    /// When the first bytes were read with no request in flight since the last one
+    /// started: the next request's head has begun, and must be whole within the header
+    /// timeout. [`NEVER`] while none has (a kept-alive HTTP/1.1 connection then waits
+    /// the idle timeout for it).
+    head_since_ms: AtomicU64,
     /// Since when socket writes have been refused (the socket's buffer full, the peer
     /// not reading) with no progress since; [`NEVER`] while writes go through.
     blocked_since_ms: AtomicU64,
@@ -633,6 +643,7 @@ impl Activity {
             in_flight: AtomicUsize::new(0),
             last_end_ms: AtomicU64::new(NEVER),
             last_write_ms: AtomicU64::new(0),
+            head_since_ms: AtomicU64::new(NEVER),
             blocked_since_ms: AtomicU64::new(NEVER),
             responses: Mutex::new(Slots::default()),
         }
@@ -701,6 +712,17 @@ impl Activity {
             .min()
     }
 
+    /// A socket read returned `n` bytes: with nothing in flight, a request's head has
+    /// begun (its first bytes stamp the header deadline's start).
+    fn read(&self, n: usize) {
+        if n > 0
+            && self.in_flight.load(Ordering::Acquire) == 0
+            && self.head_since_ms.load(Ordering::Relaxed) == NEVER
+        {
+            self.head_since_ms.store(self.now_ms(), Ordering::Release);
+        }
+    }
+
     /// A socket write returned.
     fn wrote(&self, r: &Poll<std::io::Result<usize>>) {
         match r {
@@ -728,11 +750,11 @@ impl Activity {
     ///   data are written too);
     /// * while a request is in flight or a write is blocked: nothing else;
     /// * before any request: its headers by `header_read` after the connection opened;
-    /// * then on HTTP/1.1 the sooner of `header_read` and `idle` after the later of the
-    ///   last request's end and the last write (the next request's headers are read
-    ///   from then on, and a response is not over before its last byte is written);
-    ///   on HTTP/2 `idle` after the last request ended (not the last write: keep-alive
-    ///   pings are writes).
+    /// * then on HTTP/1.1, once the next request's first bytes are read, its headers by
+    ///   `header_read` after them; until then `idle` after the later of the last
+    ///   request's end and the last write (a response is not over before its last byte
+    ///   is written); on HTTP/2 `idle` after the last request ended (not the last
+    ///   write: keep-alive pings are writes).
     fn check(&self, now: Instant, o: &ServeOptions) -> Result<Instant, Close> {
         let now_ms = now.saturating_duration_since(self.epoch).as_millis() as u64;
         let write_ms = o.write_timeout.as_millis() as u64;
@@ -770,14 +792,20 @@ impl Activity {
         let (deadline, why) = match self.last_end_ms.load(Ordering::Acquire) {
             NEVER => (self.epoch + o.header_read_timeout, Close::HeaderTimeout),
             end if http2 => (self.at(end) + o.idle_timeout, Close::Idle),
-            end => {
-                let from = self.at(end.max(last_write));
-                if o.header_read_timeout < o.idle_timeout {
-                    (from + o.header_read_timeout, Close::HeaderTimeout)
-                } else {
-                    (from + o.idle_timeout, Close::Idle)
+            end => match self.head_since_ms.load(Ordering::Acquire) {
+                NEVER => {
+                    // Waiting for the next request: the idle timeout, from the later
+                    // of the last request's end and the last write. Looked at again
+                    // within a header timeout, so that a head begun meanwhile is held
+                    // to it.
+                    let idle = self.at(end.max(last_write)) + o.idle_timeout;
+                    if idle <= now {
+                        return Err(Close::Idle);
+                    }
+                    return Ok(idle.min(now + o.header_read_timeout));
                 }
-            }
+                head => (self.at(head) + o.header_read_timeout, Close::HeaderTimeout),
+            },
         };
         if deadline <= now {
             Err(why)
@@ -804,6 +832,8 @@ struct InFlight(Arc<Activity>);
 impl InFlight {
     fn new(a: &Arc<Activity>) -> Self {
         a.in_flight.fetch_add(1, Ordering::AcqRel);
+        // Its head is whole: the header deadline is over.
+        a.head_since_ms.store(NEVER, Ordering::Release);
         // A request has started: the "first request" deadline no longer applies.
         let _ = a
             .last_end_ms
@@ -913,7 +943,13 @@ impl AsyncRead for Io {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let r = Pin::new(&mut this.inner).poll_read(cx, buf);
+        if r.is_ready() {
+            this.activity.read(buf.filled().len() - before);
+        }
+        r
     }
 }
 
