@@ -441,6 +441,23 @@ async fn a_ct_log_takes_chains_and_serves_static_ct_api() {
     let mut plain = Vec::new();
     std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&z[..]), &mut plain).unwrap();
     assert_eq!(plain, data);
+    // The gzipped form is another representation, with a tag of its own: a cache
+    // revalidating it gets a 304, one holding the plain bytes does not.
+    assert_eq!(headers["etag"], "\"tile/data/000.p/3+gzip\"");
+    for (held, status) in [
+        ("\"tile/data/000.p/3+gzip\"", 304),
+        ("\"tile/data/000.p/3\"", 200),
+    ] {
+        let req = hyper::Request::get(format!("{base}/tile/data/000.p/3"))
+            .header("accept-encoding", "gzip")
+            .header("if-none-match", held)
+            .body(http_body_util::Full::new(Bytes::new()))
+            .unwrap();
+        let (got, headers, body) = http.request(req).await.unwrap();
+        assert_eq!(got, status, "{held}");
+        assert_eq!(headers["vary"], "Accept-Encoding");
+        assert_eq!(body.is_empty(), status == 304);
+    }
     let pre_leaf = leaves
         .iter()
         .find(|l| l.pre_certificate.is_some())
@@ -469,6 +486,14 @@ async fn a_ct_log_takes_chains_and_serves_static_ct_api() {
             assert_eq!(status, 200, "issuer/{hex}");
             assert_eq!(headers["content-type"], "application/pkix-cert");
             assert_eq!(Sha256::digest(&der)[..], f[..]);
+            // Content-addressed: a cache holding it revalidates to a 304.
+            assert_eq!(headers["etag"], format!("\"issuer/{hex}\""));
+            let req = hyper::Request::get(format!("{base}/issuer/{hex}"))
+                .header("if-none-match", &headers["etag"])
+                .body(http_body_util::Full::new(Bytes::new()))
+                .unwrap();
+            let (status, _, body) = http.request(req).await.unwrap();
+            assert_eq!((status, body.len()), (304, 0), "issuer/{hex}");
         }
     }
     // The certificate submitted without its root still names it.

@@ -175,6 +175,18 @@ async fn window_zero_client_at(
     streams: usize,
     size: usize,
 ) -> WindowZero {
+    window_zero_client_for(addr, route, streams, size, None).await
+}
+
+/// [`window_zero_client_at`], each request saying `X-Forwarded-For: forwarded_for`, as
+/// a reverse proxy does for the client it forwards.
+async fn window_zero_client_for(
+    addr: SocketAddr,
+    route: &str,
+    streams: usize,
+    size: usize,
+    forwarded_for: Option<&str>,
+) -> WindowZero {
     let tcp = TcpStream::connect(addr).await.unwrap();
     let (send, conn) = h2::client::Builder::new()
         .initial_window_size(0)
@@ -189,10 +201,11 @@ async fn window_zero_client_at(
             .await
             .expect("a stream slot")
             .unwrap();
-        let req = hyper::Request::get(format!("http://{addr}/{route}/{size}"))
-            .body(())
-            .unwrap();
-        let (resp, stream) = s.send_request(req, true).unwrap();
+        let mut req = hyper::Request::get(format!("http://{addr}/{route}/{size}"));
+        if let Some(client) = forwarded_for {
+            req = req.header("x-forwarded-for", client);
+        }
+        let (resp, stream) = s.send_request(req.body(()).unwrap(), true).unwrap();
         pending.push(resp);
         held.1.push(stream);
     }
@@ -594,6 +607,51 @@ async fn one_address_holds_at_most_its_share_of_the_response_budget() {
     conn2.abort();
     wait_metric(
         "tlogd_http_response_bytes_in_flight{listener=\"share\"}",
+        0.0,
+    )
+    .await;
+}
+
+/// #61: behind a reverse proxy (a trusted one, loopback by default), every client
+/// comes from the proxy's address; the shares count the client the proxy names in
+/// `X-Forwarded-For` instead: one forwarded client holding over half its share is
+/// refused, another forwarded client and the proxy's own requests are still served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_trusted_proxy_the_forwarded_client_holds_the_share() {
+    let addr = start(ServeOptions {
+        max_response_bytes_in_flight: 10 * MIB as u64,
+        max_response_bytes_per_ip: 3 * MIB as u64,
+        ..patient("forwarded")
+    })
+    .await;
+    // A client behind the proxy holds two responses unread, over half its share; what
+    // it wrote left of the proxy's entry is not believed.
+    let (heads, conn, held) =
+        window_zero_client_for(addr, "bytes", 2, MIB, Some("198.51.100.1, 192.0.2.7")).await;
+    assert!(heads.iter().all(|(s, _)| *s == 200), "{heads:?}");
+    // Its next reads through the proxy, on another connection: refused.
+    let (heads, conn2, held2) =
+        window_zero_client_for(addr, "bytes", 3, MIB, Some("192.0.2.7")).await;
+    assert!(heads.iter().all(|(s, _)| *s == 503), "{heads:?}");
+    assert_eq!(
+        value("tlogd_http_responses_shed_per_ip_total{listener=\"forwarded\"}"),
+        3.0
+    );
+    // Another client through the same proxy, and the proxy's own requests: served.
+    for client in [Some("192.0.2.8"), Some("198.51.100.1"), None] {
+        let (heads, conn3, held3) = window_zero_client_for(addr, "bytes", 1, MIB, client).await;
+        assert!(
+            heads.iter().all(|(s, _)| *s == 200),
+            "{client:?}: {heads:?}"
+        );
+        drop(held3);
+        conn3.abort();
+    }
+    drop((held, held2));
+    conn.abort();
+    conn2.abort();
+    wait_metric(
+        "tlogd_http_response_bytes_in_flight{listener=\"forwarded\"}",
         0.0,
     )
     .await;

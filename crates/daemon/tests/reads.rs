@@ -222,3 +222,88 @@ async fn tile_reads_take_bounded_turns_and_the_rest_get_503() {
     let (status, _, _) = first.await.unwrap();
     assert_eq!(status, 200);
 }
+
+/// `GET url` with `If-None-Match: tag`, as a cache revalidating its copy.
+async fn revalidate(http: &Http, url: &str, tag: &str) -> Resp {
+    let req = hyper::Request::get(url)
+        .header("if-none-match", tag)
+        .body(http_body_util::Full::new(Bytes::new()))
+        .unwrap();
+    http.request(req).await.unwrap()
+}
+
+/// A cache or CDN in front revalidates what it holds (RFC 9110 §13.1.2): the checkpoint
+/// and the tiles carry ETags, a revalidation of an unchanged one is a `304` with no
+/// body that reads no storage, and a checkpoint published since is a `200` with a new
+/// tag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cache_revalidates_with_etags_and_gets_304s_that_read_no_storage() {
+    let (storage, _log, url) = start(tlogd::serve::router::HttpOptions::default()).await;
+    let http = Http::new();
+    for i in 0..3 {
+        http.add(&url, Bytes::from(format!("entry {i}")))
+            .await
+            .unwrap();
+    }
+    http.wait_checkpoint(&url, 3).await;
+
+    let cp_url = format!("{url}/checkpoint");
+    let (status, headers, first) = http.get(&cp_url).await.unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(headers["cache-control"], "no-cache");
+    let cp_tag = headers["etag"].clone();
+    let (status, headers, body) = revalidate(&http, &cp_url, &cp_tag).await;
+    assert_eq!(status, 304, "{body:?}");
+    assert!(body.is_empty());
+    assert_eq!(headers["etag"], cp_tag);
+    assert_eq!(headers["cache-control"], "no-cache");
+
+    // Each path is read once for its first GET and once for the tag it does not have.
+    for (path, immutable_reads) in [("tile/entries/000.p/3", 1), ("tile/0/000.p/3", 3)] {
+        let tile_url = format!("{url}/{path}");
+        let (status, headers, bytes) = http.get(&tile_url).await.unwrap();
+        assert_eq!(status, 200, "{bytes:?}");
+        assert_eq!(
+            headers["cache-control"],
+            "public, max-age=31536000, immutable"
+        );
+        let tag = headers["etag"].clone();
+        assert_eq!(tag, format!("\"{path}\""));
+        assert_eq!(
+            storage.public_tile_reads.load(Ordering::SeqCst),
+            immutable_reads
+        );
+        for asked in [tag.clone(), format!("W/{tag}"), format!("\"x\", {tag}")] {
+            let (status, headers, body) = revalidate(&http, &tile_url, &asked).await;
+            assert_eq!(status, 304, "{asked}: {body:?}");
+            assert!(body.is_empty());
+            assert_eq!(headers["etag"], tag);
+            assert_eq!(
+                headers["cache-control"],
+                "public, max-age=31536000, immutable"
+            );
+        }
+        // Not one of those revalidations read storage.
+        assert_eq!(
+            storage.public_tile_reads.load(Ordering::SeqCst),
+            immutable_reads
+        );
+        // A tag it does not have: the bytes, read again.
+        let (status, _, again) = revalidate(&http, &tile_url, "\"tile/0/000.p/2\"").await;
+        assert_eq!((status, &again), (200, &bytes));
+    }
+    // A path beyond the tree is a 404 whatever the client says it holds.
+    let (status, headers, _) = revalidate(&http, &format!("{url}/tile/entries/001"), "*").await;
+    assert_eq!(status, 404);
+    assert_eq!(headers["cache-control"], "no-store");
+
+    // A new checkpoint: the old tag no longer matches.
+    http.add(&url, Bytes::from_static(b"entry 3"))
+        .await
+        .unwrap();
+    http.wait_checkpoint(&url, 4).await;
+    let (status, headers, body) = revalidate(&http, &cp_url, &cp_tag).await;
+    assert_eq!(status, 200);
+    assert_ne!(body, first);
+    assert_ne!(headers["etag"], cp_tag);
+}

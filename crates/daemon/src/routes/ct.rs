@@ -60,6 +60,7 @@ use tlogd_static_ct::signer::LogKey;
 use crate::answer::{add_refused, hex, internal_error, now_ms, read_body, text};
 use crate::client::Client;
 use crate::config::CtConfig;
+use crate::routes::cache;
 use crate::routes::tiles::{Reads, not_yet};
 use crate::routes::validation::ValidationPool;
 use sha2::{Digest, Sha256};
@@ -305,9 +306,10 @@ pub(crate) fn read_routes<S: LogStorage>(reads: Arc<Reads<S>>, ct: Arc<CtLog>) -
             get(
                 |State(s): State<(Arc<Reads<S>>, Arc<CtLog>)>,
                  client: Option<axum::Extension<Client>>,
+                 headers: axum::http::HeaderMap,
                  UrlPath(f): UrlPath<String>| async move {
                     let addr = client.and_then(|c| c.0.addr);
-                    issuer(&s.0, &s.1, addr, &f).await
+                    issuer(&s.0, &s.1, addr, &f, &headers).await
                 },
             ),
         )
@@ -698,6 +700,7 @@ async fn issuer<S: LogStorage>(
     ct: &CtLog,
     client: Option<std::net::IpAddr>,
     fingerprint: &str,
+    headers: &axum::http::HeaderMap,
 ) -> Response {
     let not_found = || {
         not_yet(text(
@@ -711,15 +714,25 @@ async fn issuer<S: LogStorage>(
             "issuer/ paths are 64 lowercase hex digits (a SHA-256)",
         ));
     };
+    // Content-addressed: the bytes at this path never change, and a client holding
+    // them holds what the path names (crate::routes::cache).
+    let etag = cache::immutable_etag(&format!("issuer/{fingerprint}"), false);
+    if let Some(etag) = &etag
+        && cache::holds(headers, etag)
+    {
+        return cache::not_modified(etag.clone(), cache::IMMUTABLE, false);
+    }
     let found = |der: Bytes| {
         let mut resp = (StatusCode::OK, der).into_response();
         let h = resp.headers_mut();
         h.insert(header::CONTENT_TYPE, HeaderValue::from_static(PKIX_CERT));
-        // Content-addressed: the bytes at this path never change.
         h.insert(
             header::CACHE_CONTROL,
-            HeaderValue::from_static("public, max-age=31536000, immutable"),
+            HeaderValue::from_static(cache::IMMUTABLE),
         );
+        if let Some(etag) = etag.clone() {
+            h.insert(header::ETAG, etag);
+        }
         resp
     };
     match ct.issuers.get(&key) {

@@ -4,6 +4,7 @@
 //! ([`forward`]). Each answers through [`crate::answer`]; [`crate::serve::router`]
 //! puts them together.
 
+pub(crate) mod cache;
 pub mod ct;
 pub mod ct_shard;
 pub mod forward;

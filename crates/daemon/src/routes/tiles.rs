@@ -17,7 +17,7 @@ use crate::answer::{
 };
 use crate::client::Client;
 
-const IMMUTABLE: &str = "public, max-age=31536000, immutable";
+use crate::routes::cache::{self, IMMUTABLE, REVALIDATE};
 
 /// What the read handlers share: the log, and the turns to read its storage.
 pub(crate) struct Reads<S: LogStorage> {
@@ -178,15 +178,31 @@ pub(crate) async fn add<S: LogStorage>(
     }
 }
 
-pub(crate) async fn checkpoint<S: LogStorage>(State(reads): State<Arc<Reads<S>>>) -> Response {
+pub(crate) async fn checkpoint<S: LogStorage>(
+    State(reads): State<Arc<Reads<S>>>,
+    headers: HeaderMap,
+) -> Response {
     // From memory (engine::latest): a flood of these never reaches storage.
     match reads.log.latest_checkpoint().await {
         Ok(Some(b)) => {
+            let etag = cache::content_etag(&b);
+            if cache::holds(&headers, &etag) {
+                read_metric(
+                    "checkpoint",
+                    StatusCode::NOT_MODIFIED,
+                    &reads.log.config().name,
+                );
+                return cache::not_modified(etag, REVALIDATE, false);
+            }
             read_metric("checkpoint", StatusCode::OK, &reads.log.config().name);
             (
                 [
-                    (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
-                    (header::CACHE_CONTROL, "no-cache"),
+                    (
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("text/plain; charset=utf-8"),
+                    ),
+                    (header::CACHE_CONTROL, HeaderValue::from_static(REVALIDATE)),
+                    (header::ETAG, etag),
                 ],
                 b,
             )
@@ -277,13 +293,23 @@ pub(crate) async fn tile<S: LogStorage>(
         read_metric(kind, StatusCode::NOT_FOUND, &reads.log.config().name);
         return not_yet(text(StatusCode::NOT_FOUND, format!("{path} not found")));
     }
+    // Data tiles are served gzipped to whoever takes it (below): another
+    // representation, with its own tag.
+    let gzipped = id.kind == TileKind::Data && accepts_gzip(req.headers());
+    let etag = cache::immutable_etag(&path, gzipped);
+    if let Some(etag) = &etag
+        && cache::holds(req.headers(), etag)
+    {
+        read_metric(kind, StatusCode::NOT_MODIFIED, &reads.log.config().name);
+        return cache::not_modified(etag.clone(), IMMUTABLE, id.kind == TileKind::Data);
+    }
     let turn = match reads.turn(kind).await {
         Ok(turn) => turn,
         Err(resp) => return resp,
     };
     let read = log.storage().read_public_tile(&id).await;
-    match read {
-        Ok(Some(b)) if id.kind == TileKind::Data && accepts_gzip(req.headers()) => {
+    let mut resp = match read {
+        Ok(Some(b)) if gzipped => {
             read_metric(kind, StatusCode::OK, &reads.log.config().name);
             // static-ct-api "Log entries": data tiles SHOULD be served compressed;
             // certificates compress to about half. Within the read's turn (#62): a
@@ -334,5 +360,11 @@ pub(crate) async fn tile<S: LogStorage>(
             );
             internal_error(&format!("GET /{path}"), &e)
         }
+    };
+    if let Some(etag) = etag
+        && resp.status() == StatusCode::OK
+    {
+        resp.headers_mut().insert(header::ETAG, etag);
     }
+    resp
 }

@@ -199,6 +199,7 @@ pub async fn serve(
         open: Mutex::new(HashMap::new()),
     });
     let shared = Arc::new(Shared {
+        per_ip: per_ip.clone(),
         budget: Budget {
             used: AtomicU64::new(0),
             limit: opts.max_response_bytes_in_flight,
@@ -407,6 +408,42 @@ impl PerIp {
     }
 }
 
+impl PerIp {
+    /// The client a trusted proxy forwards a request for (`X-Forwarded-For`), as
+    /// per-address shares count it: the rightmost address that is not itself a trusted
+    /// proxy. Each proxy appends the address it saw, so that one was written by a proxy
+    /// of ours; anything left of it is the client's own to forge. `None` when the
+    /// header is absent, holds only trusted addresses, or the entry in question is not
+    /// an address (`unknown`, garbage): the request is then the proxy's, not counted per
+    /// address, as before.
+    fn forwarded_for(&self, headers: &hyper::HeaderMap) -> Option<IpAddr> {
+        let mut lines = headers.get_all("x-forwarded-for").iter();
+        // Several header lines are one list, in order (RFC 9110 §5.3): the last line
+        // holds the rightmost entries.
+        let mut rest = lines.next_back();
+        while let Some(line) = rest {
+            let text = line.to_str().ok()?;
+            for entry in text.rsplit(',') {
+                let ip = parse_forwarded(entry.trim())?;
+                if !self.trusted.iter().any(|t| t.contains(ip)) {
+                    return Some(crate::config::client_key(ip, self.v6_prefix));
+                }
+            }
+            rest = lines.next_back();
+        }
+        None
+    }
+}
+
+/// One `X-Forwarded-For` entry: an address, perhaps with a port (`192.0.2.7:4711`,
+/// `[2001:db8::1]:443`).
+fn parse_forwarded(entry: &str) -> Option<IpAddr> {
+    entry
+        .parse::<IpAddr>()
+        .ok()
+        .or_else(|| entry.parse::<std::net::SocketAddr>().ok().map(|a| a.ip()))
+}
+
 /// One connection's place in [`PerIp`], given back when dropped.
 struct IpSlot(Option<(Arc<PerIp>, IpAddr)>);
 
@@ -433,6 +470,8 @@ impl Drop for IpSlot {
 
 /// What all connections of one listener share.
 struct Shared {
+    /// Open connections per address, and who the trusted proxies are.
+    per_ip: Arc<PerIp>,
     budget: Budget,
     /// Request-body bytes being read (`max_request_bytes_in_flight`).
     bodies: Arc<BodyBudget>,
@@ -1021,9 +1060,13 @@ async fn connection(
                 activity.http2.store(true, Ordering::Relaxed);
             }
             let guard = InFlight::new(&activity);
+            // Behind a trusted proxy, the client it forwards for.
+            let addr = client
+                .addr
+                .or_else(|| shared.per_ip.forwarded_for(req.headers()));
             // A read from an address holding over half its share of response bytes is
             // refused before it is served (adds and forwards are never refused here).
-            if let Some(ip) = client.addr
+            if let Some(ip) = addr
                 && req.method() == hyper::Method::GET
                 && shared.budget.refuses_before(ip)
             {
@@ -1033,7 +1076,10 @@ async fn connection(
                 return futures_util::future::Either::Left(std::future::ready(Ok(shed)));
             }
             let mut req = Request::from(req.map(Body::new));
-            req.extensions_mut().insert(client.clone());
+            req.extensions_mut().insert(Client {
+                addr,
+                bodies: client.bodies.clone(),
+            });
             let call = app.clone().call(req);
             let shared = shared.clone();
             futures_util::future::Either::Right(async move {
@@ -1050,7 +1096,7 @@ async fn connection(
                     {
                         None
                     }
-                    Some(n) if n > SMALL_BODY => match Held::take(&shared, n, client.addr) {
+                    Some(n) if n > SMALL_BODY => match Held::take(&shared, n, addr) {
                         Ok(h) => Some(h),
                         Err(over) => {
                             shared.shed.increment(1);
@@ -1156,6 +1202,52 @@ mod tests {
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
+    }
+
+    /// Behind trusted proxies, the client is the rightmost `X-Forwarded-For` entry that
+    /// is not a trusted proxy; what a client writes left of it, garbage and an absent
+    /// header leave the request uncounted per address (the proxy's).
+    #[test]
+    fn the_forwarded_client_is_the_rightmost_untrusted_address() {
+        let p = PerIp {
+            max: 1,
+            trusted: vec![
+                IpCidr::parse("127.0.0.0/8").unwrap(),
+                IpCidr::parse("10.0.0.0/8").unwrap(),
+            ],
+            v6_prefix: 64,
+            open: Mutex::new(HashMap::new()),
+        };
+        let with = |lines: &[&'static str]| {
+            let mut h = hyper::HeaderMap::new();
+            for l in lines {
+                h.append(
+                    "x-forwarded-for",
+                    hyper::header::HeaderValue::from_static(l),
+                );
+            }
+            p.forwarded_for(&h)
+        };
+        assert_eq!(with(&[]), None);
+        assert_eq!(with(&["192.0.2.7"]), Some(ip("192.0.2.7")));
+        // A forged entry left of what our proxies wrote is not taken.
+        assert_eq!(
+            with(&["203.0.113.9, 192.0.2.7, 10.1.2.3"]),
+            Some(ip("192.0.2.7"))
+        );
+        assert_eq!(
+            with(&["203.0.113.9", "192.0.2.7:4711", "10.1.2.3"]),
+            Some(ip("192.0.2.7"))
+        );
+        // IPv6 with a port, cut to its /64 as per-address shares count it.
+        assert_eq!(
+            with(&["[2001:db8:1:2:3::7]:443"]),
+            Some(ip("2001:db8:1:2::"))
+        );
+        // Only trusted proxies, or an entry that is no address: the proxy's request.
+        assert_eq!(with(&["127.0.0.1, 10.0.0.1"]), None);
+        assert_eq!(with(&["192.0.2.7, unknown"]), None);
+        assert_eq!(with(&[""]), None);
     }
 
     /// At shutdown every open connection is asked to finish: an idle HTTP/1.1
