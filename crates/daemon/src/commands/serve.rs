@@ -185,6 +185,12 @@ pub async fn run(c: Config) -> anyhow::Result<()> {
             Some((addr, ml))
         }
     };
+    // The certificate is read before any log is opened: a missing or broken pair stops
+    // the start, naming the file.
+    let tls = match &c.tls {
+        Some(t) => Some(crate::serve::tls::TlsAcceptor::new(t).context("[tls]")?),
+        None => None,
+    };
     let opened = open_logs(&c).await?;
     let logs: Vec<Arc<dyn ServedLog>> = opened.iter().map(|o| o.log.clone()).collect();
     let mut routes = Vec::new();
@@ -195,8 +201,11 @@ pub async fn run(c: Config) -> anyhow::Result<()> {
         tasks.push(o.tasks);
         ct_logs.extend(o.ct);
     }
-    if !ct_logs.is_empty() {
-        reload_roots_on_sighup(ct_logs)?;
+    let hup = reload_on_sighup(ct_logs)?;
+    if let (Some(t), Some(cfg)) = (&tls, &c.tls) {
+        t.files
+            .clone()
+            .watch(Duration::from_millis(cfg.reload_interval_ms), hup.clone());
     }
     let metrics_task = if let Some((addr, ml)) = metrics_listener {
         let app = observe::router(logs.clone(), metrics);
@@ -216,6 +225,7 @@ pub async fn run(c: Config) -> anyhow::Result<()> {
     };
     tracing::info!(
         addr = %c.listen,
+        https = tls.is_some(),
         logs = logs.len(),
         max_connections = c.http.max_connections,
         "tlogd serving"
@@ -235,7 +245,10 @@ pub async fn run(c: Config) -> anyhow::Result<()> {
         crate::serve::server::serve(
             listener,
             crate::logset::routing::public_router(routes),
-            ServeOptions::from(&c.http),
+            ServeOptions {
+                tls,
+                ..ServeOptions::from(&c.http)
+            },
             stop,
         )
         .await;
@@ -320,12 +333,20 @@ fn check_fd_limit(max_connections: usize) {
     }
 }
 
-/// On SIGHUP, every CT log reads its roots file again and adds its roots.
-fn reload_roots_on_sighup(ct_logs: Vec<Arc<crate::routes::ct::CtLog>>) -> anyhow::Result<()> {
+/// On SIGHUP, every CT log reads its roots file again and adds its roots, and the
+/// receiver returned is told (the TLS certificate reloads). Installed whatever the
+/// configuration: a stray SIGHUP never kills the daemon (the default action) with its
+/// queues undrained.
+fn reload_on_sighup(
+    ct_logs: Vec<Arc<crate::routes::ct::CtLog>>,
+) -> anyhow::Result<tokio::sync::watch::Receiver<()>> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut hup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
+    let (told, listening) = tokio::sync::watch::channel(());
     tokio::spawn(async move {
         while hup.recv().await.is_some() {
+            // The TLS certificate (serve::tls) reloads when told.
+            told.send_replace(());
             for ct in &ct_logs {
                 match ct.reload_roots() {
                     Ok(n) => tracing::info!(roots = n, "CT roots reloaded"),
@@ -337,7 +358,7 @@ fn reload_roots_on_sighup(ct_logs: Vec<Arc<crate::routes::ct::CtLog>>) -> anyhow
             }
         }
     });
-    Ok(())
+    Ok(listening)
 }
 
 /// SIGTERM and SIGINT, caught from the moment this is called: a signal arriving while

@@ -15,6 +15,7 @@ mod peers;
 mod storage;
 #[cfg(test)]
 mod tests;
+mod tls;
 
 pub use ct::{CtConfig, log_list_url, parse_rfc3339_ms};
 pub use engine::{BatchingConfig, CT_BATCH_MAX_AGE_MS, CheckpointConfig, DedupConfig, QueueConfig};
@@ -22,6 +23,7 @@ pub use http::{AuthConfig, HttpConfig, IpCidr, MAX_RESPONSE_BYTES, client_key};
 pub use observe::{LogFormatConfig, MetricsConfig};
 pub use peers::{ForwardConfig, WitnessingConfig};
 pub use storage::{StorageConfig, database_tls_warning};
+pub use tls::TlsConfig;
 
 /// The whole configuration file. Every section and key is optional except `origin`
 /// and the storage directory; unknown keys are errors.
@@ -78,6 +80,8 @@ pub struct Config {
     /// HTTP connections: timeouts and limits of the public listener (and the metrics one).
     #[serde(default)]
     pub http: HttpConfig,
+    /// HTTPS on the public listener.
+    pub tls: Option<TlsConfig>,
     /// Freeze the log: accept no more entries, for good (recorded in its storage, so
     /// every frontend obeys it; removing this setting does not unfreeze it).
     #[serde(default)]
@@ -86,7 +90,7 @@ pub struct Config {
     /// then the per-log keys (`origin`, `private_key_file(s)`, `read_only`, `[storage]`,
     /// `[batching]`, `[checkpoint]`, `[queue]`, `[dedup]`, `[auth]`, `[witnessing]`)
     /// go inside each `[[logs]]` entry, and the top level keeps what the daemon shares
-    /// (`listen`, `[http]`, `[metrics]`, `[log]`).
+    /// (`listen`, `[http]`, `[tls]`, `[metrics]`, `[log]`).
     #[serde(default)]
     pub logs: Vec<LogSection>,
 }

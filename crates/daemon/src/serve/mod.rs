@@ -1,7 +1,8 @@
 //! Serving: the listener with its timeouts and connection limits (HTTP/1.1 and h2c,
-//! [`server`]) and one log's router ([`router`]). Several logs on one listener, by
+//! [`server`]; over TLS, [`tls`]) and one log's router ([`router`]). Several logs on one listener, by
 //! host and path prefix, are [`crate::logset::routing`]; write authentication is
 //! [`crate::auth`].
 
 pub mod router;
 pub mod server;
+pub mod tls;

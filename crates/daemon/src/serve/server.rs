@@ -128,6 +128,8 @@ pub struct ServeOptions {
     pub h2_keep_alive_timeout: Duration,
     /// At shutdown, how long busy connections are waited for.
     pub shutdown_grace: Duration,
+    /// HTTPS: each connection's handshake first (within `header_read_timeout`).
+    pub tls: Option<crate::serve::tls::TlsAcceptor>,
 }
 
 impl Default for ServeOptions {
@@ -162,6 +164,7 @@ impl From<&HttpConfig> for ServeOptions {
             h2_keep_alive_interval: Duration::from_millis(c.h2_keep_alive_interval_ms.max(1)),
             h2_keep_alive_timeout: Duration::from_millis(c.h2_keep_alive_timeout_ms.max(1)),
             shutdown_grace: Duration::from_millis(c.shutdown_grace_ms),
+            tls: None,
         }
     }
 }
@@ -972,8 +975,72 @@ impl hyper::body::Body for Watched {
 /// The connection's socket, noting in its [`Activity`] when writes make progress or
 /// are refused (reads pass through).
 struct Io {
-    inner: TcpStream,
+    inner: Stream,
     activity: Arc<Activity>,
+}
+
+/// A connection's byte stream: the socket, or TLS over it.
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Stream::Plain(s) => s.is_write_vectored(),
+            Stream::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
 }
 
 impl AsyncRead for Io {
@@ -1047,6 +1114,22 @@ async fn connection(
     places: (OwnedSemaphorePermit, IpSlot),
 ) {
     let name = opts.name;
+    let stream = match &opts.tls {
+        None => Stream::Plain(stream),
+        // The handshake is bounded as a request's head is: a client that opens a
+        // connection and says nothing holds its place no longer.
+        Some(tls) => {
+            match tokio::time::timeout(opts.header_read_timeout, tls.acceptor.accept(stream)).await
+            {
+                Ok(Ok(s)) => Stream::Tls(Box::new(s)),
+                Ok(Err(_)) | Err(_) => {
+                    metrics::counter!("tlogd_http_tls_handshake_failures_total", "listener" => name)
+                        .increment(1);
+                    return;
+                }
+            }
+        }
+    };
     let client = Client {
         addr: places.1.addr(),
         bodies: Some(shared.bodies.clone()),
