@@ -48,4 +48,8 @@ if [ "${1:-}" = test ]; then
   # drive the CT personality in crates/daemon/tests/ct.rs.
   go_install ct-hammer github.com/transparency-dev/tesseract/internal/hammer v0.1.1
   go_install ctclient github.com/google/certificate-transparency-go/client/ctclient v1.4.0
+  # ACME: Let's Encrypt's test CA and its mock DNS server, for [tls.acme]
+  # (crates/daemon/tests/acme.rs).
+  go_install pebble github.com/letsencrypt/pebble/v2/cmd/pebble v2.8.0
+  go_install pebble-challtestsrv github.com/letsencrypt/pebble/v2/cmd/pebble-challtestsrv v2.8.0
 fi

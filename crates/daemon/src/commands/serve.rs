@@ -203,9 +203,7 @@ pub async fn run(c: Config) -> anyhow::Result<()> {
     }
     let hup = reload_on_sighup(ct_logs)?;
     if let (Some(t), Some(cfg)) = (&tls, &c.tls) {
-        t.files
-            .clone()
-            .watch(Duration::from_millis(cfg.reload_interval_ms), hup.clone());
+        t.start(cfg, hup.clone());
     }
     let metrics_task = if let Some((addr, ml)) = metrics_listener {
         let app = observe::router(logs.clone(), metrics);

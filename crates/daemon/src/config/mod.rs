@@ -23,7 +23,7 @@ pub use http::{AuthConfig, HttpConfig, IpCidr, MAX_RESPONSE_BYTES, client_key};
 pub use observe::{LogFormatConfig, MetricsConfig};
 pub use peers::{ForwardConfig, WitnessingConfig};
 pub use storage::{StorageConfig, database_tls_warning};
-pub use tls::TlsConfig;
+pub use tls::{AcmeConfig, LETS_ENCRYPT, TlsConfig};
 
 /// The whole configuration file. Every section and key is optional except `origin`
 /// and the storage directory; unknown keys are errors.
@@ -536,6 +536,9 @@ impl Config {
             }
         }
         check_distinct(&logs)?;
+        if let Some(tls) = &self.tls {
+            tls.validate()?;
+        }
         for (key, v) in [
             (
                 "http.header_read_timeout_ms",

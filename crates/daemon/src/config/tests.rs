@@ -663,3 +663,38 @@ fn ct_log_list_and_freeze_settings_are_checked() {
     }
     assert!(Config::parse(&format!("{base}freeze_grace = 1\n")).is_err());
 }
+
+/// `[tls]` is files or ACME, never both nor half of either; ACME needs names and the
+/// terms agreed to.
+#[test]
+fn tls_is_a_pair_of_files_or_acme_with_its_terms_agreed() {
+    let base = "origin = \"o\"\n[storage]\ndir = \"/x\"\n";
+    let check = |tls: &str| {
+        Config::parse(&format!("{base}{tls}"))
+            .map_err(|e| format!("{e:#}"))
+            .and_then(|c| c.validate().map_err(|e| format!("{e:#}")))
+    };
+    check("[tls]\ncert_file = \"/c\"\nkey_file = \"/k\"\n").unwrap();
+    let acme = "[tls.acme]\ndomains = [\"log.example.com\"]\ncache_dir = \"/a\"\n";
+    check(&format!("{acme}accept_terms_of_service = true\n")).unwrap();
+    for (tls, says) in [
+        ("[tls]\ncert_file = \"/c\"\n", "go together"),
+        ("[tls]\n", "are needed"),
+        (acme, "accept_terms_of_service = true"),
+        (
+            "[tls.acme]\ndomains = []\ncache_dir = \"/a\"\naccept_terms_of_service = true\n",
+            "needs `domains`",
+        ),
+        (
+            "[tls.acme]\ndomains = [\"*.example.com\"]\ncache_dir = \"/a\"\naccept_terms_of_service = true\n",
+            "no wildcard",
+        ),
+        (
+            "[tls]\ncert_file = \"/c\"\nkey_file = \"/k\"\n[tls.acme]\ndomains = [\"a.b\"]\ncache_dir = \"/a\"\naccept_terms_of_service = true\n",
+            "not both",
+        ),
+    ] {
+        let e = check(tls).unwrap_err();
+        assert!(e.contains(says), "{tls}: {e}");
+    }
+}

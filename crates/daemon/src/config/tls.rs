@@ -1,24 +1,114 @@
-//! `[tls]`: HTTPS on the public listener.
+//! `[tls]`: HTTPS on the public listener, from certificate files or from an ACME CA.
 
 use std::path::PathBuf;
 
+use anyhow::bail;
 use serde::Deserialize;
 
-/// `[tls]`: serve the public listener over HTTPS with the certificate and key in these
-/// PEM files, reloaded when they change (or on SIGHUP). The metrics listener stays
-/// plain.
+/// `[tls]`: serve the public listener over HTTPS, with the certificate and key in two
+/// PEM files (`cert_file`, `key_file`), re-read when they change or on SIGHUP, or with
+/// certificates obtained and renewed from an ACME CA (`[tls.acme]`). The metrics
+/// listener stays plain.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TlsConfig {
     /// The certificate chain, leaf first (PEM).
-    pub cert_file: PathBuf,
+    pub cert_file: Option<PathBuf>,
     /// Its private key (PEM: PKCS#8, PKCS#1 RSA or SEC1 EC).
-    pub key_file: PathBuf,
+    pub key_file: Option<PathBuf>,
     /// How often the two files are looked at for a change, in ms (a `stat` each).
     #[serde(default = "default_reload_interval_ms")]
     pub reload_interval_ms: u64,
+    /// Certificates from an ACME CA instead of files.
+    pub acme: Option<AcmeConfig>,
+}
+
+/// `[tls.acme]`: certificates for `domains` from an ACME CA (RFC 8555), proven with
+/// TLS-ALPN-01 (RFC 8737) on the public listener itself, which must therefore be
+/// reachable on port 443 of every domain.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcmeConfig {
+    /// The names the certificate is for (DNS names, no wildcards).
+    pub domains: Vec<String>,
+    /// The CA's directory (default: Let's Encrypt's production one).
+    #[serde(default = "default_directory_url")]
+    pub directory_url: String,
+    /// Contact URLs for the account (`mailto:ops@example.com`).
+    #[serde(default)]
+    pub contact: Vec<String>,
+    /// Where the account key and the certificates are kept (mode 0700): a restart
+    /// serves the cached certificate at once, with or without the CA.
+    pub cache_dir: PathBuf,
+    /// The CA's terms of service must be agreed to, by saying so here.
+    #[serde(default)]
+    pub accept_terms_of_service: bool,
+    /// Trust this PEM root for the CA's own HTTPS (a test or private CA such as
+    /// Pebble) instead of the system's roots.
+    pub directory_ca_file: Option<PathBuf>,
+    /// After a failed order, the first retry comes this long after, in ms; each
+    /// failure doubles it, up to an hour.
+    #[serde(default = "default_retry_interval_ms")]
+    pub retry_interval_ms: u64,
+    /// How often the certificate's remaining validity is looked at, in ms; it is
+    /// renewed once a third of its lifetime is left.
+    #[serde(default = "default_check_interval_ms")]
+    pub check_interval_ms: u64,
+}
+
+/// Let's Encrypt's production directory.
+pub const LETS_ENCRYPT: &str = "https://acme-v02.api.letsencrypt.org/directory";
+
+fn default_directory_url() -> String {
+    LETS_ENCRYPT.into()
 }
 
 fn default_reload_interval_ms() -> u64 {
     10_000
+}
+
+fn default_retry_interval_ms() -> u64 {
+    60_000
+}
+
+fn default_check_interval_ms() -> u64 {
+    3_600_000
+}
+
+impl TlsConfig {
+    /// Files or ACME, not both; a whole pair of files; ACME with names and the terms
+    /// agreed to.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        match (&self.cert_file, &self.key_file, &self.acme) {
+            (Some(_), Some(_), None) => Ok(()),
+            (None, None, Some(acme)) => {
+                if acme.domains.is_empty() {
+                    bail!("[tls.acme] needs `domains`: the names the certificate is for");
+                }
+                if let Some(d) = acme.domains.iter().find(|d| {
+                    d.is_empty() || d.starts_with('*') || d.parse::<std::net::IpAddr>().is_ok()
+                }) {
+                    bail!(
+                        "[tls.acme] domain {d:?}: a DNS name (no wildcard, no address) is needed for TLS-ALPN-01"
+                    );
+                }
+                if !acme.accept_terms_of_service {
+                    bail!(
+                        "[tls.acme] `accept_terms_of_service = true` is required: the CA ({}) asks its subscribers to agree to its terms",
+                        acme.directory_url
+                    );
+                }
+                Ok(())
+            }
+            (_, _, Some(_)) => {
+                bail!("[tls]: either `cert_file` and `key_file`, or `[tls.acme]`, not both")
+            }
+            (Some(_), None, None) | (None, Some(_), None) => {
+                bail!("[tls]: `cert_file` and `key_file` go together")
+            }
+            (None, None, None) => {
+                bail!("[tls]: `cert_file` and `key_file`, or a `[tls.acme]` section, are needed")
+            }
+        }
+    }
 }

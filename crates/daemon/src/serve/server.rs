@@ -1121,6 +1121,13 @@ async fn connection(
         Some(tls) => {
             match tokio::time::timeout(opts.header_read_timeout, tls.acceptor.accept(stream)).await
             {
+                // An ACME CA's TLS-ALPN-01 validation ends with the handshake
+                // (RFC 8737 §3): no HTTP on it.
+                Ok(Ok(s))
+                    if s.get_ref().1.alpn_protocol() == Some(crate::serve::tls::ACME_TLS_ALPN) =>
+                {
+                    return;
+                }
                 Ok(Ok(s)) => Stream::Tls(Box::new(s)),
                 Ok(Err(_)) | Err(_) => {
                     metrics::counter!("tlogd_http_tls_handshake_failures_total", "listener" => name)

@@ -2,7 +2,9 @@
 //! TLS 1.3 and 1.2 only, ALPN `h2` and `http/1.1`, and a certificate that is replaced
 //! without a restart.
 //!
-//! The certificate and key come from two PEM files. A handshake takes whatever
+//! The certificate and key come from two PEM files: the operator's (`cert_file`,
+//! `key_file`), or those [`crate::serve::acme`] writes to its cache directory after each
+//! order from an ACME CA. A handshake takes whatever
 //! [`CertFiles`] holds at that moment, so a reload changes nothing for connections
 //! already open and drops none. The files are looked at every `reload_interval_ms`
 //! (their size and modification time) and on SIGHUP; a new pair is taken only whole
@@ -53,25 +55,44 @@ pub struct CertFiles {
     cert_file: PathBuf,
     key_file: PathBuf,
     provider: Arc<CryptoProvider>,
-    current: RwLock<Arc<CertifiedKey>>,
+    /// `None` only while an ACME log waits for its first certificate.
+    current: RwLock<Option<Served>>,
     /// The two files' (size, modification time) when `current` was read from them.
     seen: Mutex<[Option<(u64, SystemTime)>; 2]>,
 }
 
+/// The pair in force, and what its leaf says of itself.
+#[derive(Clone, Debug)]
+struct Served {
+    key: Arc<CertifiedKey>,
+    /// The leaf's validity, Unix seconds.
+    not_before: i64,
+    not_after: i64,
+    /// The leaf's DNS names.
+    names: Vec<String>,
+}
+
 impl CertFiles {
     /// Read the pair now: an error here stops the daemon from starting.
-    pub fn load(cfg: &TlsConfig, provider: Arc<CryptoProvider>) -> Result<Self, TlsError> {
-        let seen = [stamp(&cfg.cert_file), stamp(&cfg.key_file)];
-        let key = read_pair(&cfg.cert_file, &cfg.key_file, &provider)?;
-        let files = CertFiles {
-            cert_file: cfg.cert_file.clone(),
-            key_file: cfg.key_file.clone(),
-            provider,
-            current: RwLock::new(Arc::new(key)),
-            seen: Mutex::new(seen),
-        };
-        files.note_expiry();
+    pub fn load(
+        cert_file: &Path,
+        key_file: &Path,
+        provider: Arc<CryptoProvider>,
+    ) -> Result<Self, TlsError> {
+        let files = CertFiles::empty(cert_file, key_file, provider);
+        files.reload(true)?;
         Ok(files)
+    }
+
+    /// The pair at these paths, read when [`CertFiles::reload`] is first called.
+    pub fn empty(cert_file: &Path, key_file: &Path, provider: Arc<CryptoProvider>) -> Self {
+        CertFiles {
+            cert_file: cert_file.to_path_buf(),
+            key_file: key_file.to_path_buf(),
+            provider,
+            current: RwLock::new(None),
+            seen: Mutex::new([None, None]),
+        }
     }
 
     /// Read the pair again if either file changed since it was last read (`force`:
@@ -90,9 +111,9 @@ impl CertFiles {
         // Remembered either way: a broken pair is retried when the files change again
         // (or on SIGHUP), not logged at every look.
         *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = now;
-        let key = outcome?;
-        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(key);
-        self.note_expiry();
+        let served = outcome?;
+        metrics::gauge!("tlogd_tls_certificate_not_after_seconds").set(served.not_after as f64);
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Some(served);
         Ok(true)
     }
 
@@ -133,30 +154,68 @@ impl CertFiles {
         });
     }
 
-    /// The leaf's `notAfter` as a gauge, so an expiry is seen coming.
-    fn note_expiry(&self) {
-        let current = self.current();
-        let Some(leaf) = current.cert.first() else {
-            return;
-        };
-        if let Ok((_, cert)) = x509_parser::parse_x509_certificate(leaf.as_ref()) {
-            metrics::gauge!("tlogd_tls_certificate_not_after_seconds")
-                .set(cert.validity().not_after.timestamp() as f64);
-        }
+    /// The pair in force (`None` before an ACME log's first certificate).
+    pub fn current(&self) -> Option<Arc<CertifiedKey>> {
+        self.served().map(|s| s.key)
     }
 
-    /// The pair in force.
-    pub fn current(&self) -> Arc<CertifiedKey> {
+    fn served(&self) -> Option<Served> {
         self.current
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
     }
+
+    /// When the pair in force should be replaced, as seconds from `now` (Unix
+    /// seconds): at once (`0`) when there is none or it does not name every one of
+    /// `domains`, else once a third of its lifetime is left (Let's Encrypt's advice:
+    /// 30 days of 90), leaving time for failed attempts.
+    pub fn renew_in(&self, domains: &[String], now: i64) -> u64 {
+        let Some(s) = self.served() else { return 0 };
+        if !domains
+            .iter()
+            .all(|d| s.names.iter().any(|n| n.eq_ignore_ascii_case(d)))
+        {
+            return 0;
+        }
+        let lifetime = (s.not_after - s.not_before).max(0);
+        let at = s.not_after - lifetime / 3;
+        u64::try_from(at - now).unwrap_or(0)
+    }
+
+    /// Where the pair is read from.
+    pub fn paths(&self) -> (&Path, &Path) {
+        (&self.cert_file, &self.key_file)
+    }
+
+    /// The provider handshakes sign with.
+    pub fn provider(&self) -> &Arc<CryptoProvider> {
+        &self.provider
+    }
 }
 
-impl ResolvesServerCert for CertFiles {
-    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(self.current())
+/// ALPN protocol of a TLS-ALPN-01 validation (RFC 8737 §6.2).
+pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
+
+/// What a handshake is answered with: the pair in force, or, to an ACME CA validating
+/// a name (ALPN `acme-tls/1`), that name's challenge certificate.
+#[derive(Debug)]
+pub struct Resolver {
+    files: Arc<CertFiles>,
+    challenges: Option<Arc<crate::serve::acme::Challenges>>,
+}
+
+impl ResolvesServerCert for Resolver {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        if let Some(challenges) = &self.challenges
+            && hello
+                .alpn()
+                .is_some_and(|mut offered| offered.any(|p| p == ACME_TLS_ALPN))
+        {
+            // RFC 8737 §3: only the challenge certificate answers `acme-tls/1`.
+            return hello.server_name().and_then(|name| challenges.get(name));
+        }
+        self.files.current()
     }
 }
 
@@ -171,7 +230,7 @@ fn read_pair(
     cert_file: &Path,
     key_file: &Path,
     provider: &CryptoProvider,
-) -> Result<CertifiedKey, TlsError> {
+) -> Result<Served, TlsError> {
     let file_error = |path: &Path, what: String| TlsError::File {
         path: path.to_path_buf(),
         what,
@@ -196,7 +255,26 @@ fn read_pair(
     let pair = CertifiedKey::new(certs, signing);
     pair.keys_match()
         .map_err(|e| key_error(format!("not the certificate's key ({e})")))?;
-    Ok(pair)
+    let (_, leaf) = x509_parser::parse_x509_certificate(pair.cert[0].as_ref())
+        .map_err(|e| file_error(cert_file, format!("the first certificate: {e}")))?;
+    let names = match leaf.subject_alternative_name() {
+        Ok(Some(san)) => san
+            .value
+            .general_names
+            .iter()
+            .filter_map(|n| match n {
+                x509_parser::extensions::GeneralName::DNSName(d) => Some(d.to_string()),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    Ok(Served {
+        not_before: leaf.validity().not_before.timestamp(),
+        not_after: leaf.validity().not_after.timestamp(),
+        names,
+        key: Arc::new(pair),
+    })
 }
 
 /// What the public listener hands each new connection to: the handshake and the
@@ -207,6 +285,8 @@ pub struct TlsAcceptor {
     pub acceptor: tokio_rustls::TlsAcceptor,
     /// Where the certificate comes from.
     pub files: Arc<CertFiles>,
+    /// With `[tls.acme]`: the TLS-ALPN-01 answers of orders in progress.
+    pub challenges: Option<Arc<crate::serve::acme::Challenges>>,
 }
 
 impl std::fmt::Debug for TlsAcceptor {
@@ -218,19 +298,64 @@ impl std::fmt::Debug for TlsAcceptor {
 }
 
 impl TlsAcceptor {
-    /// TLS 1.3 and 1.2, ALPN `h2` then `http/1.1`, the certificate from `cfg`'s files.
+    /// TLS 1.3 and 1.2, ALPN `h2` then `http/1.1`, the certificate from `cfg`'s files,
+    /// or from its ACME cache (then also ALPN `acme-tls/1`, and the ACME task runs from
+    /// [`TlsAcceptor::start`]).
     pub fn new(cfg: &TlsConfig) -> Result<Self, TlsError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let files = Arc::new(CertFiles::load(cfg, provider.clone())?);
+        let (files, challenges) = match (&cfg.acme, &cfg.cert_file, &cfg.key_file) {
+            (Some(acme), _, _) => {
+                let (cert, key) = crate::serve::acme::cached_pair(acme);
+                let files = CertFiles::empty(&cert, &key, provider.clone());
+                // A cached certificate is served at once; none, or a broken one, is
+                // replaced by the first order.
+                if let Err(e) = files.reload(true)
+                    && cert.exists()
+                {
+                    tracing::warn!(error = %e, "the cached ACME certificate is not usable; a new one will be ordered");
+                }
+                (
+                    Arc::new(files),
+                    Some(Arc::new(crate::serve::acme::Challenges::default())),
+                )
+            }
+            (None, Some(cert), Some(key)) => (
+                Arc::new(CertFiles::load(cert, key, provider.clone())?),
+                None,
+            ),
+            _ => {
+                return Err(TlsError::Config(rustls::Error::General(
+                    "[tls] needs cert_file and key_file, or [tls.acme]".into(),
+                )));
+            }
+        };
         let mut config = rustls::ServerConfig::builder_with_provider(provider)
             .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
             .with_no_client_auth()
-            .with_cert_resolver(files.clone());
+            .with_cert_resolver(Arc::new(Resolver {
+                files: files.clone(),
+                challenges: challenges.clone(),
+            }));
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        if challenges.is_some() {
+            config.alpn_protocols.push(ACME_TLS_ALPN.to_vec());
+        }
         Ok(TlsAcceptor {
             acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
             files,
+            challenges,
         })
+    }
+
+    /// Start what keeps the certificate fresh: the look at the files every
+    /// `reload_interval_ms` and on SIGHUP (`hup`), and with `[tls.acme]` the orders.
+    pub fn start(&self, cfg: &TlsConfig, hup: tokio::sync::watch::Receiver<()>) {
+        self.files
+            .clone()
+            .watch(Duration::from_millis(cfg.reload_interval_ms), hup);
+        if let (Some(acme), Some(challenges)) = (&cfg.acme, &self.challenges) {
+            crate::serve::acme::spawn(acme.clone(), self.files.clone(), challenges.clone());
+        }
     }
 }
 
@@ -261,20 +386,16 @@ mod tests {
     #[test]
     fn a_changed_pair_is_taken_and_a_broken_one_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let cfg = TlsConfig {
-            cert_file: dir.path().join("cert.pem"),
-            key_file: dir.path().join("key.pem"),
-            reload_interval_ms: 1000,
-        };
+        let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         assert!(matches!(
-            CertFiles::load(&cfg, provider.clone()),
+            CertFiles::load(&cert, &key, provider.clone()),
             Err(TlsError::File { .. })
         ));
         let (c1, k1, d1) = pair();
         install(dir.path(), &c1, &k1);
-        let files = CertFiles::load(&cfg, provider).unwrap();
-        let leaf = |f: &CertFiles| f.current().cert[0].to_vec();
+        let files = CertFiles::load(&cert, &key, provider).unwrap();
+        let leaf = |f: &CertFiles| f.current().unwrap().cert[0].to_vec();
         assert_eq!(leaf(&files), d1);
         assert!(!files.reload(false).unwrap());
 
