@@ -10,7 +10,7 @@ set -euo pipefail
 # tests (built from source with `go install` at pinned
 # versions into ~/.cache/tlogd-tools/bin, outside the clone, once per machine).
 pkgs=(libclang-dev clang)
-[ "${1:-}" = test ] && pkgs+=(mariadb-server postgresql openssl e2fsprogs mount fuse3 systemd)
+[ "${1:-}" = test ] && pkgs+=(mariadb-server postgresql openssl e2fsprogs mount fuse3 systemd chromium)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

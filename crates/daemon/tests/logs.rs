@@ -230,6 +230,34 @@ async fn a_frozen_log_stays_frozen_and_its_neighbour_writable() {
     let http = Http::new();
     let mut d = start(dir, &[&old, &other], &[]);
     wait_ready(&mut d, &http, "old").await;
+    // A browser at `/` gets the list of the logs (#61), at `/<name>` is sent to
+    // `/<name>/`, the log's own page; API clients get the 404s of before.
+    let browse = |path: String, accept: &'static str| {
+        let http = http.clone();
+        async move {
+            let req = hyper::Request::get(path)
+                .header("accept", accept)
+                .body(http_body_util::Full::new(Bytes::new()))
+                .unwrap();
+            http.request(req).await.unwrap()
+        }
+    };
+    let (status, _, body) = browse(format!("{}/", d.url), "text/html").await;
+    assert_eq!(status, 200);
+    let page = String::from_utf8_lossy(&body);
+    for l in [&old, &other] {
+        assert!(
+            page.contains(&format!("<a href=\"/{}/\">{}</a>", l.name, l.origin)),
+            "{page}"
+        );
+    }
+    assert_eq!(browse(format!("{}/", d.url), "*/*").await.0, 404);
+    let (status, headers, _) = browse(format!("{}/old", d.url), "text/html").await;
+    assert_eq!((status, headers["location"].as_str()), (308, "/old/"));
+    let (status, _, body) = browse(format!("{}/old/", d.url), "text/html").await;
+    assert_eq!(status, 200);
+    assert!(String::from_utf8_lossy(&body).contains(&old.vkey));
+    assert_eq!(browse(format!("{}/old/", d.url), "*/*").await.0, 404);
     for i in 0..5u64 {
         let (index, _) = http
             .add(&format!("{}/old", d.url), Bytes::from(format!("old {i}")))

@@ -222,12 +222,14 @@ async fn assemble<S: LogStorage>(
         write_tokens = tokens.as_ref().map_or(0, |t| t.len()),
         "log open"
     );
+    let origin = log.config().origin.clone();
     Ok(Opened {
         log: Arc::new(log),
         routes: LogRoutes {
             name: l.name.clone(),
             host: l.host.clone(),
             router,
+            origin,
         },
         tasks,
         ct,

@@ -21,11 +21,15 @@ pub struct LogRoutes {
     pub host: Option<String>,
     /// The log's router (`/add`, `/checkpoint`, `/tile/...`).
     pub router: Router,
+    /// The log's origin, for the page listing the logs.
+    pub origin: String,
 }
 
 struct Table {
     by_name: HashMap<String, Router>,
     by_host: HashMap<String, Router>,
+    /// `(name, origin)` of each log, for the page at `/` (routes::home).
+    listing: Vec<(String, String)>,
 }
 
 /// The public router of every log.
@@ -36,8 +40,10 @@ pub fn public_router(mut logs: Vec<LogRoutes>) -> Router {
     let mut table = Table {
         by_name: HashMap::new(),
         by_host: HashMap::new(),
+        listing: Vec::new(),
     };
     for l in logs {
+        table.listing.push((l.name.clone(), l.origin.clone()));
         if let Some(h) = l.host {
             table
                 .by_host
@@ -73,10 +79,23 @@ async fn dispatch(table: Arc<Table>, mut req: Request) -> Response {
     }
     let path = req.uri().path();
     let rest = path.strip_prefix('/').unwrap_or(path);
+    let html = crate::routes::home::wants_html(req.headers());
+    // A browser at `/` gets the list of the logs (routes::home).
+    if rest.is_empty() && html && !table.by_name.contains_key("") {
+        return crate::routes::home::listing(&table.listing);
+    }
     let (name, tail) = rest.split_once('/').unwrap_or((rest, ""));
     let Some(router) = table.by_name.get(name) else {
         return not_found(name);
     };
+    // A browser at `/<name>` goes to `/<name>/`, where the page's relative links work.
+    if html && !name.is_empty() && !rest.contains('/') {
+        let mut resp = StatusCode::PERMANENT_REDIRECT.into_response();
+        if let Ok(to) = HeaderValue::from_str(&format!("/{name}/")) {
+            resp.headers_mut().insert(header::LOCATION, to);
+        }
+        return resp;
+    }
     let rewritten = match req.uri().query() {
         Some(q) => format!("/{tail}?{q}"),
         None => format!("/{tail}"),

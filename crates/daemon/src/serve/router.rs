@@ -97,10 +97,21 @@ pub fn router_with<S: LogStorage>(log: Log<S>, opts: &HttpOptions) -> Router {
         ),
         queue_timeout: opts.storage_read_queue_timeout,
     });
+    let home = Arc::new(crate::routes::home::Home {
+        reads: reads.clone(),
+        ct: opts.ct.clone(),
+        log_v3: opts.ct_shard.is_some(),
+        writes_need_token: opts.tokens.as_ref().is_some_and(|t| !t.is_empty()),
+    });
     let read_routes = Router::new()
         .route("/checkpoint", get(checkpoint::<S>))
         .route("/tile/{*path}", get(tile::<S>))
-        .with_state(reads.clone());
+        .with_state(reads.clone())
+        .merge(
+            Router::new()
+                .route("/", get(crate::routes::home::home::<S>))
+                .with_state(home),
+        );
     let mut writes = match &opts.ct {
         None => Router::new().route("/add", add_route),
         Some(_) => Router::new(),
