@@ -8,6 +8,9 @@
 # Modes per round: tlogd; tesseract (publication awaiter on, its default: an add is
 # answered once a checkpoint covers it); tesseract-noawait (answered once sequenced,
 # which is what tlogd does).
+# CT_HAMMER_MODES picks modes (default all three); TLOGD_BIN runs another tlogd build.
+# Each row says how many of the hammer's requests failed with EOF (a connection the
+# server closed as the request was sent: the keep-alive race of #61).
 # Needs: a release build of tlogd (cargo build --release -p tlogd), ct-hammer and
 # ctclient from scripts/deps.sh test, and Go to build TesseraCT's server once.
 set -euo pipefail
@@ -18,7 +21,7 @@ rounds=${2:?rounds}
 writers=${3:-256}
 tools="${TLOGD_TOOLS_DIR:-$HOME/.cache/tlogd-tools/bin}"
 target="${CARGO_TARGET_DIR:-$HOME/.cache/tlogd-target}"
-tlogd="$target/release/tlogd"
+tlogd="${TLOGD_BIN:-$target/release/tlogd}"
 [ -x "$tlogd" ] || { echo "build tlogd first: cargo build --release -p tlogd" >&2; exit 1; }
 [ -x "$tools/ct-hammer" ] || { echo "run scripts/deps.sh test first (ct-hammer)" >&2; exit 1; }
 if [ ! -x "$tools/tesseract-posix" ]; then
@@ -47,7 +50,7 @@ run_hammer() { # read_url write_url
 }
 
 for r in $(seq "$rounds"); do
-  for mode in tlogd tesseract tesseract-noawait; do
+  for mode in ${CT_HAMMER_MODES:-tlogd tesseract tesseract-noawait}; do
     dir="$work/$mode-$r"; mkdir -p "$dir"
     port=$(free_port)
     case $mode in
@@ -81,12 +84,13 @@ EOF
     ticks=$(( $(ticks_pid "$pid") - start_ticks ))
     kill "$pid"; wait "$pid" 2>/dev/null || true
     warnings=$(grep -c '^[WEF]' "$work/hammer.err" || true)
-    python3 - "$mode" "$goal" "$writers" "$t0" "$t1" "$ticks" "$status" "$warnings" <<'PY'
+    eofs=$(grep -c 'EOF' "$work/hammer.err" || true)
+    python3 - "$mode" "$goal" "$writers" "$t0" "$t1" "$ticks" "$status" "$warnings" "$eofs" <<'PY'
 import os, sys
-mode, goal, writers, t0, t1, ticks, status, warnings = sys.argv[1:]
+mode, goal, writers, t0, t1, ticks, status, warnings, eofs = sys.argv[1:]
 secs = float(t1) - float(t0)
 cpu = int(ticks) / os.sysconf("SC_CLK_TCK")
-note = "" if status == "ok" and warnings == "0" else f"  ({status}, {warnings} warning/error lines)"
+note = f"  (EOF {eofs})" if status == "ok" and warnings == "0" else f"  ({status}, {warnings} warning/error lines, EOF {eofs})"
 print(f"{mode} {goal} {writers} {secs:.1f} {int(goal) / secs:.0f} {cpu:.1f} {cpu * 1e6 / int(goal):.0f}{note}")
 PY
   done
