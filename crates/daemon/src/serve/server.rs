@@ -420,7 +420,7 @@ impl PerIp {
     /// an address (`unknown`, garbage): the request is then the proxy's, not counted per
     /// address, as before.
     fn forwarded_for(&self, headers: &hyper::HeaderMap) -> Option<IpAddr> {
-        let mut lines = headers.get_all("x-forwarded-for").iter();
+        let mut lines = headers.get_all(&X_FORWARDED_FOR).iter();
         // Several header lines are one list, in order (RFC 9110 §5.3): the last line
         // holds the rightmost entries.
         let mut rest = lines.next_back();
@@ -437,6 +437,10 @@ impl PerIp {
         None
     }
 }
+
+/// The header name, made once (a `&str` name is parsed and hashed at every lookup).
+static X_FORWARDED_FOR: hyper::header::HeaderName =
+    hyper::header::HeaderName::from_static("x-forwarded-for");
 
 /// One `X-Forwarded-For` entry: an address, perhaps with a port (`192.0.2.7:4711`,
 /// `[2001:db8::1]:443`).
