@@ -624,3 +624,46 @@ fn a_taken_port_fails_before_any_log_is_opened() {
         drop(taken);
     }
 }
+
+/// #60: with `[checkpoint] grease = true` every published checkpoint carries a line of
+/// no known key, and the clients that must ignore it do: the verifying load generator
+/// and `tlogd verify` (Go's note verifiers: the CT tests, whose logs are greased).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_greased_log_passes_its_verifiers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let storage = format!("dir = \"{}\"\n", dir.join("log").display());
+    let mut d = Daemon::start_opts(
+        dir,
+        &storage,
+        "",
+        &Opts {
+            checkpoint_toml: "grease = true\n".into(),
+            ..Opts::default()
+        },
+    );
+    let http = Http::new();
+    d.wait_ready(&http).await;
+    let report = tlog_loadgen::run(<tlog_loadgen::Args as clap::Parser>::parse_from([
+        "tlog-loadgen",
+        "--log-url",
+        &d.url,
+        "--log-public-key",
+        &verifier().to_vkey(),
+        "--writers",
+        "8",
+        "--leaf-write-goal",
+        "300",
+        "--max-runtime",
+        "60",
+        "--quiet",
+    ]))
+    .await
+    .unwrap();
+    assert!(report.ok, "{:?}", report.failure_reasons);
+    let (_, _, cp) = http.get(&format!("{}/checkpoint", d.url)).await.unwrap();
+    let text = String::from_utf8_lossy(&cp);
+    assert!(text.contains("\n\u{2014} grease.invalid "), "{text}");
+    common::frontends::tlogd_verify(d.url.clone()).await;
+    assert!(d.terminate().success());
+}

@@ -110,6 +110,7 @@ mod storage;
 pub use cosign::{BoxFuture, CheckpointCosigner, ConsistencyProver, StorageProver, read_hashes};
 pub use dedup::{DedupError, DedupIndex, EntryHash, Indexed, entry_hash};
 pub use forward::{ForwardError, ForwardedOutcome, Forwarder};
+pub use publish::GREASE_NAME;
 pub use served::ServedLog;
 pub use storage::{CommitBatch, LogStorage, MAX_BLOB_KEY, StorageError, TreeState, check_blob_key};
 
@@ -183,6 +184,11 @@ pub struct LogConfig {
     /// Forward batches to the sequencing frontend instead of committing them here
     /// ([`forward`]); commit here while it cannot be reached. `None`: commit here.
     pub forward: Option<Arc<dyn Forwarder>>,
+    /// Add a signature line of no known key (random key ID and bytes) to every
+    /// published checkpoint, so that clients keep ignoring lines they do not know
+    /// (signed-note "Signatures": verifiers MUST ignore unknown keys), as Sunlight and
+    /// Azul do. Added after witnesses cosigned; never sent to them.
+    pub grease: bool,
 }
 
 impl LogConfig {
@@ -213,6 +219,7 @@ impl LogConfig {
             commit_retry: Duration::from_secs(10),
             background: None,
             forward: None,
+            grease: false,
         }
     }
 }

@@ -119,6 +119,9 @@ impl<S: LogStorage> Log<S> {
                 }
             }
         }
+        if inner.config.grease {
+            signed = grease(signed);
+        }
         let backend = inner.storage.backend_name();
         let started = Instant::now();
         match inner.storage.publish_checkpoint(&signed).await {
@@ -152,10 +155,68 @@ impl<S: LogStorage> Log<S> {
     }
 }
 
+/// The name of the grease line's key: under `.invalid` (RFC 2606), never a real key's.
+pub const GREASE_NAME: &str = "grease.invalid";
+
+/// `signed` with one more signature line: [`GREASE_NAME`], a random key ID and 32 to
+/// 95 random bytes, so that no client can single the line out by its length or key.
+/// Its bytes are random whatever the source: without randomness, none is added.
+pub(super) fn grease(mut signed: Vec<u8>) -> Vec<u8> {
+    use base64::Engine as _;
+    let mut raw = [0u8; 4 + 95];
+    if getrandom::fill(&mut raw).is_err() {
+        return signed;
+    }
+    let len = 4 + 32 + usize::from(raw[4] % 64);
+    let line = format!(
+        "\u{2014} {GREASE_NAME} {}\n",
+        base64::engine::general_purpose::STANDARD.encode(&raw[..len])
+    );
+    signed.extend_from_slice(line.as_bytes());
+    signed
+}
+
 /// Sleep until `at`, or forever when `None`.
 pub(super) async fn sleep_until_or_never(at: Option<tokio::time::Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::Checkpoint;
+    use crate::note::{NoteSigner, generate_key};
+
+    /// A greased checkpoint still opens with the log's key (the line is one of no
+    /// known key, which verifiers ignore), carries one line more, and no two greases
+    /// are alike.
+    #[test]
+    fn a_greased_checkpoint_opens_with_the_logs_key() {
+        let (skey, _) = generate_key("example.com/grease").unwrap();
+        let signer = NoteSigner::from_skey(&skey).unwrap();
+        let cp = Checkpoint {
+            origin: "example.com/grease".into(),
+            size: 7,
+            root: [9; 32],
+            extensions: Vec::new(),
+        };
+        let signed = cp.sign(&signer).unwrap();
+        let (a, b) = (grease(signed.clone()), grease(signed.clone()));
+        assert_ne!(a, b);
+        for greased in [&a, &b] {
+            assert!(greased.starts_with(&signed));
+            let added = std::str::from_utf8(&greased[signed.len()..]).unwrap();
+            assert!(
+                added.starts_with(&format!("\u{2014} {GREASE_NAME} ")),
+                "{added}"
+            );
+            assert_eq!(added.matches('\n').count(), 1);
+            let (opened, _) =
+                Checkpoint::open(greased, "example.com/grease", &signer.verifier()).unwrap();
+            assert_eq!(opened, cp);
+        }
     }
 }

@@ -54,6 +54,9 @@ pub struct CheckpointConfig {
     /// publish too) it is re-read at most this often. 0 = on every request that finds
     /// the copy in hand older than a millisecond.
     pub max_age_ms: u64,
+    /// Add a signature line of no known key to every published checkpoint (random key
+    /// ID and bytes), so that clients keep ignoring lines they do not know.
+    pub grease: bool,
 }
 
 impl Default for CheckpointConfig {
@@ -62,6 +65,7 @@ impl Default for CheckpointConfig {
             interval_ms: 1000,
             republish_interval_ms: 600_000,
             max_age_ms: 1000,
+            grease: false,
         }
     }
 }

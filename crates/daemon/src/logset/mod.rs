@@ -87,6 +87,7 @@ pub(crate) async fn open_log(
     lc.batch_max_age = l.batching.max_age(l.ct.is_some());
     lc.checkpoint_interval = Duration::from_millis(l.checkpoint.interval_ms);
     lc.republish_interval = Duration::from_millis(l.checkpoint.republish_interval_ms);
+    lc.grease = l.checkpoint.grease;
     lc.checkpoint_max_age = Duration::from_millis(l.checkpoint.max_age_ms);
     if let Some(w) = crate::witness::from_config(&l.witnessing, &lc.verifiers())? {
         tracing::info!(log = l.label(), quorum = %w.describe(), "checkpoints are cosigned by witnesses");

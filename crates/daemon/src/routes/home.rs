@@ -320,6 +320,8 @@ fn checkpoint_section(body: &mut String, cp: &[u8], origin: &str) {
         let id = raw.get(..4).map(hex).unwrap_or_default();
         let what = if name == origin {
             "the log's signature".to_string()
+        } else if name == tlogd_core::engine::GREASE_NAME {
+            "grease: a line of no key, which clients must ignore".to_string()
         } else if raw.len() == 4 + 8 + 64 {
             // tlog-cosignature: the key ID, an 8-byte big-endian timestamp, Ed25519.
             let mut t = [0u8; 8];
