@@ -184,8 +184,13 @@ fn pebble_tls(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
 }
 
 /// Start Pebble (directory on `port`, management on `mport`) validating TLS-ALPN-01 on
-/// `tls_port`, names resolved by the mock DNS server on `dns`.
-fn start_pebble(dir: &Path, port: u16, mport: u16, tls_port: u16, dns: u16) -> Killed {
+/// `tls_port` and HTTP-01 on `http_port`, names resolved by the mock DNS server on `dns`.
+fn start_pebble(
+    dir: &Path,
+    (port, mport): (u16, u16),
+    (tls_port, http_port): (u16, u16),
+    dns: u16,
+) -> Killed {
     let (_, cert, key) = pebble_tls(dir);
     let cfg = dir.join("pebble.json");
     let config = serde_json::json!({
@@ -194,7 +199,7 @@ fn start_pebble(dir: &Path, port: u16, mport: u16, tls_port: u16, dns: u16) -> K
             "managementListenAddress": format!("127.0.0.1:{mport}"),
             "certificate": cert,
             "privateKey": key,
-            "httpPort": free_port(),
+            "httpPort": http_port,
             "tlsPort": tls_port,
             "ocspResponderURL": "",
             "externalAccountBindingRequired": false,
@@ -215,6 +220,21 @@ fn start_pebble(dir: &Path, port: u16, mport: u16, tls_port: u16, dns: u16) -> K
         .spawn()
         .expect("pebble");
     Killed(child)
+}
+
+/// Pebble's mock DNS server on `dns`: 127.0.0.1 for every name, no IPv6.
+fn start_dns(dns: u16) -> Killed {
+    Killed(
+        Command::new(tool("pebble-challtestsrv"))
+            .args(["-defaultIPv4", "127.0.0.1", "-defaultIPv6", ""])
+            .args(["-dns01", &format!("127.0.0.1:{dns}")])
+            .args(["-http01", "", "-https01", "", "-tlsalpn01", "", "-doh", ""])
+            .args(["-management", &format!("127.0.0.1:{}", free_port())])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("pebble-challtestsrv"),
+    )
 }
 
 async fn wait_listening(port: u16) {
@@ -244,18 +264,8 @@ async fn a_certificate_from_an_acme_ca_is_obtained_renewed_and_kept_while_the_ca
     let dir = tmp.path();
     let (port, mport) = (free_port(), free_port());
     let (pebble_port, pebble_mport, dns) = (free_port(), free_port(), free_port());
-    let _dns = Killed(
-        Command::new(tool("pebble-challtestsrv"))
-            .args(["-defaultIPv4", "127.0.0.1", "-defaultIPv6", ""])
-            .args(["-dns01", &format!("127.0.0.1:{dns}")])
-            .args(["-http01", "", "-https01", "", "-tlsalpn01", "", "-doh", ""])
-            .args(["-management", &format!("127.0.0.1:{}", free_port())])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("pebble-challtestsrv"),
-    );
-    let mut pebble = start_pebble(dir, pebble_port, pebble_mport, port, dns);
+    let _dns = start_dns(dns);
+    let mut pebble = start_pebble(dir, (pebble_port, pebble_mport), (port, free_port()), dns);
     wait_listening(pebble_port).await;
     wait_listening(pebble_mport).await;
     let pebble_ca = std::fs::read(dir.join("pebble-ca.pem")).unwrap();
@@ -366,5 +376,67 @@ async fn a_certificate_from_an_acme_ca_is_obtained_renewed_and_kept_while_the_ca
     let mut d = start_tlogd(dir, &cfg, port, mport);
     let served = wait_leaf(&mut d, port, &[], 30).await;
     assert_eq!(served, second);
+    assert!(d.terminate().success());
+}
+
+/// `http_listen` asks for HTTP-01: the CA reads the key authorization from the plain
+/// listener, the certificate is served on the HTTPS one, and every other request to
+/// the plain listener is redirected to HTTPS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_01_on_a_plain_listener_gets_the_certificate_and_redirects_the_rest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (port, mport, hport) = (free_port(), free_port(), free_port());
+    let (pebble_port, pebble_mport, dns) = (free_port(), free_port(), free_port());
+    let _dns = start_dns(dns);
+    let _pebble = start_pebble(dir, (pebble_port, pebble_mport), (free_port(), hport), dns);
+    wait_listening(pebble_port).await;
+    std::fs::write(dir.join("key"), SKEY).unwrap();
+    let cfg = dir.join("tlogd.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "listen = \"127.0.0.1:{port}\"\norigin = \"{ORIGIN}\"\nprivate_key_file = \"{key}\"\n\
+             [storage]\ndir = \"{log}\"\n[metrics]\nlisten = \"127.0.0.1:{mport}\"\n\
+             [tls.acme]\ndomains = [\"localhost\"]\ndirectory_url = \"https://127.0.0.1:{pebble_port}/dir\"\n\
+             directory_ca_file = \"{ca}\"\ncache_dir = \"{cache}\"\naccept_terms_of_service = true\n\
+             http_listen = \"127.0.0.1:{hport}\"\nretry_interval_ms = 500\n",
+            key = dir.join("key").display(),
+            log = dir.join("log").display(),
+            ca = dir.join("pebble-ca.pem").display(),
+            cache = dir.join("acme").display(),
+        ),
+    )
+    .unwrap();
+    let mut d = start_tlogd(dir, &cfg, port, mport);
+    let leaf = wait_leaf(&mut d, port, &[], 60).await;
+    let (_, cert) = x509_parser::parse_x509_certificate(&leaf).unwrap();
+    assert!(
+        cert.issuer().to_string().contains("Pebble"),
+        "{}",
+        cert.issuer()
+    );
+    let http = Http::new();
+    let (status, headers, _) = http
+        .request(
+            hyper::Request::get(format!("http://127.0.0.1:{hport}/checkpoint?x=1"))
+                .header("host", format!("localhost:{hport}"))
+                .body(Full::new(Bytes::new()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 308);
+    assert_eq!(
+        headers["location"],
+        format!("https://localhost:{port}/checkpoint?x=1")
+    );
+    let (status, _, _) = http
+        .get(&format!(
+            "http://127.0.0.1:{hport}/.well-known/acme-challenge/unknown"
+        ))
+        .await
+        .unwrap();
+    assert_eq!(status, 404);
     assert!(d.terminate().success());
 }

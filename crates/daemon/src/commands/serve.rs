@@ -191,6 +191,25 @@ pub async fn run(c: Config) -> anyhow::Result<()> {
         Some(t) => Some(crate::serve::tls::TlsAcceptor::new(t).context("[tls]")?),
         None => None,
     };
+    // HTTP-01's plain listener: the CA's challenge requests, and redirects to HTTPS.
+    let http01 = c.tls.as_ref().and_then(|t| t.acme.as_ref()?.http_listen);
+    if let (Some(addr), Some(challenges)) =
+        (http01, tls.as_ref().and_then(|t| t.challenges.clone()))
+    {
+        let l = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("tls.acme.http_listen: listening on {addr}"))?;
+        tracing::info!(%addr, "ACME HTTP-01 listener (everything else redirected to HTTPS)");
+        tokio::spawn(crate::serve::server::serve(
+            l,
+            crate::serve::acme::http01_router(challenges, c.listen.port()),
+            ServeOptions {
+                name: "acme_http",
+                ..ServeOptions::from(&c.http)
+            },
+            std::future::pending(),
+        ));
+    }
     let opened = open_logs(&c).await?;
     let logs: Vec<Arc<dyn ServedLog>> = opened.iter().map(|o| o.log.clone()).collect();
     let mut routes = Vec::new();

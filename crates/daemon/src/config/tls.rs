@@ -54,6 +54,11 @@ pub struct AcmeConfig {
     /// renewed once a third of its lifetime is left.
     #[serde(default = "default_check_interval_ms")]
     pub check_interval_ms: u64,
+    /// Prove the names with HTTP-01 (RFC 8555 §8.3) on a plain HTTP listener at this
+    /// address (`0.0.0.0:80`: the CA asks port 80) instead of TLS-ALPN-01; the
+    /// listener answers the CA's challenge requests and redirects everything else to
+    /// HTTPS.
+    pub http_listen: Option<std::net::SocketAddr>,
 }
 
 /// Let's Encrypt's production directory.

@@ -1,7 +1,8 @@
 //! Certificates from an ACME CA (RFC 8555), for `[tls.acme]`: ordered at start when
 //! none is cached, renewed once a third of their lifetime is left, proven with
-//! TLS-ALPN-01 (RFC 8737) on the public listener itself. The ACME protocol is
-//! instant-acme's; what is here is the policy.
+//! TLS-ALPN-01 (RFC 8737) on the public listener itself, or with HTTP-01 on a plain
+//! HTTP listener when `http_listen` asks for it ([`http01_router`]). The ACME protocol
+//! is instant-acme's; what is here is the policy.
 //!
 //! The cache directory holds the account (`account.json`, its key and URL) and the
 //! pair in force (`cert.pem`, `key.pem`): a restart serves the cached certificate at
@@ -28,29 +29,111 @@ use rustls::sign::CertifiedKey;
 use crate::config::AcmeConfig;
 use crate::serve::tls::CertFiles;
 
-/// The TLS-ALPN-01 certificates of the orders in progress, by name.
+/// The answers of the orders in progress: TLS-ALPN-01 certificates by name, HTTP-01
+/// key authorizations by token.
 #[derive(Debug, Default)]
-pub struct Challenges(Mutex<HashMap<String, Arc<CertifiedKey>>>);
+pub struct Challenges {
+    certificates: Mutex<HashMap<String, Arc<CertifiedKey>>>,
+    tokens: Mutex<HashMap<String, String>>,
+}
 
 impl Challenges {
     /// The challenge certificate for `name`, if one is being validated.
     pub fn get(&self, name: &str) -> Option<Arc<CertifiedKey>> {
-        self.0
+        self.certificates
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&name.to_ascii_lowercase())
             .cloned()
     }
 
+    /// The key authorization of HTTP-01 `token`, if one is being validated.
+    pub fn key_authorization(&self, token: &str) -> Option<String> {
+        self.tokens
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(token)
+            .cloned()
+    }
+
     fn set(&self, name: &str, cert: Arc<CertifiedKey>) {
-        self.0
+        self.certificates
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(name.to_ascii_lowercase(), cert);
     }
 
+    fn set_token(&self, token: &str, key_authorization: &str) {
+        self.tokens
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(token.to_string(), key_authorization.to_string());
+    }
+
     fn clear(&self) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        self.certificates
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        self.tokens
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+}
+
+/// The plain HTTP listener of HTTP-01 (`[tls.acme] http_listen`): the CA's requests
+/// for `/.well-known/acme-challenge/<token>` get the key authorization, anything else
+/// a `308` to the same path over HTTPS on `https_port`.
+pub fn http01_router(challenges: Arc<Challenges>, https_port: u16) -> axum::Router {
+    use axum::extract::{Path, Request};
+    use axum::http::{HeaderValue, StatusCode, header};
+    use axum::response::IntoResponse;
+    axum::Router::new()
+        .route(
+            "/.well-known/acme-challenge/{token}",
+            axum::routing::get(move |Path(token): Path<String>| async move {
+                match challenges.key_authorization(&token) {
+                    Some(answer) => (
+                        StatusCode::OK,
+                        [(header::CONTENT_TYPE, "application/octet-stream")],
+                        answer,
+                    )
+                        .into_response(),
+                    None => crate::answer::text(StatusCode::NOT_FOUND, "no such challenge"),
+                }
+            }),
+        )
+        .fallback(move |req: Request| async move {
+            let host = req
+                .headers()
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .map(host_without_port)
+                .unwrap_or_default();
+            let port = if https_port == 443 {
+                String::new()
+            } else {
+                format!(":{https_port}")
+            };
+            let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
+            match HeaderValue::from_str(&format!("https://{host}{port}{path}")) {
+                Ok(to) if !host.is_empty() => {
+                    let mut resp = StatusCode::PERMANENT_REDIRECT.into_response();
+                    resp.headers_mut().insert(header::LOCATION, to);
+                    resp
+                }
+                _ => crate::answer::text(StatusCode::BAD_REQUEST, "use https://"),
+            }
+        })
+}
+
+/// `Host` without its port: `log.example.com:80` is `log.example.com`, `[::1]:80` is
+/// `[::1]`.
+fn host_without_port(host: &str) -> String {
+    match host.strip_prefix('[') {
+        Some(v6) => format!("[{}]", v6.split(']').next().unwrap_or_default()),
+        None => host.split(':').next().unwrap_or_default().to_string(),
     }
 }
 
@@ -189,14 +272,23 @@ async fn order(cfg: &AcmeConfig, challenges: &Challenges) -> Result<(String, Str
             }
         }
         let name = authz.identifier().to_string();
-        let mut challenge = authz.challenge(ChallengeType::TlsAlpn01).ok_or_else(|| {
-            AcmeError::Other(format!("the CA offers no tls-alpn-01 challenge for {name}"))
+        let kind = match cfg.http_listen {
+            Some(_) => ChallengeType::Http01,
+            None => ChallengeType::TlsAlpn01,
+        };
+        let mut challenge = authz.challenge(kind.clone()).ok_or_else(|| {
+            AcmeError::Other(format!("the CA offers no {kind:?} challenge for {name}"))
         })?;
-        let digest = challenge.key_authorization().digest();
-        challenges.set(
-            &name,
-            Arc::new(challenge_certificate(&name, digest.as_ref())?),
-        );
+        let key_authorization = challenge.key_authorization();
+        if kind == ChallengeType::Http01 {
+            challenges.set_token(&challenge.token, key_authorization.as_str());
+        } else {
+            let digest = key_authorization.digest();
+            challenges.set(
+                &name,
+                Arc::new(challenge_certificate(&name, digest.as_ref())?),
+            );
+        }
         challenge.set_ready().await?;
     }
     let retries = RetryPolicy::new()
