@@ -124,15 +124,15 @@ impl CertFiles {
             let mut tick = tokio::time::interval(every.max(Duration::from_millis(100)));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             tick.tick().await;
+            let mut hup_open = true;
             loop {
                 let force = tokio::select! {
                     _ = tick.tick() => false,
-                    changed = hup.changed() => {
-                        if changed.is_err() {
-                            // No more SIGHUPs: keep looking at the files.
-                            hup = tokio::sync::watch::channel(()).1;
-                        }
-                        true
+                    changed = hup.changed(), if hup_open => {
+                        // No more SIGHUPs (the sender is gone): the files are still
+                        // looked at every tick.
+                        hup_open = changed.is_ok();
+                        hup_open
                     }
                 };
                 let files = self.clone();
