@@ -39,19 +39,10 @@ pub(crate) fn immutable_etag(path: &str, gzip: bool) -> Option<HeaderValue> {
 
 /// The ETag of bytes that change in place (the checkpoint): 96 bits of their SHA-256.
 pub(crate) fn content_etag(bytes: &[u8]) -> HeaderValue {
-    let digest = Sha256::digest(bytes);
-    let mut tag = String::with_capacity(26);
-    tag.push('"');
-    for b in &digest[..12] {
-        tag.push(char::from(HEX[usize::from(b >> 4)]));
-        tag.push(char::from(HEX[usize::from(b & 15)]));
-    }
-    tag.push('"');
+    let tag = format!("\"{}\"", crate::answer::hex(&Sha256::digest(bytes)[..12]));
     // Quotes and hex digits only: always a valid header value.
     HeaderValue::from_str(&tag).unwrap_or(HeaderValue::from_static("\"\""))
 }
-
-const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// Whether the request's `If-None-Match` names `etag` (or is `*`): the client holds
 /// this representation. Weak comparison, as §13.1.2 asks for `If-None-Match`.

@@ -23,8 +23,10 @@ use bytes::Bytes;
 use tlog_verify::reader::LogReader;
 use tlogd_core::engine::checker::{Fetch, StoredLog, VerifyError};
 use tlogd_core::engine::{Log, LogStorage};
+use tlogd_core::note::Note;
 use tlogd_core::tile::TileId;
 
+use crate::answer::hex;
 use crate::routes::tiles::Reads;
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
@@ -297,8 +299,12 @@ const LOG_URL: &str = "$LOG/";
 /// The checkpoint's body and signature lines, each named.
 fn checkpoint_section(body: &mut String, cp: &[u8], origin: &str) {
     let text = String::from_utf8_lossy(cp);
-    let (note, sigs) = text.split_once("\n\n").unwrap_or((&text, ""));
-    let mut lines = note.lines();
+    // The checkpoint this log published: it parses (signed-note "Format").
+    let note = Note::parse(cp).unwrap_or(Note {
+        text: text.to_string(),
+        signatures: Vec::new(),
+    });
+    let mut lines = note.text.lines();
     let _ = lines.next();
     let size = lines.next().unwrap_or_default();
     let root = lines.next().unwrap_or_default();
@@ -309,35 +315,33 @@ fn checkpoint_section(body: &mut String, cp: &[u8], origin: &str) {
         escape(root)
     );
     body.push_str("<table><tr><th>Signed by</th><th>Key ID</th><th>What</th></tr>");
-    for line in sigs.lines() {
-        let Some(rest) = line.strip_prefix("\u{2014} ") else {
-            continue;
-        };
-        let Some((name, sig)) = rest.split_once(' ') else {
-            continue;
-        };
-        let raw = B64.decode(sig).unwrap_or_default();
-        let id = raw.get(..4).map(hex).unwrap_or_default();
-        let what = if name == origin {
+    for sig in &note.signatures {
+        let what = if sig.name == origin {
             "the log's signature".to_string()
-        } else if name == tlogd_core::engine::GREASE_NAME {
+        } else if sig.name == tlogd_core::engine::GREASE_NAME {
             "grease: a line of no key, which clients must ignore".to_string()
-        } else if raw.len() == 4 + 8 + 64 {
-            // tlog-cosignature: the key ID, an 8-byte big-endian timestamp, Ed25519.
-            let mut t = [0u8; 8];
-            t.copy_from_slice(&raw[4..12]);
-            let secs = u64::from_be_bytes(t);
+        } else if let Some(t) = sig
+            .signature
+            .get(..8)
+            .filter(|_| sig.signature.len() == 8 + 64)
+        {
+            // tlog-cosignature: an 8-byte big-endian timestamp, then Ed25519.
+            let mut secs = [0u8; 8];
+            secs.copy_from_slice(t);
             format!(
                 "a witness's cosignature, at {}",
-                crate::routes::ct_shard::format_rfc3339_ms(secs.saturating_mul(1000))
+                crate::routes::ct_shard::format_rfc3339_ms(
+                    u64::from_be_bytes(secs).saturating_mul(1000)
+                )
             )
         } else {
             "another signature".to_string()
         };
         let _ = write!(
             body,
-            "<tr><td>{}</td><td><code>{id}</code></td><td>{}</td></tr>",
-            escape(name),
+            "<tr><td>{}</td><td><code>{:08x}</code></td><td>{}</td></tr>",
+            escape(&sig.name),
+            sig.key_id,
             escape(&what)
         );
     }
@@ -346,13 +350,6 @@ fn checkpoint_section(body: &mut String, cp: &[u8], origin: &str) {
         "</table><details><summary>The checkpoint as served</summary><pre>{}</pre></details>",
         escape(&text)
     );
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().fold(String::new(), |mut s, x| {
-        let _ = write!(s, "{x:02x}");
-        s
-    })
 }
 
 /// Entry `index`: its bytes (or certificate), its leaf hash and its inclusion proof

@@ -176,7 +176,7 @@ pub fn spawn(cfg: AcmeConfig, files: Arc<CertFiles>, challenges: Arc<Challenges>
                 tokio::time::sleep(due.min(check)).await;
                 continue;
             }
-            let outcome = order(&cfg, &challenges).await;
+            let outcome = order(&cfg, &challenges, files.provider()).await;
             challenges.clear();
             let outcome = match outcome {
                 Ok((chain, key)) => install(&cfg, &files, &chain, &key),
@@ -250,7 +250,11 @@ async fn account(cfg: &AcmeConfig) -> Result<Account, AcmeError> {
 
 /// One order for `cfg.domains`, each name proven by TLS-ALPN-01: the chain and its
 /// key, as PEM.
-async fn order(cfg: &AcmeConfig, challenges: &Challenges) -> Result<(String, String), AcmeError> {
+async fn order(
+    cfg: &AcmeConfig,
+    challenges: &Challenges,
+    provider: &rustls::crypto::CryptoProvider,
+) -> Result<(String, String), AcmeError> {
     let account = account(cfg).await?;
     let identifiers: Vec<Identifier> = cfg
         .domains
@@ -286,7 +290,7 @@ async fn order(cfg: &AcmeConfig, challenges: &Challenges) -> Result<(String, Str
             let digest = key_authorization.digest();
             challenges.set(
                 &name,
-                Arc::new(challenge_certificate(&name, digest.as_ref())?),
+                Arc::new(challenge_certificate(&name, digest.as_ref(), provider)?),
             );
         }
         challenge.set_ready().await?;
@@ -307,15 +311,20 @@ async fn order(cfg: &AcmeConfig, challenges: &Challenges) -> Result<(String, Str
 }
 
 /// RFC 8737 §3: a self-signed certificate for `name` carrying the SHA-256 of the key
-/// authorization in a critical `acmeIdentifier` extension.
-fn challenge_certificate(name: &str, digest: &[u8]) -> Result<CertifiedKey, AcmeError> {
+/// authorization in a critical `acmeIdentifier` extension, its key loaded by the
+/// provider the handshakes use.
+fn challenge_certificate(
+    name: &str,
+    digest: &[u8],
+    provider: &rustls::crypto::CryptoProvider,
+) -> Result<CertifiedKey, AcmeError> {
     let fail = |e: &dyn std::fmt::Display| AcmeError::Other(format!("challenge certificate: {e}"));
     let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(|e| fail(&e))?;
     let mut params = rcgen::CertificateParams::new(vec![name.to_string()]).map_err(|e| fail(&e))?;
     params.custom_extensions = vec![rcgen::CustomExtension::new_acme_identifier(digest)];
     let cert = params.self_signed(&key).map_err(|e| fail(&e))?;
     let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-    let signing = rustls::crypto::ring::default_provider()
+    let signing = provider
         .key_provider
         .load_private_key(der)
         .map_err(|e| fail(&e))?;

@@ -156,7 +156,12 @@ impl CertFiles {
 
     /// The pair in force (`None` before an ACME log's first certificate).
     pub fn current(&self) -> Option<Arc<CertifiedKey>> {
-        self.served().map(|s| s.key)
+        // Every handshake asks: the key alone, not the leaf's names and dates.
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|s| s.key.clone())
     }
 
     fn served(&self) -> Option<Served> {
@@ -181,11 +186,6 @@ impl CertFiles {
         let lifetime = (s.not_after - s.not_before).max(0);
         let at = s.not_after - lifetime / 3;
         u64::try_from(at - now).unwrap_or(0)
-    }
-
-    /// Where the pair is read from.
-    pub fn paths(&self) -> (&Path, &Path) {
-        (&self.cert_file, &self.key_file)
     }
 
     /// The provider handshakes sign with.
