@@ -229,6 +229,24 @@ impl Roots {
         out
     }
 
+    /// The roots without those `drop` says (an operator's rejected fingerprints), in
+    /// order.
+    pub fn without(&self, drop: impl Fn(&[u8; 32]) -> bool) -> Roots {
+        let mut out = Roots::default();
+        for c in self.certs.iter().filter(|c| !drop(&c.fingerprint)) {
+            out.push_parsed(c.clone());
+        }
+        out
+    }
+
+    /// Each root in order: the SHA-256 of its DER, its subject (RFC 4514 text) and its
+    /// DER.
+    pub fn entries(&self) -> impl Iterator<Item = ([u8; 32], String, &[u8])> {
+        self.certs
+            .iter()
+            .map(|c| (c.fingerprint, c.cert().x509.subject().to_string(), c.der()))
+    }
+
     /// The accepted root that issued `child` (certificate `index` of the chain).
     /// `parsed`: `child` as parsed once, which remembers the roots found to sign it.
     fn issuer_of(

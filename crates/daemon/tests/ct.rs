@@ -1494,3 +1494,373 @@ async fn a_refused_add_stores_nothing_and_missing_issuers_are_not_cached() {
         String::from_utf8_lossy(&body)
     );
 }
+
+/// A root of these tests and its key, to sign leaves under it.
+struct TestRoot {
+    cert: rcgen::Certificate,
+    key: rcgen::KeyPair,
+}
+
+impl TestRoot {
+    fn mint(cn: &str) -> TestRoot {
+        use rcgen::{
+            BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, KeyPair,
+            KeyUsagePurpose, PKCS_ECDSA_P256_SHA256, date_time_ymd,
+        };
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, cn);
+        let mut p = CertificateParams::default();
+        p.distinguished_name = dn;
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        p.not_before = date_time_ymd(2020, 1, 1);
+        p.not_after = date_time_ymd(2049, 12, 31);
+        let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
+        TestRoot {
+            cert: p.self_signed(&key).unwrap(),
+            key,
+        }
+    }
+
+    fn der(&self) -> Vec<u8> {
+        self.cert.der().to_vec()
+    }
+
+    fn fingerprint(&self) -> String {
+        hex(&Sha256::digest(self.cert.der()))
+    }
+
+    /// A leaf certificate for `host` signed by this root.
+    fn leaf(&self, host: &str) -> Vec<u8> {
+        use rcgen::{
+            CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+            PKCS_ECDSA_P256_SHA256, SanType, date_time_ymd,
+        };
+        let mut p = CertificateParams::default();
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, host);
+        p.distinguished_name = dn;
+        p.subject_alt_names = vec![SanType::DnsName(host.try_into().unwrap())];
+        p.is_ca = IsCa::ExplicitNoCa;
+        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        p.not_before = date_time_ymd(2025, 1, 1);
+        p.not_after = date_time_ymd(2049, 1, 1);
+        let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
+        p.signed_by(&key, &self.cert, &self.key)
+            .unwrap()
+            .der()
+            .to_vec()
+    }
+}
+
+/// A CCADB CSV report (the columns Sunlight and TesseraCT read, and one more) with
+/// the example row that has no certificate, and `rows`: a root and its uses.
+fn ccadb_csv(rows: &[(&TestRoot, &str)]) -> String {
+    let mut csv = String::from(
+        "\"Salesforce Record ID\",\"Certificate Name\",\"X.509 Certificate (PEM)\",\"Intended Use Case(s) Served\"\n\
+         \"001\",\"Example CA\",\"\",\"\"\n",
+    );
+    for (i, (root, uses)) in rows.iter().enumerate() {
+        csv.push_str(&format!(
+            "\"{}\",\"root {i}\",\"{}\",\"{uses}\"\n",
+            100 + i,
+            root.cert.pem().trim()
+        ));
+    }
+    csv
+}
+
+const TLS_USE: &str =
+    "Server Authentication (TLS) 1.3.6.1.5.5.7.3.1;Secure Email (SMIME) 1.3.6.1.5.5.7.3.4";
+const SMIME_USE: &str = "Secure Email (SMIME) 1.3.6.1.5.5.7.3.4";
+
+/// How the roots server of these tests answers its next requests.
+#[derive(Clone)]
+enum RootsAnswer {
+    /// `200` with these bytes.
+    Body(Vec<u8>),
+    /// This status and no body.
+    Status(u16),
+    /// The body after this long (past the daemon's fetch timeout).
+    Slow(Duration, Vec<u8>),
+    /// A `Content-Length` 1000 bytes more than these bytes, then the connection closed.
+    Short(Vec<u8>),
+}
+
+/// A roots server on loopback (raw HTTP/1.1, one request per connection): its URL and
+/// the answer it gives, to be changed by the test.
+async fn roots_server() -> (String, std::sync::Arc<std::sync::Mutex<RootsAnswer>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/ccadb/report.csv", listener.local_addr().unwrap());
+    let answer = std::sync::Arc::new(std::sync::Mutex::new(RootsAnswer::Status(503)));
+    let a = answer.clone();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            let a = a.lock().unwrap().clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match sock.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                assert!(head.starts_with(b"GET /ccadb/report.csv HTTP/1.1\r\n"));
+                let ok = |len: usize| {
+                    format!("HTTP/1.1 200 OK\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n")
+                };
+                let reply = match a {
+                    RootsAnswer::Body(b) => [ok(b.len()).into_bytes(), b].concat(),
+                    RootsAnswer::Status(s) => format!(
+                        "HTTP/1.1 {s} Oops\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                    )
+                    .into_bytes(),
+                    RootsAnswer::Slow(wait, b) => {
+                        tokio::time::sleep(wait).await;
+                        [ok(b.len()).into_bytes(), b].concat()
+                    }
+                    RootsAnswer::Short(b) => [ok(b.len() + 1000).into_bytes(), b].concat(),
+                };
+                let _ = sock.write_all(&reply).await;
+                let _ = sock.shutdown().await;
+            });
+        }
+    });
+    (url, answer)
+}
+
+/// `get-roots`, decoded.
+async fn get_roots(http: &Http, base: &str) -> Vec<Vec<u8>> {
+    let (status, _, body) = http.get(&format!("{base}/ct/v1/get-roots")).await.unwrap();
+    assert_eq!(status, 200);
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    v["certificates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| B64.decode(c.as_str().unwrap()).unwrap())
+        .collect()
+}
+
+/// Wait until `get-roots` answers `want`.
+async fn wait_roots(http: &Http, base: &str, want: &[Vec<u8>], what: &str) {
+    for _ in 0..400 {
+        if get_roots(http, base).await == want {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!(
+        "{what}: get-roots has {} roots, not the {} wanted",
+        get_roots(http, base).await.len(),
+        want.len()
+    );
+}
+
+async fn roots_metric(http: &Http, d: &Daemon, name: &str) -> f64 {
+    let (_, _, text) = http
+        .get(&format!("{}/metrics", d.metrics_url))
+        .await
+        .unwrap();
+    common::metric(&String::from_utf8_lossy(&text), name)
+}
+
+/// #60: roots from a CCADB report (or a PEM bundle) at a URL, merged into the file's,
+/// refreshed on SIGHUP without a restart, never dropped when the source drops them,
+/// only by the operator's reject list; a failed, partial, garbled or slow fetch
+/// changes nothing and is counted; a restart while the URL is down serves the set kept
+/// in the log's storage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn roots_follow_the_root_programs_and_are_never_dropped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let http = Http::new();
+    let [
+        file_root,
+        tls_root,
+        smime_root,
+        rejected,
+        later,
+        in_bundle,
+        cut,
+    ] = ["file", "tls", "smime", "rejected", "later", "bundle", "cut"]
+        .map(|n| TestRoot::mint(&format!("tlogd roots test: {n}")));
+    let roots_file = tmp.path().join("roots.pem");
+    std::fs::write(&roots_file, file_root.cert.pem()).unwrap();
+    let (url, answer) = roots_server().await;
+    *answer.lock().unwrap() = RootsAnswer::Body(
+        ccadb_csv(&[
+            (&tls_root, TLS_USE),
+            (&smime_root, SMIME_USE),
+            (&rejected, TLS_USE),
+        ])
+        .into_bytes(),
+    );
+    let ct_toml = format!(
+        "roots_url = \"{url}\"\nroots_fetch_timeout_ms = 1000\nroots_reject_fingerprints = [\"{}\"]\n",
+        rejected.fingerprint()
+    );
+    let dir = tmp.path().join("d");
+    let mut d = start_ct(&dir, &roots_file, &ct_toml);
+    d.wait_ready(&http).await;
+    let base = d.url.clone();
+
+    // At start: the file's root, then the report's TLS root; not the S/MIME-only one,
+    // not the rejected one.
+    let mut want = vec![file_root.der(), tls_root.der()];
+    wait_roots(&http, &base, &want, "the first fetch").await;
+    submit(
+        &http,
+        &base,
+        "add-chain",
+        &[&tls_root.leaf("a.tls.example"), &tls_root.der()],
+    )
+    .await
+    .expect("a chain under a root from the report");
+    let refused = submit(
+        &http,
+        &base,
+        "add-chain",
+        &[&rejected.leaf("r.example"), &rejected.der()],
+    )
+    .await
+    .expect_err("a chain under a rejected root");
+    assert_eq!(refused.0, 400, "{}", refused.1);
+
+    // The report drops its root and adds another: the new one is taken on SIGHUP, the
+    // dropped one kept, and a chain under the new one validates without a restart.
+    *answer.lock().unwrap() = RootsAnswer::Body(ccadb_csv(&[(&later, TLS_USE)]).into_bytes());
+    hup(&d);
+    want.push(later.der());
+    wait_roots(&http, &base, &want, "a root added upstream").await;
+    submit(
+        &http,
+        &base,
+        "add-chain",
+        &[&later.leaf("b.later.example"), &later.der()],
+    )
+    .await
+    .expect("a chain under a root added by a refresh");
+    submit(
+        &http,
+        &base,
+        "add-chain",
+        &[&tls_root.leaf("c.tls.example"), &tls_root.der()],
+    )
+    .await
+    .expect("a chain under a root dropped upstream, kept here");
+    assert_eq!(roots_metric(&http, &d, "tlogd_ct_roots").await, 3.0);
+    assert!(roots_metric(&http, &d, "tlogd_ct_roots_last_refresh_timestamp_seconds").await > 1.7e9);
+
+    // Failures change nothing, are counted, and leave the log ready. The truncated
+    // report would add `cut` if it were taken in part.
+    let mut truncated = ccadb_csv(&[(&later, TLS_USE), (&cut, TLS_USE)]);
+    truncated.truncate(truncated.len() - 200);
+    let report = ccadb_csv(&[(&cut, TLS_USE)]).into_bytes();
+    for (why, a) in [
+        ("a 500", RootsAnswer::Status(500)),
+        (
+            "a report cut mid-row",
+            RootsAnswer::Body(truncated.into_bytes()),
+        ),
+        (
+            "a garbled answer",
+            RootsAnswer::Body(b"<html>maintenance</html>".to_vec()),
+        ),
+        (
+            "a body shorter than its length",
+            RootsAnswer::Short(report.clone()),
+        ),
+        (
+            "a server past the timeout",
+            RootsAnswer::Slow(Duration::from_secs(3), report.clone()),
+        ),
+    ] {
+        let errors =
+            roots_metric(&http, &d, "tlogd_ct_roots_fetches_total{result=\"error\"}").await;
+        *answer.lock().unwrap() = a;
+        hup(&d);
+        let mut counted = false;
+        for _ in 0..200 {
+            if roots_metric(&http, &d, "tlogd_ct_roots_fetches_total{result=\"error\"}").await
+                > errors
+            {
+                counted = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        assert!(counted, "{why}: no failed fetch counted");
+        assert_eq!(
+            get_roots(&http, &base).await,
+            want,
+            "{why} changed the roots"
+        );
+        let (status, _, _) = http
+            .get(&format!("{}/readyz", d.metrics_url))
+            .await
+            .unwrap();
+        assert_eq!(status, 200, "{why}: not ready");
+    }
+
+    // A PEM bundle is a source too.
+    *answer.lock().unwrap() = RootsAnswer::Body(in_bundle.cert.pem().into_bytes());
+    hup(&d);
+    want.push(in_bundle.der());
+    wait_roots(&http, &base, &want, "a root from a PEM bundle").await;
+
+    // A restart while the URL is down: the stored set at once, the file's root first.
+    *answer.lock().unwrap() = RootsAnswer::Status(500);
+    d.terminate();
+    let mut d = start_ct(&dir, &roots_file, &ct_toml);
+    d.wait_ready(&http).await;
+    assert_eq!(
+        get_roots(&http, &d.url).await,
+        want,
+        "after a restart without the URL"
+    );
+    // Stored: the file's root at the first start, then each refresh that added one.
+    let stored =
+        std::fs::read_to_string(dir.join("log/ct/roots/4")).expect("the fourth stored set");
+    assert!(stored.contains("tlogd roots test: bundle"), "{stored}");
+    assert!(!dir.join("log/ct/roots/5").exists(), "nothing new to store");
+    d.terminate();
+}
+
+/// #60: the frontends of a shared store serve the same roots: one whose URL is down
+/// takes what another fetched from the store at its next refresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frontends_of_a_store_share_their_roots() {
+    let tmp = tempfile::tempdir().unwrap();
+    let http = Http::new();
+    let [file_root, fetched] =
+        ["file", "fetched"].map(|n| TestRoot::mint(&format!("shared roots: {n}")));
+    let roots_file = tmp.path().join("roots.pem");
+    std::fs::write(&roots_file, file_root.cert.pem()).unwrap();
+    let store = CtStore::fresh(Backend::Minio, tmp.path()).await;
+    let (up, up_answer) = roots_server().await;
+    *up_answer.lock().unwrap() = RootsAnswer::Body(ccadb_csv(&[(&fetched, TLS_USE)]).into_bytes());
+    let (down, _) = roots_server().await;
+    let mut a = start_ct_on(
+        &store,
+        &tmp.path().join("a"),
+        &roots_file,
+        &format!("roots_url = \"{up}\"\n"),
+        "",
+    );
+    a.wait_ready(&http).await;
+    let want = vec![file_root.der(), fetched.der()];
+    wait_roots(&http, &a.url, &want, "frontend a").await;
+    let mut b = start_ct_on(
+        &store,
+        &tmp.path().join("b"),
+        &roots_file,
+        &format!("roots_url = \"{down}\"\n"),
+        "",
+    );
+    b.wait_ready(&http).await;
+    wait_roots(&http, &b.url, &want, "frontend b, its URL down").await;
+    b.terminate();
+    a.terminate();
+}

@@ -106,6 +106,7 @@ mod publish;
 mod queue;
 mod served;
 mod storage;
+pub mod versioned;
 
 pub use cosign::{BoxFuture, CheckpointCosigner, ConsistencyProver, StorageProver, read_hashes};
 pub use dedup::{DedupError, DedupIndex, EntryHash, Indexed, entry_hash};

@@ -183,10 +183,11 @@ impl StorageError {
 ///   as any commit, so a commit racing it loses (its `prev` is not frozen). The flag is
 ///   stored with the state and read back by [`load_state`](Self::load_state); a backend
 ///   never commits on a frozen state (the engine never asks it to).
-/// * **Blobs are write-once and content-addressed.** [`put_blob`](Self::put_blob)
-///   stores bytes beside the tree at a public path the tree does not own (CT's issuer
-///   certificates at `issuer/<hex SHA-256>`), checked by [`check_blob_key`]: put if
-///   absent, with a byte compare. It is durable once it returns; identical bytes already
+/// * **Blobs are write-once.** [`put_blob`](Self::put_blob) stores bytes beside the
+///   tree at a public path the tree does not own (CT's issuer certificates at
+///   `issuer/<hex SHA-256>`, the versions of a CT log's roots, [`super::versioned`]),
+///   checked by [`check_blob_key`]: put if absent, atomically, with a byte compare (so
+///   it is a compare-and-swap on "nothing there yet"). It is durable once it returns; identical bytes already
 ///   there are `Ok`; other bytes there are [`StorageError::Corrupt`] and nothing
 ///   changes; a crash never leaves partial bytes at the key. Blobs are independent of
 ///   the tree state: no commit, checkpoint or sequencer is involved, and any frontend

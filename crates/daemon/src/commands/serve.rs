@@ -350,7 +350,7 @@ fn check_fd_limit(max_connections: usize) {
     }
 }
 
-/// On SIGHUP, every CT log reads its roots file again and adds its roots, and the
+/// On SIGHUP, every CT log refreshes its roots (`routes::ct_roots`), and the
 /// receiver returned is told (the TLS certificate reloads). Installed whatever the
 /// configuration: a stray SIGHUP never kills the daemon (the default action) with its
 /// queues undrained.
@@ -365,13 +365,7 @@ fn reload_on_sighup(
             // The TLS certificate (serve::tls) reloads when told.
             told.send_replace(());
             for ct in &ct_logs {
-                match ct.reload_roots() {
-                    Ok(n) => tracing::info!(roots = n, "CT roots reloaded"),
-                    Err(e) => tracing::error!(
-                        error = %format!("{e:#}"),
-                        "CT roots not reloaded; the roots in force stay"
-                    ),
-                }
+                ct.root_set().refresh_soon();
             }
         }
     });

@@ -14,8 +14,31 @@ use serde::Deserialize;
 #[serde(deny_unknown_fields)]
 pub struct CtConfig {
     /// The accepted roots, a PEM file (served by `get-roots`). Blocks that do not
-    /// parse are skipped with a warning; reloaded on SIGHUP, never dropping a root.
-    pub roots_file: PathBuf,
+    /// parse are skipped with a warning; read again at every roots refresh and on
+    /// SIGHUP, never dropping a root. This, `roots_url`, or both.
+    pub roots_file: Option<PathBuf>,
+    /// Where more roots come from, fetched at start-up, every
+    /// `roots_refresh_interval_s` and on SIGHUP: a CCADB CSV report (the columns
+    /// `X.509 Certificate (PEM)` and, when present, `Intended Use Case(s) Served`,
+    /// whose rows must include TLS server authentication), as Sunlight and TesseraCT
+    /// read them, or a PEM bundle. One URL or a list. Roots are merged into those in
+    /// force and never dropped by a refresh; the set is kept in the log's storage, so
+    /// a restart while a URL is down serves the last good set, and every frontend of
+    /// a shared store serves the same roots.
+    #[serde(default, deserialize_with = "one_or_many")]
+    pub roots_url: Vec<String>,
+    /// Seconds between two refreshes of the roots (`roots_url`, `roots_file`).
+    #[serde(default = "default_roots_refresh_interval_s")]
+    pub roots_refresh_interval_s: u64,
+    /// How long one fetch of a `roots_url` may take, in ms, body included.
+    #[serde(default = "default_roots_fetch_timeout_ms")]
+    pub roots_fetch_timeout_ms: u64,
+    /// Roots never accepted (hex SHA-256 of the certificate's DER, colons allowed):
+    /// removed from the set in force and from what is stored, whatever the sources
+    /// say. The only way a root leaves a log's set; every frontend of a shared store
+    /// needs the same list.
+    #[serde(default)]
+    pub roots_reject_fingerprints: Vec<String>,
     /// Refuse certificates whose notAfter has passed.
     #[serde(default)]
     pub reject_expired: bool,
@@ -98,6 +121,43 @@ pub struct CtConfig {
     pub intended_use: Option<String>,
 }
 
+/// One string or a list of them.
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(s) => vec![s],
+        OneOrMany::Many(v) => v,
+    })
+}
+
+fn default_roots_refresh_interval_s() -> u64 {
+    3600
+}
+
+fn default_roots_fetch_timeout_ms() -> u64 {
+    30_000
+}
+
+/// A root's SHA-256 fingerprint as `ct.roots_reject_fingerprints` gives it: 64 hex
+/// digits, upper or lower case, colons or spaces between bytes allowed.
+pub fn parse_fingerprint(text: &str) -> anyhow::Result<[u8; 32]> {
+    let digits: String = text.chars().filter(|c| !matches!(c, ':' | ' ')).collect();
+    let mut out = [0u8; 32];
+    if digits.len() != 64 || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+        bail!("{text:?} is not a SHA-256 fingerprint (64 hex digits)");
+    }
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&digits[2 * i..2 * i + 2], 16)
+            .with_context(|| format!("{text:?} is not a SHA-256 fingerprint"))?;
+    }
+    Ok(out)
+}
+
 fn default_true() -> bool {
     true
 }
@@ -135,6 +195,30 @@ pub fn log_list_url(key: &str, url: &str) -> anyhow::Result<String> {
 
 impl CtConfig {
     pub(crate) fn validate(&self) -> anyhow::Result<()> {
+        if self.roots_file.is_none() && self.roots_url.is_empty() {
+            bail!(
+                "[ct] needs its roots: `roots_file` (a PEM file), `roots_url` (a CCADB report or a PEM bundle), or both"
+            );
+        }
+        for url in &self.roots_url {
+            let host = url
+                .strip_prefix("https://")
+                .or_else(|| url.strip_prefix("http://"))
+                .and_then(|r| r.split('/').next())
+                .unwrap_or_default();
+            if host.is_empty() || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                bail!("`ct.roots_url` {url:?} is not an http:// or https:// URL with a host");
+            }
+        }
+        if self.roots_refresh_interval_s == 0 {
+            bail!("`ct.roots_refresh_interval_s` must be at least 1");
+        }
+        if self.roots_fetch_timeout_ms == 0 {
+            bail!("`ct.roots_fetch_timeout_ms` must be at least 1");
+        }
+        for f in &self.roots_reject_fingerprints {
+            parse_fingerprint(f).context("`ct.roots_reject_fingerprints`")?;
+        }
         let start = self
             .not_after_start
             .as_deref()

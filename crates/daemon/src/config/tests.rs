@@ -611,10 +611,37 @@ fn ct_settings_are_checked() {
     let c = Config::parse(&base.replace("ct.example.com", "https://ct.example.com")).unwrap();
     let e = format!("{:#}", c.validate().unwrap_err());
     assert!(e.contains("without the scheme"), "{e}");
-    assert!(
-        Config::parse("origin = \"o\"\n[ct]\n").is_err(),
-        "roots_file is required"
+    let c = Config::parse("origin = \"o\"\nstorage.dir = \"d\"\n[ct]\n").unwrap();
+    let e = format!("{:#}", c.validate().unwrap_err());
+    assert!(e.contains("needs its roots"), "{e}");
+    for (extra, why) in [
+        ("roots_url = \"ftp://x/\"\n", "roots_url"),
+        ("roots_refresh_interval_s = 0\n", "roots_refresh_interval_s"),
+        ("roots_reject_fingerprints = [\"abcd\"]\n", "not a SHA-256"),
+    ] {
+        let c = Config::parse(&format!("{base}{extra}")).unwrap();
+        let e = format!("{:#}", c.validate().unwrap_err());
+        assert!(e.contains(why), "{extra}: {e}");
+    }
+    // One URL or a list; fingerprints with colons and in capitals.
+    let fp = "AB:".repeat(31) + "AB";
+    let c = Config::parse(&format!(
+        "origin = \"o\"\nstorage.dir = \"d\"\n[ct]\nroots_url = \"https://ccadb.example/r.csv\"\nroots_reject_fingerprints = [\"{fp}\"]\n"
+    ))
+    .unwrap();
+    c.validate().unwrap();
+    let ct = c.ct.as_ref().unwrap();
+    assert_eq!(ct.roots_url, ["https://ccadb.example/r.csv"]);
+    assert_eq!(ct.roots_refresh_interval_s, 3600);
+    assert_eq!(
+        crate::config::parse_fingerprint(&ct.roots_reject_fingerprints[0]).unwrap(),
+        [0xab; 32]
     );
+    let c = Config::parse(&format!(
+        "{base}roots_url = [\"http://a/\", \"http://b/\"]\n"
+    ))
+    .unwrap();
+    assert_eq!(c.ct.as_ref().unwrap().roots_url.len(), 2);
 }
 
 #[test]

@@ -157,6 +157,12 @@ async fn assemble<S: LogStorage>(
         )),
         None => None,
     };
+    if let Some(ct) = &ct {
+        ct.root_set()
+            .open(storage.clone())
+            .await
+            .context("loading the CT roots")?;
+    }
     let (log, tasks) = Log::open(storage, dedup, lc)
         .await
         .context("opening the log")?;

@@ -33,7 +33,6 @@
 //!    answered while an uncertain commit was settled reads its data tile back).
 
 use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -49,7 +48,7 @@ use base64::engine::general_purpose::STANDARD as B64;
 use serde::Deserialize;
 use tlogd_core::engine::{Log, LogStorage};
 use tlogd_ct::chain::{
-    ChainError, ChainKind, ChainPolicy, MAX_CHAIN_LEN, Roots, validate, validate_if_cheap,
+    ChainError, ChainKind, ChainPolicy, MAX_CHAIN_LEN, validate, validate_if_cheap,
 };
 use tlogd_ct::sct::{SignedCertificateTimestamp, timestamped_entry};
 use tlogd_ct::{certificate_dedup_key, precertificate_dedup_key};
@@ -61,6 +60,7 @@ use crate::answer::{add_refused, hex, internal_error, now_ms, read_body, text};
 use crate::client::Client;
 use crate::config::CtConfig;
 use crate::routes::cache;
+use crate::routes::ct_roots::{LoadedRoots, RootSet};
 use crate::routes::tiles::{Reads, not_yet};
 use crate::routes::validation::ValidationPool;
 use sha2::{Digest, Sha256};
@@ -108,8 +108,7 @@ impl SctCache {
 /// A CT log's submission side: its key, roots and policy.
 pub struct CtLog {
     key: LogKey,
-    roots: RwLock<Arc<LoadedRoots>>,
-    roots_file: PathBuf,
+    roots: Arc<RootSet>,
     policy: ChainPolicy,
     stored_issuers: Mutex<HashSet<[u8; 32]>>,
     /// `GET /issuer` answers.
@@ -156,45 +155,12 @@ impl OldLimit {
     }
 }
 
-/// The roots and the `get-roots` answer they give.
-struct LoadedRoots {
-    roots: Roots,
-    get_roots: Bytes,
-}
-
-impl LoadedRoots {
-    fn new(roots: Roots) -> Self {
-        let certificates: Vec<String> = roots.ders().map(|d| B64.encode(d)).collect();
-        let get_roots = serde_json::json!({ "certificates": certificates }).to_string();
-        LoadedRoots {
-            roots,
-            get_roots: Bytes::from(get_roots),
-        }
-    }
-}
-
-fn read_roots(path: &Path) -> anyhow::Result<Roots> {
-    let pem = std::fs::read(path)
-        .with_context(|| format!("reading `ct.roots_file` {}", path.display()))?;
-    let (roots, warnings) = Roots::from_pem(&pem);
-    for w in warnings {
-        tracing::warn!(file = %path.display(), "`ct.roots_file`: skipped a block: {w}");
-    }
-    if roots.is_empty() {
-        anyhow::bail!(
-            "`ct.roots_file` {} holds no certificate: a CT log needs at least one root",
-            path.display()
-        );
-    }
-    Ok(roots)
-}
-
 impl std::fmt::Debug for CtLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CtLog")
             .field("log", &self.label)
             .field("key", &self.key)
-            .field("roots_file", &self.roots_file)
+            .field("roots", &self.roots)
             .finish_non_exhaustive()
     }
 }
@@ -207,7 +173,7 @@ impl CtLog {
         body_read_timeout: Duration,
         label: &str,
     ) -> anyhow::Result<Self> {
-        let roots = read_roots(&config.roots_file)?;
+        let roots = Arc::new(RootSet::load(config, label)?);
         let (not_after_start, not_after_limit) = config.shard_window()?;
         let policy = ChainPolicy {
             reject_expired: config.reject_expired,
@@ -218,11 +184,9 @@ impl CtLog {
             rejected_extensions: config.rejected_extensions.clone(),
             reject_pre_issuers: config.reject_pre_issuers,
         };
-        tracing::info!(log = label, roots = roots.len(), "CT roots loaded");
         Ok(CtLog {
             key,
-            roots: RwLock::new(Arc::new(LoadedRoots::new(roots))),
-            roots_file: config.roots_file.clone(),
+            roots,
             policy,
             stored_issuers: Mutex::new(HashSet::new()),
             issuers: IssuerCache::default(),
@@ -248,17 +212,9 @@ impl CtLog {
         })
     }
 
-    /// Read the roots file again (SIGHUP) and add its roots to those in force. A root
-    /// is never dropped: certificates already logged under it must keep validating at
-    /// every frontend, and a file caught half-written must not empty the log's roots.
-    /// Returns how many roots are in force.
-    pub fn reload_roots(&self) -> anyhow::Result<usize> {
-        let fresh = read_roots(&self.roots_file)?;
-        let mut guard = self.roots.write().unwrap_or_else(|e| e.into_inner());
-        let merged = guard.roots.union(&fresh);
-        let n = merged.len();
-        *guard = Arc::new(LoadedRoots::new(merged));
-        Ok(n)
+    /// The log's roots: in force, and where more come from.
+    pub fn root_set(&self) -> &Arc<RootSet> {
+        &self.roots
     }
 
     /// The log's key.
@@ -267,7 +223,7 @@ impl CtLog {
     }
 
     fn roots(&self) -> Arc<LoadedRoots> {
-        self.roots.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.roots.current()
     }
 }
 

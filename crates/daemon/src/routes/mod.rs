@@ -6,6 +6,7 @@
 
 pub(crate) mod cache;
 pub mod ct;
+pub mod ct_roots;
 pub mod ct_shard;
 pub mod forward;
 pub(crate) mod home;
