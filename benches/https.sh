@@ -7,10 +7,12 @@
 # the mean of each: appends/s, tlogd CPU per append, the loadgen's CPU per add, add
 # latency, time to integrate. Results go to benches/README.md and the history by hand.
 #
-#   benches/https.sh SECONDS ROUNDS [http https ...] [-- extra loadgen flags]
+#   benches/https.sh SECONDS ROUNDS [http https h2c h2 ...] [-- extra loadgen flags]
 #
-# PIN=1 puts tlogd on core 1 and the loadgen on core 0 (benches/lib.sh). The loadgen
-# speaks HTTP/1.1 over TLS only (its h2 is h2c): h2 over TLS is not measured here.
+# Modes: `http` and `https` (HTTP/1.1, a connection per writer), `h2c` (HTTP/2 without
+# TLS) and `h2` (HTTP/2 over TLS, ALPN h2), the writers' adds multiplexed on one
+# connection per 100 writers. PIN=1 puts tlogd on core 1 and the loadgen on core 0
+# (benches/lib.sh).
 #
 # Needs the release binaries (cargo build --release --workspace --all-targets) and openssl.
 set -euo pipefail
@@ -39,7 +41,9 @@ run() { # mode, loadgen flags...
   port=$(free_port)
   printf 'listen = "127.0.0.1:%s"\norigin = "bench.example/log"\nprivate_key_file = "%s"\n[storage]\ndir = "%s"\n[metrics]\nlisten = ""\n' \
     "$port" "$work/key" "$dir" > "$work/tlogd.toml"
-  if [ "$mode" = https ]; then
+  local h2=()
+  case $mode in h2c|h2) h2=(--h2c) ;; esac
+  if [ "$mode" = https ] || [ "$mode" = h2 ]; then
     printf '[tls]\ncert_file = "%s"\nkey_file = "%s"\n' "$work/cert.pem" "$work/key.pem" >> "$work/tlogd.toml"
     url="https://localhost:$port"
   else
@@ -52,7 +56,7 @@ run() { # mode, loadgen flags...
   rm -f "$work/r.json"  # a loadgen that fails writes none: no row from an older run
   SSL_CERT_FILE="$work/ca.pem" "${on_driver_core[@]}" "$bin/tlog-loadgen" --log-url "$url" \
     --log-public-key "$(cat "$work/vkey")" --writers "${HTTPS_WRITERS:-256}" --duration "${secs}s" \
-    --log-pid "$tl" --quiet --report-json "$work/r.json" "$@" >/dev/null || true
+    --log-pid "$tl" --quiet --report-json "$work/r.json" "${h2[@]}" "$@" >/dev/null || true
   kill "$tl"; wait "$tl" 2>/dev/null || true
   rm -rf "$dir"
   bench_row "$work/r.json" "$mode" "$work/rows" tree_growth_per_s tti

@@ -440,3 +440,108 @@ async fn http_01_on_a_plain_listener_gets_the_certificate_and_redirects_the_rest
     assert_eq!(status, 404);
     assert!(d.terminate().success());
 }
+
+/// `[tls.acme] store_key_file`: two frontends of one MinIO bucket share one account and
+/// one certificate. The first claims the order; Pebble reaches only the other (its
+/// TLS-ALPN-01 port is the second frontend's), which answers from the shared state;
+/// both then serve the certificate the first obtained, and only it ordered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_frontends_of_a_shared_store_share_one_certificate() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (a_port, a_mport, b_port, b_mport) = (free_port(), free_port(), free_port(), free_port());
+    let (pebble_port, pebble_mport, dns) = (free_port(), free_port(), free_port());
+    let _dns = start_dns(dns);
+    let _pebble = start_pebble(dir, (pebble_port, pebble_mport), (b_port, free_port()), dns);
+    wait_listening(pebble_port).await;
+    let (store, _) = common::objects::minio_store("acme").await;
+    std::fs::write(dir.join("key"), SKEY).unwrap();
+    std::fs::write(dir.join("store.key"), "5a".repeat(32)).unwrap();
+    let start = |name: &str, port: u16, mport: u16| {
+        let d = dir.join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        let cfg = d.join("tlogd.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "listen = \"127.0.0.1:{port}\"\norigin = \"{ORIGIN}\"\nprivate_key_file = \"{key}\"\n\
+                 [storage]\n{storage}[dedup]\npath = \"{dedup}\"\n[checkpoint]\ninterval_ms = 50\n\
+                 [metrics]\nlisten = \"127.0.0.1:{mport}\"\n\
+                 [tls.acme]\ndomains = [\"localhost\"]\ndirectory_url = \"https://127.0.0.1:{pebble_port}/dir\"\n\
+                 directory_ca_file = \"{ca}\"\ncache_dir = \"{cache}\"\naccept_terms_of_service = true\n\
+                 retry_interval_ms = 500\nstore_key_file = \"{store_key}\"\nstore_poll_interval_ms = 1500\n",
+                key = dir.join("key").display(),
+                storage = store.storage_toml,
+                dedup = d.join("dedup").display(),
+                ca = dir.join("pebble-ca.pem").display(),
+                cache = d.join("acme").display(),
+                store_key = dir.join("store.key").display(),
+            ),
+        )
+        .unwrap();
+        Daemon::spawn(
+            &d,
+            &cfg,
+            port,
+            mport,
+            &Opts {
+                env: store.env.clone(),
+                rust_log: Some("warn,tlogd::serve::acme=info"),
+                stderr_to: Some(d.join("stderr")),
+                ..Opts::default()
+            },
+        )
+    };
+    // A first, until it holds the order; then B, which must not order.
+    let mut a = start("a", a_port, a_mport);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(dir.join("a/stderr"))
+        .unwrap_or_default()
+        .contains("ACME order claimed")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "frontend a did not claim the order"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut b = start("b", b_port, b_mport);
+    let leaf_a = wait_leaf(&mut a, a_port, &[], 60).await;
+    let leaf_b = wait_leaf(&mut b, b_port, &[], 60).await;
+    assert_eq!(
+        leaf_a, leaf_b,
+        "the two frontends serve different certificates"
+    );
+    let (_, cert) = x509_parser::parse_x509_certificate(&leaf_b).unwrap();
+    assert!(
+        cert.issuer().to_string().contains("Pebble"),
+        "{}",
+        cert.issuer()
+    );
+    let http = Http::new();
+    let orders = |mport: u16| {
+        let http = &http;
+        async move {
+            let (_, _, text) = http
+                .get(&format!("http://127.0.0.1:{mport}/metrics"))
+                .await
+                .unwrap();
+            let text = String::from_utf8_lossy(&text).into_owned();
+            text.lines()
+                .find(|l| l.starts_with("tlogd_acme_orders_total{result=\"ok\"}"))
+                .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        }
+    };
+    assert_eq!(orders(a_mport).await, 1.0, "frontend a ordered once");
+    assert_eq!(orders(b_mport).await, 0.0, "frontend b ordered");
+    let b_log = std::fs::read_to_string(dir.join("b/stderr")).unwrap();
+    assert!(b_log.contains("taken from the shared store"), "{b_log}");
+    // B's cache holds the shared certificate too: a restart serves it at once.
+    assert_eq!(
+        std::fs::read(dir.join("a/acme/cert.pem")).unwrap(),
+        std::fs::read(dir.join("b/acme/cert.pem")).unwrap()
+    );
+    assert!(a.terminate().success());
+    assert!(b.terminate().success());
+}

@@ -280,6 +280,30 @@ async fn https_serves_h1_and_h2_and_takes_a_new_certificate_without_a_restart() 
     .await
     .unwrap();
     assert!(report.ok, "{:?}", report.failure_reasons);
+    assert_eq!(report.transport, "http/1.1");
+    // And over HTTP/2 (ALPN h2), the writers' adds multiplexed on two connections.
+    let report = tlog_loadgen::run(<tlog_loadgen::Args as clap::Parser>::parse_from([
+        "tlog-loadgen",
+        "--log-url",
+        &https,
+        "--log-public-key",
+        &verifier().to_vkey(),
+        "--writers",
+        "8",
+        "--h2c",
+        "--h2c-connections",
+        "2",
+        "--leaf-write-goal",
+        "200",
+        "--max-runtime",
+        "60",
+        "--quiet",
+    ]))
+    .await
+    .unwrap();
+    assert!(report.ok, "{:?}", report.failure_reasons);
+    assert_eq!(report.transport, "h2");
+    assert!(report.tree_size_end >= 400, "{}", report.tree_size_end);
     let out = tokio::task::spawn_blocking({
         let https = https.clone();
         let ca_file = dir.join("ca.pem");

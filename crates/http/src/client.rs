@@ -1,8 +1,8 @@
 //! A lean keep-alive HTTP client. Over HTTP/1.1 each [`Client`] owns one connection,
 //! reconnected on error: over plain TCP driven by the requesting task itself (`h1`),
-//! over TLS a hyper connection; over h2c (HTTP/2 without TLS, prior knowledge)
-//! many clients share the few connections of an [`H2cPool`] and their requests are
-//! multiplexed. No pooling layer, no per-request allocation beyond the body (the URI of
+//! over TLS a hyper connection; over HTTP/2 (h2c, prior knowledge, or over TLS with
+//! ALPN `h2`) many clients share the few connections of an [`H2cPool`] and their
+//! requests are multiplexed. No pooling layer, no per-request allocation beyond the body (the URI of
 //! the last path is kept). `https://` URLs use TLS (rustls) with the system's root
 //! certificates, or those of the PEM file named by `SSL_CERT_FILE`.
 
@@ -120,6 +120,19 @@ fn tls_config() -> Result<Arc<rustls::ClientConfig>, ClientError> {
         .map_err(ClientError::Other)
 }
 
+/// [`tls_config`] offering only `h2` over ALPN, for [`H2cPool`]'s `https://` bases.
+fn tls_config_h2() -> Result<Arc<rustls::ClientConfig>, ClientError> {
+    static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            let mut config = (*tls_config().map_err(|e| e.to_string())?).clone();
+            config.alpn_protocols = vec![b"h2".to_vec()];
+            Ok(Arc::new(config))
+        })
+        .clone()
+        .map_err(ClientError::Other)
+}
+
 /// HTTP/1.1 over `io`; the connection is driven by a task of its own.
 async fn handshake<T>(
     io: T,
@@ -161,7 +174,7 @@ impl H2Conn {
     }
 }
 
-/// A few HTTP/2 connections without TLS (h2c, prior knowledge) to one base URL, shared
+/// A few HTTP/2 connections (h2c, or over TLS to an `https://` base) to one base URL, shared
 /// by any number of [`Client`]s: their requests are multiplexed, up to the server's
 /// limit of concurrent streams per connection (more wait their turn). A connection
 /// that closes (the server's idle timeout, `GOAWAY`, an error) is replaced on next use.
@@ -177,15 +190,9 @@ pub struct H2cPool {
 }
 
 impl H2cPool {
-    /// A pool of `connections` (at least one) to `base`, opened lazily. h2c has no TLS:
-    /// an `https://` base is refused.
+    /// A pool of `connections` (at least one) to `base`, opened lazily: h2c (prior
+    /// knowledge) to an `http://` base, HTTP/2 over TLS (ALPN `h2`) to an `https://` one.
     pub fn new(base: BaseUrl, connections: usize) -> Result<Arc<Self>, ClientError> {
-        if base.tls_name.is_some() {
-            return Err(err(format!(
-                "{}: h2c is HTTP/2 without TLS; use an http:// URL",
-                base.authority
-            )));
-        }
         Ok(Arc::new(H2cPool {
             base,
             slots: (0..connections.max(1))
@@ -207,20 +214,48 @@ impl H2cPool {
             return Ok(open.clone());
         }
         let authority = &self.base.authority;
-        let (send, connection) = h2::client::Builder::new()
-            // Room for many tile and bundle reads in flight without waiting for window
-            // updates; adds are tiny either way.
+        let mut builder = h2::client::Builder::new();
+        // Room for many tile and bundle reads in flight without waiting for window
+        // updates; adds are tiny either way.
+        builder
             .initial_window_size(1 << 20)
-            .initial_connection_window_size(16 << 20)
-            .handshake::<_, Bytes>(tcp(authority).await?)
-            .await
-            .map_err(|e| err(format!("connecting to {authority} (h2c): {e}")))?;
+            .initial_connection_window_size(16 << 20);
+        let stream = tcp(authority).await?;
         let alive = Arc::new(AtomicBool::new(true));
         let flag = alive.clone();
-        tokio::spawn(async move {
-            let _ = YieldFirst::new(connection).await;
-            flag.store(false, Ordering::Release);
-        });
+        let send = match &self.base.tls_name {
+            None => {
+                let (send, connection) = builder
+                    .handshake::<_, Bytes>(stream)
+                    .await
+                    .map_err(|e| err(format!("connecting to {authority} (h2c): {e}")))?;
+                tokio::spawn(async move {
+                    let _ = YieldFirst::new(connection).await;
+                    flag.store(false, Ordering::Release);
+                });
+                send
+            }
+            Some(name) => {
+                let server = rustls::pki_types::ServerName::try_from(name.clone())
+                    .map_err(|e| err(format!("{name}: {e}")))?;
+                let tls = tokio_rustls::TlsConnector::from(tls_config_h2()?)
+                    .connect(server, stream)
+                    .await
+                    .map_err(|e| err(format!("TLS with {authority}: {e}")))?;
+                if tls.get_ref().1.alpn_protocol() != Some(b"h2") {
+                    return Err(err(format!("{authority} did not agree to h2 over ALPN")));
+                }
+                let (send, connection) = builder
+                    .handshake::<_, Bytes>(tls)
+                    .await
+                    .map_err(|e| err(format!("connecting to {authority} (h2): {e}")))?;
+                tokio::spawn(async move {
+                    let _ = YieldFirst::new(connection).await;
+                    flag.store(false, Ordering::Release);
+                });
+                send
+            }
+        };
         let conn = H2Conn { send, alive };
         *s = Some(conn.clone());
         Ok(conn)
@@ -513,7 +548,14 @@ impl Client {
         let rel = format!("{}/{}", self.base.prefix, path.trim_start_matches('/'));
         let full = match self.conn {
             Conn::H1(_) | Conn::Plain { .. } => rel,
-            Conn::H2 { .. } => format!("http://{}{rel}", self.base.authority),
+            Conn::H2 { .. } => {
+                let scheme = if self.base.tls_name.is_some() {
+                    "https"
+                } else {
+                    "http"
+                };
+                format!("{scheme}://{}{rel}", self.base.authority)
+            }
         };
         let uri: Uri = full.parse().map_err(|e| err(format!("{path}: {e}")))?;
         self.last_uri = Some((path.to_string(), uri.clone()));

@@ -70,9 +70,10 @@ pub struct Args {
     /// readers as asked, nothing written).
     #[arg(long, default_value_t = 64)]
     pub writers: usize,
-    /// HTTP/2 without TLS (h2c, prior knowledge) to the log, for writes and reads: the
-    /// writers share --h2c-connections connections per write URL, their adds
-    /// multiplexed. Default: HTTP/1.1, one keep-alive connection per writer.
+    /// HTTP/2 to the log, for writes and reads: without TLS (h2c, prior knowledge) to
+    /// an http:// URL, over TLS (ALPN h2) to an https:// one. The writers share
+    /// --h2c-connections connections per write URL, their adds multiplexed. Default:
+    /// HTTP/1.1, one keep-alive connection per writer.
     #[arg(long)]
     pub h2c: bool,
     /// With --h2c: connections per write URL shared by all writers; 0 (the default):

@@ -113,7 +113,7 @@ pub struct Report {
     pub timeline: Vec<Sample>,
     /// Machine and storage.
     pub machine: machine::Machine,
-    /// `http/1.1` or `h2c`.
+    /// `http/1.1`, `h2c` or `h2` (over TLS).
     pub transport: String,
     /// Loadgen CPU time (user + system) over the whole run, verification included (s).
     pub loadgen_cpu_seconds: f64,
@@ -669,7 +669,12 @@ pub async fn run(mut args: Args) -> anyhow::Result<Report> {
         ],
         timeline,
         machine,
-        transport: if ctx.args.h2c { "h2c" } else { "http/1.1" }.into(),
+        transport: match (ctx.args.h2c, ctx.args.log_url.starts_with("https://")) {
+            (true, true) => "h2",
+            (true, false) => "h2c",
+            (false, _) => "http/1.1",
+        }
+        .into(),
         loadgen_cpu_seconds: cpu,
         loadgen_cpu_us_per_add: per_add(cpu),
         log_cpu_seconds: log_cpu,

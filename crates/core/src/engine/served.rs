@@ -37,6 +37,9 @@ pub trait ServedLog: Send + Sync + 'static {
     fn failed(&self) -> BoxFuture<'_, String>;
     /// See [`Log::shutdown`].
     fn shutdown(&self);
+    /// The blobs of the log's storage (a document kept beside the tree:
+    /// [`versioned`](super::versioned)).
+    fn blobs(&self) -> std::sync::Arc<dyn super::versioned::BlobStore>;
 }
 
 impl<S: LogStorage> ServedLog for Log<S> {
@@ -81,5 +84,8 @@ impl<S: LogStorage> ServedLog for Log<S> {
     }
     fn shutdown(&self) {
         Log::shutdown(self)
+    }
+    fn blobs(&self) -> std::sync::Arc<dyn super::versioned::BlobStore> {
+        self.storage().clone()
     }
 }

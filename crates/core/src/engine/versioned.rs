@@ -15,7 +15,38 @@
 //! The keys sit beside the tree at public paths (an object store's bucket may serve
 //! them): only what may be public goes in a document.
 
+use super::cosign::BoxFuture;
 use super::storage::{LogStorage, StorageError};
+
+/// The blobs of a log's storage, without its type: what a document needs
+/// ([`LogStorage::read_blob`] and [`LogStorage::put_blob`]), object safe, so the
+/// daemon can keep one beside a log it holds as a `dyn`
+/// ([`ServedLog::blobs`](super::ServedLog::blobs)). Implemented for every storage.
+pub trait BlobStore: Send + Sync + 'static {
+    /// [`LogStorage::read_blob`].
+    fn read<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, StorageError>>;
+    /// [`LogStorage::put_blob`].
+    fn create<'a>(
+        &'a self,
+        key: &'a str,
+        bytes: &'a [u8],
+        content_type: &'static str,
+    ) -> BoxFuture<'a, Result<(), StorageError>>;
+}
+
+impl<S: LogStorage> BlobStore for S {
+    fn read<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, StorageError>> {
+        Box::pin(self.read_blob(key))
+    }
+    fn create<'a>(
+        &'a self,
+        key: &'a str,
+        bytes: &'a [u8],
+        content_type: &'static str,
+    ) -> BoxFuture<'a, Result<(), StorageError>> {
+        Box::pin(self.put_blob(key, bytes, content_type))
+    }
+}
 
 /// The key of version `version` of the document at `prefix`.
 pub fn version_key(prefix: &str, version: u64) -> String {
@@ -25,7 +56,7 @@ pub fn version_key(prefix: &str, version: u64) -> String {
 /// The newest version of the document at `prefix` and its bytes, or `None` if none was
 /// ever written. `known`: a version this caller has already seen (0: none), where the
 /// search starts; versions before it are not read.
-pub async fn newest<S: LogStorage + ?Sized>(
+pub async fn newest<S: BlobStore + ?Sized>(
     storage: &S,
     prefix: &str,
     known: u64,
@@ -36,7 +67,7 @@ pub async fn newest<S: LogStorage + ?Sized>(
     let mut step = 1u64;
     let mut high = loop {
         let probe = low.saturating_add(step);
-        match storage.read_blob(&version_key(prefix, probe)).await? {
+        match storage.read(&version_key(prefix, probe)).await? {
             Some(bytes) => {
                 low = probe;
                 low_bytes = Some(bytes);
@@ -47,7 +78,7 @@ pub async fn newest<S: LogStorage + ?Sized>(
     };
     while high - low > 1 {
         let mid = low + (high - low) / 2;
-        match storage.read_blob(&version_key(prefix, mid)).await? {
+        match storage.read(&version_key(prefix, mid)).await? {
             Some(bytes) => {
                 low = mid;
                 low_bytes = Some(bytes);
@@ -61,7 +92,7 @@ pub async fn newest<S: LogStorage + ?Sized>(
     let bytes = match low_bytes {
         Some(b) => b,
         None => storage
-            .read_blob(&version_key(prefix, low))
+            .read(&version_key(prefix, low))
             .await?
             .ok_or_else(|| {
                 StorageError::Corrupt(format!(
@@ -85,7 +116,7 @@ pub enum Written {
 /// Write `bytes` as version `version` of the document at `prefix`, which must be one
 /// past the newest this caller read ([`newest`]). Durable once it returns
 /// [`Written::Won`].
-pub async fn write<S: LogStorage + ?Sized>(
+pub async fn write<S: BlobStore + ?Sized>(
     storage: &S,
     prefix: &str,
     version: u64,
@@ -93,10 +124,10 @@ pub async fn write<S: LogStorage + ?Sized>(
     content_type: &'static str,
 ) -> Result<Written, StorageError> {
     let key = version_key(prefix, version);
-    match storage.put_blob(&key, bytes, content_type).await {
+    match storage.create(&key, bytes, content_type).await {
         Ok(()) => Ok(Written::Won),
         // Other bytes at the key: another writer's version, if it reads back.
-        Err(StorageError::Corrupt(why)) => match storage.read_blob(&key).await? {
+        Err(StorageError::Corrupt(why)) => match storage.read(&key).await? {
             Some(other) if other != bytes => Ok(Written::Lost),
             _ => Err(StorageError::Corrupt(why)),
         },

@@ -222,7 +222,33 @@ pub async fn run(c: Config) -> anyhow::Result<()> {
     }
     let hup = reload_on_sighup(ct_logs)?;
     if let (Some(t), Some(cfg)) = (&tls, &c.tls) {
-        t.start(cfg, hup.clone());
+        // `[tls.acme] store_key_file`: the state in a log's storage, for every frontend.
+        let shared = match cfg
+            .acme
+            .as_ref()
+            .and_then(|a| Some((a, a.store_key_file.as_ref()?)))
+        {
+            None => None,
+            Some((acme, key_file)) => {
+                let seal = crate::serve::acme::shared::Seal::load(key_file)
+                    .map_err(|e| anyhow::anyhow!("[tls.acme] store_key_file: {e}"))?;
+                let log = match &acme.store_log {
+                    Some(name) => logs
+                        .iter()
+                        .find(|l| l.name() == name.as_str())
+                        .with_context(|| {
+                            format!("[tls.acme] store_log = {name:?}: no log of that name")
+                        })?,
+                    None => logs.first().context("[tls.acme] store_key_file: no log")?,
+                };
+                tracing::info!(
+                    log = log.name(),
+                    "ACME state kept in the log's storage, shared by its frontends"
+                );
+                Some((log.blobs(), seal))
+            }
+        };
+        t.start(cfg, hup.clone(), shared);
     }
     let metrics_task = if let Some((addr, ml)) = metrics_listener {
         let app = observe::router(logs.clone(), metrics);

@@ -59,6 +59,24 @@ pub struct AcmeConfig {
     /// listener answers the CA's challenge requests and redirects everything else to
     /// HTTPS.
     pub http_listen: Option<std::net::SocketAddr>,
+    /// Keep the account and the certificate in the log's storage, sealed with the
+    /// 32-byte key in this file (64 hex digits or base64: `openssl rand -hex 32`),
+    /// instead of only in `cache_dir`: every frontend of a shared store then serves
+    /// one certificate, ordered by one of them (the others answer its challenges).
+    /// Every frontend needs the same key.
+    pub store_key_file: Option<PathBuf>,
+    /// With `store_key_file`: the log whose storage holds the state (a `[[logs]]`
+    /// name; default: the first log).
+    pub store_log: Option<String>,
+    /// With `store_key_file`: how often each frontend reads the shared state, in ms
+    /// (a certificate ordered by another frontend is served within one; a challenge
+    /// is given two before the CA is told to look).
+    #[serde(default = "default_store_poll_interval_ms")]
+    pub store_poll_interval_ms: u64,
+}
+
+fn default_store_poll_interval_ms() -> u64 {
+    2_000
 }
 
 /// Let's Encrypt's production directory.
@@ -95,6 +113,11 @@ impl TlsConfig {
                 }) {
                     bail!(
                         "[tls.acme] domain {d:?}: a DNS name (no wildcard, no address) is needed for TLS-ALPN-01"
+                    );
+                }
+                if acme.store_log.is_some() && acme.store_key_file.is_none() {
+                    bail!(
+                        "[tls.acme] `store_log` needs `store_key_file`, the key that seals the state kept there"
                     );
                 }
                 if !acme.accept_terms_of_service {

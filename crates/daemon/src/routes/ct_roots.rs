@@ -198,7 +198,7 @@ impl RootSet {
     }
 
     /// One refresh (the module's steps); `fetch`: read the URLs too.
-    pub async fn refresh<S: LogStorage + ?Sized>(&self, storage: &S, fetch: bool) -> Refreshed {
+    pub async fn refresh<S: LogStorage>(&self, storage: &S, fetch: bool) -> Refreshed {
         let mut out = Refreshed::default();
         // 1. The sources.
         let mut fresh: Vec<Roots> = Vec::new();
@@ -412,7 +412,7 @@ pub fn parse_document(body: &[u8]) -> Result<Roots, String> {
 fn parse_ccadb_csv(body: &[u8]) -> Result<Roots, String> {
     // Quotes come in pairs ("" inside a field is two): an odd count is a document cut
     // inside a quoted field, which the reader would take as the field's end.
-    if body.iter().filter(|&&b| b == b'"').count() % 2 == 1 {
+    if !body.iter().filter(|&&b| b == b'"').count().is_multiple_of(2) {
         return Err("CCADB CSV ends inside a quoted field (truncated?)".into());
     }
     let mut reader = csv::ReaderBuilder::new().from_reader(body);

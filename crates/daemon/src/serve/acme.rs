@@ -29,6 +29,8 @@ use rustls::sign::CertifiedKey;
 use crate::config::AcmeConfig;
 use crate::serve::tls::CertFiles;
 
+pub mod shared;
+
 /// The answers of the orders in progress: TLS-ALPN-01 certificates by name, HTTP-01
 /// key authorizations by token.
 #[derive(Debug, Default)]
@@ -56,21 +58,21 @@ impl Challenges {
             .cloned()
     }
 
-    fn set(&self, name: &str, cert: Arc<CertifiedKey>) {
+    pub(crate) fn set(&self, name: &str, cert: Arc<CertifiedKey>) {
         self.certificates
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(name.to_ascii_lowercase(), cert);
     }
 
-    fn set_token(&self, token: &str, key_authorization: &str) {
+    pub(crate) fn set_token(&self, token: &str, key_authorization: &str) {
         self.tokens
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(token.to_string(), key_authorization.to_string());
     }
 
-    fn clear(&self) {
+    pub(crate) fn clear(&self) {
         self.certificates
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -176,7 +178,10 @@ pub fn spawn(cfg: AcmeConfig, files: Arc<CertFiles>, challenges: Arc<Challenges>
                 tokio::time::sleep(due.min(check)).await;
                 continue;
             }
-            let outcome = order(&cfg, &challenges, files.provider()).await;
+            let outcome = match account(&cfg).await {
+                Ok(account) => order(&cfg, account, &challenges, files.provider(), None).await,
+                Err(e) => Err(e),
+            };
             challenges.clear();
             let outcome = match outcome {
                 Ok((chain, key)) => install(&cfg, &files, &chain, &key),
@@ -206,7 +211,7 @@ pub fn spawn(cfg: AcmeConfig, files: Arc<CertFiles>, challenges: Arc<Challenges>
     });
 }
 
-fn unix_now() -> i64 {
+pub(crate) fn unix_now() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
@@ -252,10 +257,11 @@ async fn account(cfg: &AcmeConfig) -> Result<Account, AcmeError> {
 /// key, as PEM.
 async fn order(
     cfg: &AcmeConfig,
+    account: Account,
     challenges: &Challenges,
     provider: &rustls::crypto::CryptoProvider,
+    publisher: Option<&shared::Publisher>,
 ) -> Result<(String, String), AcmeError> {
-    let account = account(cfg).await?;
     let identifiers: Vec<Identifier> = cfg
         .domains
         .iter()
@@ -286,12 +292,23 @@ async fn order(
         let key_authorization = challenge.key_authorization();
         if kind == ChallengeType::Http01 {
             challenges.set_token(&challenge.token, key_authorization.as_str());
+            if let Some(p) = publisher {
+                p.token(&challenge.token, key_authorization.as_str());
+            }
         } else {
             let digest = key_authorization.digest();
             challenges.set(
                 &name,
                 Arc::new(challenge_certificate(&name, digest.as_ref(), provider)?),
             );
+            if let Some(p) = publisher {
+                p.alpn(&name, digest.as_ref());
+            }
+        }
+        // The other frontends of a shared store answer the CA too: they must have the
+        // answer before the CA is told to look.
+        if let Some(p) = publisher {
+            p.publish().await?;
         }
         challenge.set_ready().await?;
     }
@@ -313,7 +330,7 @@ async fn order(
 /// RFC 8737 §3: a self-signed certificate for `name` carrying the SHA-256 of the key
 /// authorization in a critical `acmeIdentifier` extension, its key loaded by the
 /// provider the handshakes use.
-fn challenge_certificate(
+pub(crate) fn challenge_certificate(
     name: &str,
     digest: &[u8],
     provider: &rustls::crypto::CryptoProvider,
@@ -333,7 +350,12 @@ fn challenge_certificate(
 
 /// Write the new pair to the cache and take it through `files` (which checks that the
 /// two belong together).
-fn install(cfg: &AcmeConfig, files: &CertFiles, chain: &str, key: &str) -> Result<(), AcmeError> {
+pub(crate) fn install(
+    cfg: &AcmeConfig,
+    files: &CertFiles,
+    chain: &str,
+    key: &str,
+) -> Result<(), AcmeError> {
     write_durably(&cfg.cache_dir, "key.pem", key.as_bytes())?;
     write_durably(&cfg.cache_dir, "cert.pem", chain.as_bytes())?;
     files

@@ -349,12 +349,33 @@ impl TlsAcceptor {
 
     /// Start what keeps the certificate fresh: the look at the files every
     /// `reload_interval_ms` and on SIGHUP (`hup`), and with `[tls.acme]` the orders.
-    pub fn start(&self, cfg: &TlsConfig, hup: tokio::sync::watch::Receiver<()>) {
+    /// `shared`: with `[tls.acme] store_key_file`, the blobs of the log that keeps the
+    /// state and the key that seals it.
+    pub fn start(
+        &self,
+        cfg: &TlsConfig,
+        hup: tokio::sync::watch::Receiver<()>,
+        shared: Option<(
+            Arc<dyn tlogd_core::engine::versioned::BlobStore>,
+            crate::serve::acme::shared::Seal,
+        )>,
+    ) {
         self.files
             .clone()
             .watch(Duration::from_millis(cfg.reload_interval_ms), hup);
         if let (Some(acme), Some(challenges)) = (&cfg.acme, &self.challenges) {
-            crate::serve::acme::spawn(acme.clone(), self.files.clone(), challenges.clone());
+            match shared {
+                Some((blobs, seal)) => crate::serve::acme::shared::spawn(
+                    acme.clone(),
+                    self.files.clone(),
+                    challenges.clone(),
+                    blobs,
+                    seal,
+                ),
+                None => {
+                    crate::serve::acme::spawn(acme.clone(), self.files.clone(), challenges.clone())
+                }
+            }
         }
     }
 }
