@@ -1532,6 +1532,12 @@ impl TestRoot {
 
     /// A leaf certificate for `host` signed by this root.
     fn leaf(&self, host: &str) -> Vec<u8> {
+        self.leaf_with(host, (2025, 1, 1), false)
+    }
+
+    /// A leaf issued on `not_before` (year, month, day), carrying an embedded SCT list
+    /// (RFC 6962 §3.3) if `scts`.
+    fn leaf_with(&self, host: &str, not_before: (i32, u8, u8), scts: bool) -> Vec<u8> {
         use rcgen::{
             CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
             PKCS_ECDSA_P256_SHA256, SanType, date_time_ymd,
@@ -1543,8 +1549,16 @@ impl TestRoot {
         p.subject_alt_names = vec![SanType::DnsName(host.try_into().unwrap())];
         p.is_ca = IsCa::ExplicitNoCa;
         p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        p.not_before = date_time_ymd(2025, 1, 1);
+        p.not_before = date_time_ymd(not_before.0, not_before.1, not_before.2);
         p.not_after = date_time_ymd(2049, 1, 1);
+        if scts {
+            // An SCT list that is only bytes: the log does not read it, only sees it.
+            p.custom_extensions
+                .push(rcgen::CustomExtension::from_oid_content(
+                    &[1, 3, 6, 1, 4, 1, 11129, 2, 4, 2],
+                    vec![0x04, 0x04, 0x00, 0x02, 0x00, 0x00],
+                ));
+        }
         let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
         p.signed_by(&key, &self.cert, &self.key)
             .unwrap()
@@ -1863,4 +1877,140 @@ async fn frontends_of_a_store_share_their_roots() {
     wait_roots(&http, &b.url, &want, "frontend b, its URL down").await;
     b.terminate();
     a.terminate();
+}
+
+/// #60: under load the least urgent submissions go first. With two adds in progress
+/// (held by a long batch), a certificate carrying SCTs and an old certificate get
+/// `429` at once; a fresh final certificate still goes in; with four in progress it
+/// gets `429` too; a precertificate always goes in. Then, the load gone, everything is
+/// taken again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_load_precertificates_come_first() {
+    let tmp = tempfile::tempdir().unwrap();
+    let http = Http::new();
+    let root = TestRoot::mint("priority test root");
+    let roots_file = tmp.path().join("roots.pem");
+    std::fs::write(&roots_file, root.cert.pem()).unwrap();
+    let dir = tmp.path().join("d");
+    let mut d = start_ct_on(
+        &CtStore::posix(&dir),
+        &dir,
+        &roots_file,
+        "priority_high_water = 2
+priority_old_days = 30
+",
+        "[batching]
+max_age_ms = 4000
+max_entries = 1000
+",
+    );
+    d.wait_ready(&http).await;
+    let base = d.url.clone();
+    let today = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+        / 86_400;
+    let day = |days: i64| {
+        let (y, m, d) = tlogd_core::time::civil_from_days(days);
+        (y as i32, m as u8, d as u8)
+    };
+    let (fresh, old) = (day(today - 1), day(today - 90));
+    let post = |chain: Vec<Vec<u8>>, endpoint: &'static str| {
+        let http = http.clone();
+        let base = base.clone();
+        tokio::spawn(async move {
+            let refs: Vec<&[u8]> = chain.iter().map(Vec::as_slice).collect();
+            submit(&http, &base, endpoint, &refs).await.map(|_| ())
+        })
+    };
+    let chain = |leaf: Vec<u8>| vec![leaf, root.der()];
+    // Two fresh final certificates: in progress until the batch commits (4 s).
+    let held: Vec<_> = (0..2)
+        .map(|i| {
+            post(
+                chain(root.leaf_with(&format!("held{i}.example"), fresh, false)),
+                "add-chain",
+            )
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for (what, leaf) in [
+        (
+            "a certificate carrying SCTs",
+            root.leaf_with("scts.example", fresh, true),
+        ),
+        (
+            "an old certificate",
+            root.leaf_with("old.example", old, false),
+        ),
+    ] {
+        let started = std::time::Instant::now();
+        let refused = post(chain(leaf), "add-chain")
+            .await
+            .unwrap()
+            .expect_err(what);
+        assert_eq!(refused.0, 429, "{what}: {}", refused.1);
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{what}: not refused at once"
+        );
+    }
+    // A third and a fourth in progress: a fresh final certificate is refused now, a
+    // precertificate is not.
+    let more: Vec<_> = (2..4)
+        .map(|i| {
+            post(
+                chain(root.leaf_with(&format!("held{i}.example"), fresh, false)),
+                "add-chain",
+            )
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let refused = post(
+        chain(root.leaf_with("final.example", fresh, false)),
+        "add-chain",
+    )
+    .await
+    .unwrap()
+    .expect_err("a final certificate at twice the high water");
+    assert_eq!(refused.0, 429, "{}", refused.1);
+    let (precert, _) = {
+        let p = TwoPathPrecert::mint();
+        std::fs::write(&roots_file, format!("{}{}", root.cert.pem(), p.roots_pem)).unwrap();
+        hup(&d);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let c: Vec<Vec<u8>> = p.chain(0).iter().map(|c| c.to_vec()).collect();
+        (post(c, "add-pre-chain"), ())
+    };
+    for h in held.into_iter().chain(more) {
+        h.await.unwrap().expect("a held add");
+    }
+    precert
+        .await
+        .unwrap()
+        .expect("the precertificate, under load");
+    let (_, _, text) = http
+        .get(&format!("{}/metrics", d.metrics_url))
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&text);
+    assert_eq!(
+        common::metric(&text, "tlogd_ct_priority_shed_total{class=\"least\"}"),
+        2.0
+    );
+    assert_eq!(
+        common::metric(&text, "tlogd_ct_priority_shed_total{class=\"final\"}"),
+        1.0
+    );
+    // No load: the least urgent go in.
+    submit(
+        &http,
+        &base,
+        "add-chain",
+        &[&root.leaf_with("scts.example", fresh, true), &root.der()],
+    )
+    .await
+    .expect("a certificate carrying SCTs, without load");
+    d.terminate();
 }

@@ -79,6 +79,21 @@ pub struct CtConfig {
     /// See `old_not_before_days`.
     #[serde(default)]
     pub old_not_before_per_second: f64,
+    /// Priority under load (#60): once this many CT adds are in progress (past their
+    /// body, being validated or waiting for their entry's commit), the least urgent
+    /// are answered `429` + `Retry-After` before any signature is checked:
+    /// certificates that already carry SCTs (logged elsewhere, resubmitted by
+    /// crawlers) and certificates issued more than `priority_old_days` ago; at twice
+    /// this, final certificates too. Precertificates, which CAs need to issue, keep
+    /// what is left, bounded only by the queue. 0 (the default): off. Set it around
+    /// the adds in progress at the log's capacity (its add rate times its add
+    /// latency); `tlogd_ct_priority_shed_total{class}` counts the refusals.
+    #[serde(default)]
+    pub priority_high_water: usize,
+    /// See `priority_high_water`: a certificate whose notBefore is more than this many
+    /// days ago is of the lowest priority.
+    #[serde(default = "default_priority_old_days")]
+    pub priority_old_days: u64,
     /// Threads that validate the chains too costly to check on a request's own thread
     /// (P-384 and P-521 links, RSA keys aws-lc-rs does not take; cheap ones never
     /// wait for these). Default: one per core.
@@ -156,6 +171,10 @@ pub fn parse_fingerprint(text: &str) -> anyhow::Result<[u8; 32]> {
             .with_context(|| format!("{text:?} is not a SHA-256 fingerprint"))?;
     }
     Ok(out)
+}
+
+fn default_priority_old_days() -> u64 {
+    7
 }
 
 fn default_true() -> bool {

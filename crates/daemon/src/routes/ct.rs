@@ -121,6 +121,83 @@ pub struct CtLog {
     label: String,
     await_publication: bool,
     old_limit: Option<OldLimit>,
+    priority: Priority,
+}
+
+/// Priority under load (`[ct] priority_high_water`): the adds in progress, and when the
+/// least urgent are refused.
+struct Priority {
+    high_water: usize,
+    old_ms: u64,
+    in_progress: std::sync::atomic::AtomicUsize,
+}
+
+/// What an add is, for [`Priority`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Urgency {
+    /// A certificate that already carries SCTs, or issued long ago.
+    Least,
+    /// A final certificate.
+    Final,
+    /// A precertificate: what a CA waits on to issue.
+    Most,
+}
+
+impl Urgency {
+    fn label(self) -> &'static str {
+        match self {
+            Urgency::Least => "least",
+            Urgency::Final => "final",
+            Urgency::Most => "precertificate",
+        }
+    }
+}
+
+/// RFC 6962 §3.3: the embedded SCT list extension of a certificate already logged.
+const EMBEDDED_SCTS_OID: &str = "1.3.6.1.4.1.11129.2.4.2";
+
+impl Priority {
+    /// How urgent the add of `leaf` is (parsed only under load: a few µs, before the
+    /// signatures' hundreds). A leaf that does not parse is refused by validation
+    /// later, whatever its class here.
+    fn urgency(&self, kind: ChainKind, leaf: &[u8], now_ms: u64) -> Urgency {
+        if kind == ChainKind::Precertificate {
+            return Urgency::Most;
+        }
+        let Ok((_, cert)) = x509_parser::parse_x509_certificate(leaf) else {
+            return Urgency::Final;
+        };
+        let carries_scts = cert
+            .extensions()
+            .iter()
+            .any(|e| e.oid.to_id_string() == EMBEDDED_SCTS_OID);
+        let issued_ms = cert.validity().not_before.timestamp().saturating_mul(1000);
+        let old = i64::try_from(now_ms.saturating_sub(self.old_ms)).unwrap_or(i64::MAX);
+        if carries_scts || issued_ms < old {
+            Urgency::Least
+        } else {
+            Urgency::Final
+        }
+    }
+
+    /// Whether an add of `urgency` is refused with this many adds in progress.
+    fn sheds(&self, urgency: Urgency, in_progress: usize) -> bool {
+        match urgency {
+            _ if self.high_water == 0 => false,
+            Urgency::Least => in_progress >= self.high_water,
+            Urgency::Final => in_progress >= self.high_water.saturating_mul(2),
+            Urgency::Most => false,
+        }
+    }
+}
+
+/// One add in progress, counted while it lives.
+struct InProgress<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Drop for InProgress<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// The rate limit of old certificates (`[ct] old_not_before_days`): a token bucket of
@@ -204,6 +281,11 @@ impl CtLog {
             body_read_timeout,
             label: label.to_string(),
             await_publication: config.await_publication,
+            priority: Priority {
+                high_water: config.priority_high_water,
+                old_ms: config.priority_old_days.saturating_mul(86_400_000),
+                in_progress: std::sync::atomic::AtomicUsize::new(0),
+            },
             old_limit: (config.old_not_before_days > 0).then(|| OldLimit {
                 age_ms: config.old_not_before_days.saturating_mul(86_400_000),
                 per_second: config.old_not_before_per_second,
@@ -425,6 +507,26 @@ async fn add_inner<S: LogStorage>(
     };
     if let Some(resp) = ct.known_sct(log, kind, &dedup_key, &leaf).await {
         return (resp, "duplicate");
+    }
+    // Under load, the least urgent go first (`[ct] priority_high_water`), before their
+    // signatures cost anything; precertificates keep what is left.
+    let in_progress = ct
+        .priority
+        .in_progress
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let _in_progress = InProgress(&ct.priority.in_progress);
+    if ct.priority.high_water > 0 && in_progress >= ct.priority.high_water {
+        let urgency = ct.priority.urgency(kind, &leaf, now_ms());
+        if ct.priority.sheds(urgency, in_progress) {
+            metrics::counter!("tlogd_ct_priority_shed_total", "log" => ct.label.clone(), "class" => urgency.label())
+                .increment(1);
+            let (mut resp, outcome) = pushback(
+                log,
+                "the log is busy and serves precertificates first; retry later",
+            );
+            *resp.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+            return (resp, outcome);
+        }
     }
     let mut chain = Vec::with_capacity(request.chain.len());
     chain.push(leaf);

@@ -412,7 +412,12 @@ pub fn parse_document(body: &[u8]) -> Result<Roots, String> {
 fn parse_ccadb_csv(body: &[u8]) -> Result<Roots, String> {
     // Quotes come in pairs ("" inside a field is two): an odd count is a document cut
     // inside a quoted field, which the reader would take as the field's end.
-    if !body.iter().filter(|&&b| b == b'"').count().is_multiple_of(2) {
+    if !body
+        .iter()
+        .filter(|&&b| b == b'"')
+        .count()
+        .is_multiple_of(2)
+    {
         return Err("CCADB CSV ends inside a quoted field (truncated?)".into());
     }
     let mut reader = csv::ReaderBuilder::new().from_reader(body);
