@@ -194,7 +194,9 @@ fn chain_validation(c: &mut Criterion) {
     ] {
         let minter = Minter::new(issuer.clone(), 1, key).expect("an intermediate");
         let chain = vec![
-            minter.leaf(1, false).expect("a leaf"),
+            minter
+                .leaf(1, tlog_loadgen::ct::ChainClass::Fresh)
+                .expect("a leaf"),
             minter.intermediate().der().to_vec(),
             issuer.der().to_vec(),
         ];

@@ -45,6 +45,15 @@ pub struct Args {
     /// add-pre-chain).
     #[arg(long, default_value_t = 0.1)]
     pub ct_precert_chance: f64,
+    /// With --ct: the fraction of chains minted as final certificates carrying an
+    /// embedded SCT list (as crawlers resubmit certificates logged elsewhere); the
+    /// report gives each class's acceptance and latency.
+    #[arg(long, default_value_t = 0.0)]
+    pub ct_scts_chance: f64,
+    /// With --ct: the fraction of chains minted as final certificates issued 400 days
+    /// ago.
+    #[arg(long, default_value_t = 0.0)]
+    pub ct_old_chance: f64,
     /// With --ct: the key of the minted intermediate, which signs every leaf (what the
     /// log verifies on each add): p256, p384 or rsa2048.
     #[arg(long, value_enum, default_value_t = ct::IssuerKey::P256)]

@@ -316,6 +316,59 @@ pub fn mint_intermediate(root: &Issuer, tag: u64, key: IssuerKey) -> Result<Issu
     Ok(Issuer { cert, key, der })
 }
 
+/// What a minted chain's leaf is, as a CT log under load may rank it (#60): the mix of
+/// `--ct-precert-chance`, `--ct-scts-chance` and `--ct-old-chance`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChainClass {
+    /// A fresh precertificate (to `add-pre-chain`).
+    Precertificate,
+    /// A fresh final certificate.
+    Fresh,
+    /// A final certificate carrying an embedded SCT list (logged elsewhere already).
+    WithScts,
+    /// A final certificate issued 400 days ago.
+    Old,
+}
+
+impl ChainClass {
+    /// Every class, in report order.
+    pub const ALL: [ChainClass; 4] = [
+        ChainClass::Precertificate,
+        ChainClass::Fresh,
+        ChainClass::WithScts,
+        ChainClass::Old,
+    ];
+
+    /// Its name in reports.
+    pub fn label(self) -> &'static str {
+        match self {
+            ChainClass::Precertificate => "precertificate",
+            ChainClass::Fresh => "fresh",
+            ChainClass::WithScts => "with-scts",
+            ChainClass::Old => "old",
+        }
+    }
+
+    /// Its position in [`ChainClass::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The fractions of the pool minted as each class but [`ChainClass::Fresh`] (the rest).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Mix {
+    /// Precertificates.
+    pub precert: f64,
+    /// Final certificates carrying SCTs.
+    pub scts: f64,
+    /// Old final certificates.
+    pub old: f64,
+}
+
+/// RFC 6962 §3.3 embedded SCT list, 1.3.6.1.4.1.11129.2.4.2.
+const SCT_LIST_OID: [u64; 10] = [1, 3, 6, 1, 4, 1, 11129, 2, 4, 2];
+
 /// One chain to submit, and what the log must log for it.
 #[derive(Clone, Debug)]
 pub struct MintedChain {
@@ -323,6 +376,8 @@ pub struct MintedChain {
     pub body: Bytes,
     /// Sent to `add-pre-chain` (a precertificate) rather than `add-chain`.
     pub precert: bool,
+    /// What its leaf is.
+    pub class: ChainClass,
     /// The entry to log (certificate, or the precertificate's TBS and issuer key hash,
     /// and the precertificate) and the fingerprints of the chain after the leaf.
     pub submission: Submission,
@@ -380,8 +435,9 @@ impl Minter {
         &self.intermediate
     }
 
-    /// Just the leaf `n` (DER): a certificate, or a precertificate (`precert`).
-    pub fn leaf(&self, n: u64, precert: bool) -> Result<Vec<u8>, CtError> {
+    /// Just the leaf `n` (DER) of `class`.
+    pub fn leaf(&self, n: u64, class: ChainClass) -> Result<Vec<u8>, CtError> {
+        let precert = class == ChainClass::Precertificate;
         let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).map_err(|e| mint_err("key", e))?;
         let host = format!("leaf-{n}.run-{:016x}.tlog-loadgen.invalid", self.tag);
         let mut p = CertificateParams::default();
@@ -394,9 +450,16 @@ impl Minter {
         p.is_ca = IsCa::ExplicitNoCa;
         p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        p.not_before = days_from_now(-1)?;
+        p.not_before = days_from_now(if class == ChainClass::Old { -400 } else { -1 })?;
         p.not_after = days_from_now(90)?;
         p.serial_number = Some(SerialNumber::from_slice(&serial(self.tag, n)));
+        if class == ChainClass::WithScts {
+            // An SCT list the log only sees, never reads: an empty list's two bytes.
+            p.custom_extensions.push(CustomExtension::from_oid_content(
+                &SCT_LIST_OID,
+                vec![0x04, 0x02, 0x00, 0x00],
+            ));
+        }
         p.use_authority_key_identifier_extension = true;
         if precert {
             let mut poison = CustomExtension::from_oid_content(&POISON_OID, vec![0x05, 0x00]);
@@ -411,8 +474,9 @@ impl Minter {
 
     /// Chain `n`: the leaf, the intermediate and the root, the request body and the
     /// entry the log must store for it.
-    pub fn chain(&self, n: u64, precert: bool) -> Result<MintedChain, CtError> {
-        let leaf = self.leaf(n, precert)?;
+    pub fn chain(&self, n: u64, class: ChainClass) -> Result<MintedChain, CtError> {
+        let precert = class == ChainClass::Precertificate;
+        let leaf = self.leaf(n, class)?;
         let chain = [leaf, self.intermediate.der.clone(), self.root.der.clone()];
         let body = format!(
             "{{\"chain\":[\"{}\",\"{}\",\"{}\"]}}",
@@ -441,6 +505,7 @@ impl Minter {
         Ok(MintedChain {
             body: Bytes::from(body),
             precert,
+            class,
             submission,
         })
     }
@@ -459,22 +524,31 @@ pub fn pem_cert(der: &[u8]) -> String {
     out
 }
 
-/// Whether chain `n` of a run seeded with `seed` is a precertificate (deterministic,
-/// so any chunk of the pool can be minted anywhere).
-fn is_precert(seed: u64, n: u64, chance: f64) -> bool {
+/// The class of chain `n` of a run seeded with `seed` (deterministic, so any chunk of
+/// the pool can be minted anywhere): bands of one uniform draw.
+fn class_of(seed: u64, n: u64, mix: &Mix) -> ChainClass {
     let mut z = (seed ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_add(0x632b_e59b_d9b4_e019);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^= z >> 31;
-    chance > 0.0 && ((z >> 11) as f64 / ((1u64 << 53) as f64)) < chance
+    let u = (z >> 11) as f64 / ((1u64 << 53) as f64);
+    if u < mix.precert {
+        ChainClass::Precertificate
+    } else if u < mix.precert + mix.scts {
+        ChainClass::WithScts
+    } else if u < mix.precert + mix.scts + mix.old {
+        ChainClass::Old
+    } else {
+        ChainClass::Fresh
+    }
 }
 
-/// Mint `n` chains, a fraction `precert_chance` of them precertificates, on blocking
-/// threads (one chunk per core).
+/// Mint `n` chains in the proportions of `mix`, on blocking threads (one chunk per
+/// core).
 pub async fn mint_pool(
     minter: Arc<Minter>,
     n: usize,
-    precert_chance: f64,
+    mix: Mix,
 ) -> Result<Vec<MintedChain>, CtError> {
     let cores = std::thread::available_parallelism().map_or(2, |c| c.get());
     let per = n.div_ceil(cores).max(1);
@@ -484,10 +558,7 @@ pub async fn mint_pool(
         let m = minter.clone();
         jobs.push(tokio::task::spawn_blocking(move || {
             (start..end)
-                .map(|i| {
-                    let precert = is_precert(m.tag, i as u64, precert_chance);
-                    m.chain(i as u64, precert)
-                })
+                .map(|i| m.chain(i as u64, class_of(m.tag, i as u64, &mix)))
                 .collect::<Result<Vec<_>, _>>()
         }));
     }
@@ -708,7 +779,7 @@ mod tests {
         for key in [IssuerKey::P256, IssuerKey::P384, IssuerKey::Rsa2048] {
             let m = Minter::new(issuer.clone(), 8, key).unwrap();
             for (n, precert) in [(1, false), (2, true)] {
-                let c = m.chain(n, precert).unwrap();
+                let c = m.chain(n, cls(precert)).unwrap();
                 let mut chain = chain_of(&m, &c);
                 let kind = if precert {
                     ChainKind::Precertificate
@@ -726,7 +797,7 @@ mod tests {
             }
         }
         for (n, precert) in [(1, false), (2, true), (3, false)] {
-            let c = m.chain(n, precert).unwrap();
+            let c = m.chain(n, cls(precert)).unwrap();
             assert_eq!(c.precert, precert);
             let chain = chain_of(&m, &c);
             let kind = if precert {
@@ -747,7 +818,7 @@ mod tests {
         }
         // Another root does not anchor them.
         let (stranger, _) = Roots::from_pem(mint_root("other").unwrap().cert_pem.as_bytes());
-        let chain = chain_of(&m, &m.chain(4, false).unwrap());
+        let chain = chain_of(&m, &m.chain(4, ChainClass::Fresh).unwrap());
         let short = &chain[..2];
         assert!(
             validate(
@@ -760,7 +831,10 @@ mod tests {
             .is_err()
         );
         // Leaves are distinct: serial, subject and key.
-        assert_ne!(m.leaf(5, false).unwrap(), m.leaf(6, false).unwrap());
+        assert_ne!(
+            m.leaf(5, ChainClass::Fresh).unwrap(),
+            m.leaf(6, ChainClass::Fresh).unwrap()
+        );
     }
 
     /// A precertificate carries the poison extension, critical, its value ASN.1 NULL;
@@ -769,7 +843,7 @@ mod tests {
     #[test]
     fn a_precertificate_is_poisoned_critical_null() {
         let (_, m) = minter();
-        let leaf = m.leaf(9, true).unwrap();
+        let leaf = m.leaf(9, ChainClass::Precertificate).unwrap();
         let (_, cert) = x509_parser::parse_x509_certificate(&leaf).unwrap();
         let poison: Vec<_> = cert
             .extensions()
@@ -779,14 +853,14 @@ mod tests {
         assert_eq!(poison.len(), 1);
         assert!(poison[0].critical);
         assert_eq!(poison[0].value, [0x05, 0x00]);
-        let plain = m.leaf(10, false).unwrap();
+        let plain = m.leaf(10, ChainClass::Fresh).unwrap();
         let (_, cert) = x509_parser::parse_x509_certificate(&plain).unwrap();
         assert!(
             cert.extensions()
                 .iter()
                 .all(|e| e.oid.to_id_string() != "1.3.6.1.4.1.11129.2.4.3")
         );
-        let c = m.chain(11, true).unwrap();
+        let c = m.chain(11, ChainClass::Precertificate).unwrap();
         let (_, inter) = x509_parser::parse_x509_certificate(m.intermediate().der()).unwrap();
         let want: [u8; 32] = Sha256::digest(inter.public_key().raw).into();
         match &c.submission.entry {
@@ -805,10 +879,47 @@ mod tests {
             }
             e => panic!("not a precertificate entry: {e:?}"),
         }
-        // The pool mints about the fraction asked of precertificates.
-        let n = (0..1000).filter(|&i| is_precert(3, i, 0.1)).count();
-        assert!((50..150).contains(&n), "{n}");
-        assert_eq!((0..100).filter(|&i| is_precert(3, i, 0.0)).count(), 0);
+        // The pool mints about the fractions asked of each class.
+        let mix = Mix {
+            precert: 0.1,
+            scts: 0.6,
+            old: 0.2,
+        };
+        let count = |class| (0..1000).filter(|&i| class_of(3, i, &mix) == class).count();
+        for (class, around) in [
+            (ChainClass::Precertificate, 100),
+            (ChainClass::WithScts, 600),
+            (ChainClass::Old, 200),
+            (ChainClass::Fresh, 100),
+        ] {
+            let n = count(class);
+            assert!(n.abs_diff(around) < 60, "{class:?}: {n}");
+        }
+        assert_eq!(
+            (0..100)
+                .filter(|&i| class_of(3, i, &Mix::default()) != ChainClass::Fresh)
+                .count(),
+            0
+        );
+        // A certificate with SCTs carries the list; an old one was issued long ago.
+        let der = m.leaf(30, ChainClass::WithScts).unwrap();
+        let (_, with) = x509_parser::parse_x509_certificate(&der).unwrap();
+        assert!(
+            with.extensions()
+                .iter()
+                .any(|e| e.oid.to_id_string() == "1.3.6.1.4.1.11129.2.4.2")
+        );
+        let der = m.leaf(31, ChainClass::Old).unwrap();
+        let (_, old) = x509_parser::parse_x509_certificate(&der).unwrap();
+        assert!(old.validity().not_before.timestamp() < now_unix() - 300 * 86_400);
+    }
+
+    fn cls(precert: bool) -> ChainClass {
+        if precert {
+            ChainClass::Precertificate
+        } else {
+            ChainClass::Fresh
+        }
     }
 
     /// An SCT signed over the chain's entry checks; one from another key, over another
@@ -824,7 +935,7 @@ mod tests {
             tlogd_ct::sct::SignedCertificateTimestamp::sign(key, &te).to_json()
         };
         for precert in [false, true] {
-            let c = m.chain(20, precert).unwrap();
+            let c = m.chain(20, cls(precert)).unwrap();
             let got = log.check_sct(&c, sct_for(&c, 42, &key).as_bytes()).unwrap();
             assert_eq!(got.index, 42);
             assert_eq!(got.extensions, leaf_index_extension(42));
@@ -837,7 +948,7 @@ mod tests {
                 precert
             );
             // Another chain's SCT does not verify over this chain.
-            let other = m.chain(21, precert).unwrap();
+            let other = m.chain(21, cls(precert)).unwrap();
             let e = log
                 .check_sct(&c, sct_for(&other, 42, &key).as_bytes())
                 .unwrap_err();
@@ -849,7 +960,7 @@ mod tests {
                 .unwrap_err();
             assert!(e.to_string().contains("id"), "{e}");
         }
-        let c = m.chain(22, false).unwrap();
+        let c = m.chain(22, ChainClass::Fresh).unwrap();
         let mut v: serde_json::Value = serde_json::from_str(&sct_for(&c, 1, &key)).unwrap();
         v["extensions"] = "".into();
         assert!(log.check_sct(&c, v.to_string().as_bytes()).is_err());

@@ -137,6 +137,8 @@ pub struct Report {
     pub ct_mint_seconds: f64,
     /// With --ct: acknowledged submissions of precertificates (add-pre-chain).
     pub ct_precerts: u64,
+    /// With --ct: each class of chain submitted.
+    pub ct_classes: Vec<CtClassReport>,
     /// With --ct: SCTs whose signature was checked once writing stopped
     /// (`--ct-sct-checks after`; the others were checked as they arrived).
     pub ct_scts_checked_after: u64,
@@ -276,6 +278,8 @@ struct CtRun {
     acked: Vec<AtomicU64>,
     /// Acknowledged precertificate submissions.
     precerts: AtomicU64,
+    /// Per [`ct::ChainClass`]: submissions, acknowledgements, pushback, latency.
+    classes: [ClassStats; 4],
     /// Seconds minting took.
     mint_seconds: f64,
     /// SCTs whose signature is checked once writing stops (`--ct-sct-checks after`),
@@ -283,6 +287,43 @@ struct CtRun {
     deferred: Mutex<Vec<(usize, ct::UncheckedSct)>>,
     /// How many were deferred (at most [`ct::MAX_DEFERRED_SCTS`]).
     deferred_count: AtomicUsize,
+}
+
+/// One [`ct::ChainClass`]'s submissions.
+struct ClassStats {
+    sent: AtomicU64,
+    acked: AtomicU64,
+    pushback: AtomicU64,
+    /// Round trips of the acknowledged ones (µs).
+    latency: Mutex<hdrhistogram::Histogram<u64>>,
+}
+
+impl Default for ClassStats {
+    fn default() -> Self {
+        ClassStats {
+            sent: AtomicU64::new(0),
+            acked: AtomicU64::new(0),
+            pushback: AtomicU64::new(0),
+            latency: Mutex::new(stats::histogram()),
+        }
+    }
+}
+
+/// One class of CT submissions in the report (`--ct-scts-chance`, `--ct-old-chance`).
+#[derive(Debug, Clone, Serialize)]
+pub struct CtClassReport {
+    /// `precertificate`, `fresh`, `with-scts` or `old`.
+    pub class: String,
+    /// Submissions sent.
+    pub sent: u64,
+    /// Answered with an SCT.
+    pub acked: u64,
+    /// Answered 429 or 503 (not sent again: the writer moves to its next chain).
+    pub pushback: u64,
+    /// Add round trip of the acknowledged ones, p50 and p99 (ms).
+    pub add_p50_ms: f64,
+    /// See `add_p50_ms`.
+    pub add_p99_ms: f64,
 }
 
 struct Ctx {
@@ -694,6 +735,24 @@ pub async fn run(mut args: Args) -> anyhow::Result<Report> {
             .ct
             .as_ref()
             .map_or(0, |c| c.precerts.load(Ordering::Relaxed)),
+        ct_classes: ctx.ct.as_ref().map_or_else(Vec::new, |c| {
+            ct::ChainClass::ALL
+                .iter()
+                .zip(&c.classes)
+                .filter(|(_, s)| s.sent.load(Ordering::Relaxed) > 0)
+                .map(|(class, s)| {
+                    let h = lock(&s.latency);
+                    CtClassReport {
+                        class: class.label().into(),
+                        sent: s.sent.load(Ordering::Relaxed),
+                        acked: s.acked.load(Ordering::Relaxed),
+                        pushback: s.pushback.load(Ordering::Relaxed),
+                        add_p50_ms: h.value_at_quantile(0.5) as f64 / 1000.0,
+                        add_p99_ms: h.value_at_quantile(0.99) as f64 / 1000.0,
+                    }
+                })
+                .collect()
+        }),
         ct_scts_checked_after: deferred.checked,
         ct_sct_check_seconds: deferred.seconds,
     };

@@ -121,6 +121,21 @@ pub fn table(r: &Report) -> String {
             r.ct_scts_checked_after,
             r.ct_sct_check_seconds
         );
+        if r.ct_classes.len() > 1 {
+            for c in &r.ct_classes {
+                let _ = writeln!(
+                    o,
+                    "   {:<15} sent {:>8}  acked {:>8} ({:5.1} %)  pushback {:>8}  add p50 {:.2} ms  p99 {:.2} ms",
+                    c.class,
+                    c.sent,
+                    c.acked,
+                    100.0 * c.acked as f64 / c.sent.max(1) as f64,
+                    c.pushback,
+                    c.add_p50_ms,
+                    c.add_p99_ms
+                );
+            }
+        }
     }
     for f in &r.failure_reasons {
         let _ = writeln!(o, " FAILURE: {f}");

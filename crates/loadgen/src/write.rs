@@ -165,8 +165,19 @@ pub(crate) async fn prepare_ct(args: &Args) -> anyhow::Result<CtRun> {
         .context("--ct needs --origin (the log's checkpoint origin)")?;
     // The note verifier is built from the same key: refuse it here, named, if it cannot be.
     tlogd_ct::Rfc6962Check::verifier(origin, &log.spki).context("--log-public-key")?;
-    if !(0.0..=1.0).contains(&args.ct_precert_chance) {
-        bail!("--ct-precert-chance must be within 0..=1");
+    let mix = ct::Mix {
+        precert: args.ct_precert_chance,
+        scts: args.ct_scts_chance,
+        old: args.ct_old_chance,
+    };
+    if [mix.precert, mix.scts, mix.old]
+        .iter()
+        .any(|c| !(0.0..=1.0).contains(c))
+        || mix.precert + mix.scts + mix.old > 1.0
+    {
+        bail!(
+            "--ct-precert-chance, --ct-scts-chance and --ct-old-chance must be within 0..=1, and add up to at most 1"
+        );
     }
     let (Some(cert), Some(key)) = (&args.ct_root_cert, &args.ct_root_key) else {
         bail!(
@@ -190,7 +201,7 @@ pub(crate) async fn prepare_ct(args: &Args) -> anyhow::Result<CtRun> {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
     let minter = Arc::new(ct::Minter::new(root, tag, args.ct_issuer_key)?);
-    let pool = ct::mint_pool(minter, n, args.ct_precert_chance).await?;
+    let pool = ct::mint_pool(minter, n, mix).await?;
     let mint_seconds = started.elapsed().as_secs_f64();
     if !args.quiet {
         eprintln!(
@@ -204,6 +215,7 @@ pub(crate) async fn prepare_ct(args: &Args) -> anyhow::Result<CtRun> {
         pool,
         next: AtomicU64::new(0),
         precerts: AtomicU64::new(0),
+        classes: Default::default(),
         mint_seconds,
         deferred: Mutex::new(Vec::new()),
         deferred_count: AtomicUsize::new(0),
@@ -305,9 +317,11 @@ pub(crate) async fn ct_writer(ctx: Arc<Ctx>, w: usize, seed: u64) {
             (ct.next.fetch_add(1, Ordering::Relaxed) % pool) as usize
         };
         let chain = &ct.pool[c];
+        let class = &ct.classes[chain.class.index()];
         turn = (turn + 1) % clients.len();
         let sent = Instant::now();
         s.in_flight.fetch_add(1, Ordering::Relaxed);
+        class.sent.fetch_add(1, Ordering::Relaxed);
         let resp = clients[turn]
             .send(Method::POST, chain.path(), chain.body.clone())
             .await;
@@ -315,10 +329,16 @@ pub(crate) async fn ct_writer(ctx: Arc<Ctx>, w: usize, seed: u64) {
         let r = match resp {
             Ok(r) if r.status == StatusCode::OK => r,
             other => {
+                if matches!(&other, Ok(r) if r.status == StatusCode::TOO_MANY_REQUESTS || r.status == StatusCode::SERVICE_UNAVAILABLE)
+                {
+                    class.pushback.fetch_add(1, Ordering::Relaxed);
+                }
                 not_added(s, chain.path(), other).await;
                 continue;
             }
         };
+        class.acked.fetch_add(1, Ordering::Relaxed);
+        let _ = lock(&class.latency).record(micros(sent.elapsed()).max(1));
         let defer = args.ct_sct_checks == ct::SctChecks::After
             && ct.deferred_count.fetch_add(1, Ordering::Relaxed) < ct::MAX_DEFERRED_SCTS;
         let checked = ct.log.read_sct(&r.body).and_then(|sct| {

@@ -467,15 +467,19 @@ async fn h2c_writers_share_one_connection_and_everything_verifies() {
     assert!(summary.entries >= r.tree_size_end);
 }
 
-#[tokio::test]
-async fn h2c_needs_a_plain_http_url() {
-    let e = run(args(
-        "https://127.0.0.1:9",
-        &["--h2c", "--leaf-write-goal", "1"],
-    ))
-    .await
-    .unwrap_err();
-    assert!(format!("{e:#}").contains("h2c"), "{e:#}");
+/// `--h2c` to an `https://` URL is HTTP/2 over TLS (ALPN h2; it works against tlogd's
+/// TLS listener: crates/daemon/tests/tls.rs): a server that speaks no TLS fails the
+/// run at the handshake, never a fallback to plain text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_over_tls_never_falls_back_to_plain_text() {
+    let (url, _storage, _log) = serve_log(false).await;
+    let https = url.replacen("http://", "https://", 1);
+    let r = run(args(&https, &["--h2c", "--leaf-write-goal", "1"])).await;
+    let text = match r {
+        Ok(report) => format!("{:?}", report.failure_reasons),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(text.contains("TLS"), "{text}");
 }
 
 /// A server allowing fewer concurrent streams than there are writers refuses the

@@ -229,6 +229,11 @@ impl CtConfig {
                 bail!("`ct.roots_url` {url:?} is not an http:// or https:// URL with a host");
             }
         }
+        if self.priority_high_water > 0 && self.priority_old_days == 0 {
+            bail!(
+                "`ct.priority_old_days` must be at least 1 (0 would rank every final certificate least urgent)"
+            );
+        }
         if self.roots_refresh_interval_s == 0 {
             bail!("`ct.roots_refresh_interval_s` must be at least 1");
         }

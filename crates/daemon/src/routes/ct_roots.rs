@@ -221,8 +221,15 @@ impl RootSet {
             }
         }
         let before = self.current();
+        // In force here whatever the store answers (a store that cannot be read must
+        // not cost the roots just fetched).
         let mut merged = before.roots.clone();
+        for r in &fresh {
+            merged = merged.union(r);
+        }
+        merged = merged.without(|fp| self.reject.contains(fp));
         // 2-4. Merged onto the newest stored set, written if it adds to it.
+        let mut stored_ok = false;
         for _ in 0..8 {
             let known = self.version.load(Ordering::Relaxed);
             let stored = match versioned::newest(storage, ROOTS_PREFIX, known).await {
@@ -232,12 +239,14 @@ impl RootSet {
                     break;
                 }
             };
+            let mut unreadable = false;
             let (version, stored_roots) = match &stored {
                 Some((v, bytes)) => {
                     let (r, warnings) = Roots::from_pem(bytes);
-                    for w in warnings {
+                    for w in &warnings {
                         tracing::warn!(log = %self.label, version = v, "stored CT roots: {w}");
                     }
+                    unreadable = !warnings.is_empty();
                     (*v, r)
                 }
                 None => (0, Roots::default()),
@@ -250,6 +259,16 @@ impl RootSet {
             m = m.without(|fp| self.reject.contains(fp));
             merged = m;
             if merged.is_empty() || (stored.is_some() && same_set(&merged, &stored_roots)) {
+                stored_ok = true;
+                break;
+            }
+            if unreadable {
+                // Rewriting it would drop the blocks that no longer parse here (a
+                // newer release's format?): the set stays in force, the store as is.
+                out.failed.push(format!(
+                    "the stored roots (version {version}) hold blocks this release cannot read; not rewritten"
+                ));
+                stored_ok = true;
                 break;
             }
             let pem = to_pem(&merged);
@@ -265,6 +284,7 @@ impl RootSet {
                 Ok(Written::Won) => {
                     self.version.fetch_max(version + 1, Ordering::Relaxed);
                     tracing::info!(log = %self.label, version = version + 1, roots = merged.len(), "CT roots stored");
+                    stored_ok = true;
                     break;
                 }
                 Ok(Written::Lost) => continue,
@@ -272,9 +292,16 @@ impl RootSet {
                     out.failed.push(format!(
                         "storing the roots (kept in force here, stored at the next refresh): {e}"
                     ));
+                    stored_ok = true;
                     break;
                 }
             }
+        }
+        if !stored_ok && out.failed.is_empty() {
+            out.failed.push(
+                "storing the roots: other frontends kept writing first; stored at the next refresh"
+                    .into(),
+            );
         }
         // 5. In force.
         out.roots = merged.len();

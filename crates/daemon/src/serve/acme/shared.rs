@@ -44,9 +44,12 @@ pub const ACME_PREFIX: &str = "acme";
 /// How long a claim on the order lasts: far more than an order takes.
 const CLAIM_SECONDS: i64 = 600;
 
-/// The associated data of every sealed version: a version of another document, or of
-/// another format, does not open.
-const AAD: &[u8] = b"tlogd acme state v1";
+/// The associated data of version `n`: a version of another document, of another
+/// format, or moved to another number (an old state replayed as the newest) does not
+/// open.
+fn aad(version: u64) -> Vec<u8> {
+    format!("tlogd acme state v1 {ACME_PREFIX}/{version}").into_bytes()
+}
 
 /// The key that seals the state (`store_key_file`).
 pub struct Seal(LessSafeKey);
@@ -85,21 +88,21 @@ impl Seal {
         Ok(Seal(LessSafeKey::new(key)))
     }
 
-    fn seal(&self, plain: &[u8]) -> Result<Vec<u8>, AcmeError> {
+    fn seal(&self, plain: &[u8], version: u64) -> Result<Vec<u8>, AcmeError> {
         let mut nonce = [0u8; NONCE_LEN];
         getrandom::fill(&mut nonce).map_err(|e| AcmeError::Other(format!("random: {e}")))?;
         let mut out = plain.to_vec();
         self.0
             .seal_in_place_append_tag(
                 Nonce::assume_unique_for_key(nonce),
-                Aad::from(AAD),
+                Aad::from(aad(version)),
                 &mut out,
             )
             .map_err(|_| AcmeError::Other("sealing the ACME state".into()))?;
         Ok([&nonce[..], &out].concat())
     }
 
-    fn open(&self, sealed: &[u8]) -> Result<Vec<u8>, AcmeError> {
+    fn open(&self, sealed: &[u8], version: u64) -> Result<Vec<u8>, AcmeError> {
         let bad = || {
             AcmeError::Other(
                 "the shared ACME state does not open with `store_key_file` (another key, or damaged)"
@@ -114,7 +117,7 @@ impl Seal {
         let mut buf = rest.to_vec();
         let plain = self
             .0
-            .open_in_place(nonce, Aad::from(AAD), &mut buf)
+            .open_in_place(nonce, Aad::from(aad(version)), &mut buf)
             .map_err(|_| bad())?;
         Ok(plain.to_vec())
     }
@@ -174,7 +177,7 @@ impl Store {
             None => Ok((0, State::default())),
             Some((v, sealed)) => {
                 self.saw(v);
-                let plain = self.seal.open(&sealed)?;
+                let plain = self.seal.open(&sealed, v)?;
                 let state = serde_json::from_slice(&plain).map_err(|e| {
                     AcmeError::Other(format!("the shared ACME state (version {v}): {e}"))
                 })?;
@@ -187,7 +190,7 @@ impl Store {
     async fn write(&self, v: u64, state: &State) -> Result<bool, AcmeError> {
         let plain = serde_json::to_vec(state)
             .map_err(|e| AcmeError::Other(format!("the shared ACME state: {e}")))?;
-        let sealed = self.seal.seal(&plain)?;
+        let sealed = self.seal.seal(&plain, v)?;
         match versioned::write(
             &*self.blobs,
             ACME_PREFIX,
@@ -251,6 +254,7 @@ impl Publisher {
         if let Some(o) = next.order.as_mut() {
             o.tokens = pending.tokens;
             o.alpn = pending.alpn;
+            o.until = unix_now() + CLAIM_SECONDS;
         }
         if !self.store.write(at.0 + 1, &next).await? {
             return Err(AcmeError::Other(
@@ -303,7 +307,16 @@ pub fn spawn(
             {
                 Ok(Round::Idle) => {}
                 Ok(Round::Due) if tokio::time::Instant::now() >= not_before => {
-                    match claim_and_order(&cfg, &files, &challenges, &store, &me, poll).await {
+                    match claim_and_order(
+                        &cfg,
+                        &files,
+                        &challenges,
+                        &store,
+                        (&me, installed.as_ref()),
+                        poll,
+                    )
+                    .await
+                    {
                         Ok(Some(chain)) => {
                             installed = Some(chain);
                             retry = first_retry;
@@ -406,10 +419,17 @@ async fn claim_and_order(
     files: &CertFiles,
     challenges: &Challenges,
     store: &Arc<Store>,
-    me: &str,
+    (me, installed): (&str, Option<&String>),
     poll: Duration,
 ) -> Result<Option<String>, AcmeError> {
     let (version, mut state) = store.read().await?;
+    // Read again since the round that found it due: another frontend may have claimed
+    // the order, or stored a certificate, meanwhile.
+    if state.order.as_ref().is_some_and(|o| o.until > unix_now())
+        || state.chain.as_ref() != installed
+    {
+        return Ok(None);
+    }
     state.order = Some(Claim {
         holder: me.to_string(),
         until: unix_now() + CLAIM_SECONDS,
@@ -425,37 +445,50 @@ async fn claim_and_order(
         pending: Mutex::new(Claim::default()),
         settle: poll * 2 + Duration::from_millis(200),
     };
+    // The account is kept whatever comes of the order: a retry must not register
+    // another.
+    let mut credentials = None;
     let outcome = async {
-        let (account, credentials) = account(cfg, state.account.clone()).await?;
-        let pair =
-            super::order(cfg, account, challenges, files.provider(), Some(&publisher)).await?;
-        Ok::<_, AcmeError>((pair, credentials))
+        let (account, created) = account(cfg, state.account.clone()).await?;
+        credentials = Some(created);
+        super::order(cfg, account, challenges, files.provider(), Some(&publisher)).await
     }
     .await;
     challenges.clear();
-    let (at, _) = publisher.at.into_inner();
-    // The claim dropped, with the certificate or without.
-    let mut done = State {
-        order: None,
-        ..state
-    };
+    drop(publisher);
+    // Served here at once; then merged onto the newest state, the claim dropped (it
+    // must not outlive the order, whatever came of it).
     let obtained = match outcome {
-        Ok(((chain, key), credentials)) => {
-            done.account = Some(credentials);
-            done.chain = Some(chain.clone());
-            done.key = Some(key.clone());
-            Ok((chain, key))
-        }
+        Ok((chain, key)) => match install(cfg, files, &chain, &key) {
+            Ok(()) => Ok((chain, key)),
+            Err(e) => Err(e),
+        },
         Err(e) => Err(e),
     };
-    // Written first, whatever came of the order: the claim must not outlive it.
-    if !store.write(at + 1, &done).await? {
+    let mut stored = false;
+    for _ in 0..5 {
+        let (v, mut newest) = store.read().await?;
+        if newest.order.as_ref().is_some_and(|o| o.holder == me) {
+            newest.order = None;
+        }
+        if let Some(c) = &credentials {
+            newest.account.get_or_insert_with(|| c.clone());
+        }
+        if let Ok((chain, key)) = &obtained {
+            newest.chain = Some(chain.clone());
+            newest.key = Some(key.clone());
+        }
+        if store.write(v + 1, &newest).await? {
+            stored = true;
+            break;
+        }
+    }
+    if !stored {
         tracing::warn!(
-            "the shared ACME state changed during the order; the certificate obtained is served here only until the next one"
+            "the shared ACME state kept changing; the outcome of this order was not stored"
         );
     }
-    let (chain, key) = obtained?;
-    install(cfg, files, &chain, &key)?;
+    let (chain, _) = obtained?;
     metrics::counter!("tlogd_acme_orders_total", "result" => "ok").increment(1);
     tracing::info!(domains = ?cfg.domains, directory = %cfg.directory_url, "ACME certificate obtained for every frontend of the shared store; new handshakes use it");
     Ok(Some(chain))
@@ -518,15 +551,16 @@ mod tests {
         std::fs::write(&a, "ab".repeat(32)).expect("write");
         std::fs::write(&b, "cd".repeat(32)).expect("write");
         let (sa, sb) = (Seal::load(&a).expect("a"), Seal::load(&b).expect("b"));
-        let sealed = sa.seal(b"the account key").expect("seal");
-        assert_eq!(sa.open(&sealed).expect("open"), b"the account key");
-        assert!(sb.open(&sealed).is_err(), "another key");
+        let sealed = sa.seal(b"the account key", 3).expect("seal");
+        assert_eq!(sa.open(&sealed, 3).expect("open"), b"the account key");
+        assert!(sb.open(&sealed, 3).is_err(), "another key");
+        assert!(sa.open(&sealed, 4).is_err(), "replayed as another version");
         let mut flipped = sealed.clone();
         flipped[20] ^= 1;
-        assert!(sa.open(&flipped).is_err(), "a flipped byte");
+        assert!(sa.open(&flipped, 3).is_err(), "a flipped byte");
         assert_ne!(
-            sa.seal(b"x").expect("seal"),
-            sa.seal(b"x").expect("seal"),
+            sa.seal(b"x", 1).expect("seal"),
+            sa.seal(b"x", 1).expect("seal"),
             "a nonce per version"
         );
         std::fs::write(&a, "too short").expect("write");
