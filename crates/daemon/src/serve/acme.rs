@@ -219,30 +219,15 @@ pub(crate) fn unix_now() -> i64 {
 
 /// The account of the cache directory, created (and saved) if there is none.
 async fn account(cfg: &AcmeConfig) -> Result<Account, AcmeError> {
-    let builder = || match &cfg.directory_ca_file {
-        Some(root) => Account::builder_with_root(root),
-        None => Account::builder(),
-    };
     let path = cfg.cache_dir.join("account.json");
     match std::fs::read(&path) {
         Ok(bytes) => {
             let credentials: AccountCredentials = serde_json::from_slice(&bytes)
                 .map_err(|e| AcmeError::Other(format!("{}: {e}", path.display())))?;
-            Ok(builder()?.from_credentials(credentials).await?)
+            existing_account(cfg, credentials).await
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let contact: Vec<&str> = cfg.contact.iter().map(String::as_str).collect();
-            let (account, credentials) = builder()?
-                .create(
-                    &NewAccount {
-                        contact: &contact,
-                        terms_of_service_agreed: cfg.accept_terms_of_service,
-                        only_return_existing: false,
-                    },
-                    cfg.directory_url.clone(),
-                    None,
-                )
-                .await?;
+            let (account, credentials) = new_account(cfg).await?;
             let json = serde_json::to_vec(&credentials)
                 .map_err(|e| AcmeError::Other(format!("the account credentials: {e}")))?;
             write_durably(&cfg.cache_dir, "account.json", &json)?;
@@ -251,6 +236,41 @@ async fn account(cfg: &AcmeConfig) -> Result<Account, AcmeError> {
         }
         Err(source) => Err(AcmeError::Cache { path, source }),
     }
+}
+
+/// The builder of accounts at `cfg`'s CA (trusting `directory_ca_file` when given).
+fn account_builder(cfg: &AcmeConfig) -> Result<instant_acme::AccountBuilder, AcmeError> {
+    Ok(match &cfg.directory_ca_file {
+        Some(root) => Account::builder_with_root(root)?,
+        None => Account::builder()?,
+    })
+}
+
+/// The account of kept `credentials`, at `cfg`'s CA.
+pub(crate) async fn existing_account(
+    cfg: &AcmeConfig,
+    credentials: AccountCredentials,
+) -> Result<Account, AcmeError> {
+    Ok(account_builder(cfg)?.from_credentials(credentials).await?)
+}
+
+/// A new account at `cfg`'s CA (its contacts, the terms agreed to), and the
+/// credentials to keep.
+pub(crate) async fn new_account(
+    cfg: &AcmeConfig,
+) -> Result<(Account, AccountCredentials), AcmeError> {
+    let contact: Vec<&str> = cfg.contact.iter().map(String::as_str).collect();
+    Ok(account_builder(cfg)?
+        .create(
+            &NewAccount {
+                contact: &contact,
+                terms_of_service_agreed: cfg.accept_terms_of_service,
+                only_return_existing: false,
+            },
+            cfg.directory_url.clone(),
+            None,
+        )
+        .await?)
 }
 
 /// One order for `cfg.domains`, each name proven by TLS-ALPN-01: the chain and its

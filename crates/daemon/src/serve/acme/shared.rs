@@ -29,7 +29,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use instant_acme::{Account, AccountCredentials, NewAccount};
+use instant_acme::{Account, AccountCredentials};
 use ring::aead::{Aad, CHACHA20_POLY1305, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
 use serde::{Deserialize, Serialize};
 use tlogd_core::engine::versioned::{self, BlobStore, Written};
@@ -500,27 +500,12 @@ async fn account(
     cfg: &AcmeConfig,
     stored: Option<serde_json::Value>,
 ) -> Result<(Account, serde_json::Value), AcmeError> {
-    let builder = || match &cfg.directory_ca_file {
-        Some(root) => Account::builder_with_root(root),
-        None => Account::builder(),
-    };
     if let Some(json) = stored {
         let credentials: AccountCredentials = serde_json::from_value(json.clone())
             .map_err(|e| AcmeError::Other(format!("the shared ACME account: {e}")))?;
-        return Ok((builder()?.from_credentials(credentials).await?, json));
+        return Ok((super::existing_account(cfg, credentials).await?, json));
     }
-    let contact: Vec<&str> = cfg.contact.iter().map(String::as_str).collect();
-    let (account, credentials) = builder()?
-        .create(
-            &NewAccount {
-                contact: &contact,
-                terms_of_service_agreed: cfg.accept_terms_of_service,
-                only_return_existing: false,
-            },
-            cfg.directory_url.clone(),
-            None,
-        )
-        .await?;
+    let (account, credentials) = super::new_account(cfg).await?;
     let json = serde_json::to_value(&credentials)
         .map_err(|e| AcmeError::Other(format!("the account credentials: {e}")))?;
     tracing::info!(
