@@ -126,6 +126,20 @@ const KNOWN_UNSUPPORTED: &[(&str, &str)] = &[
 // ---------------------------------------------------------------------------------------
 // Public API.
 
+/// `der` as a PEM `CERTIFICATE` block (64 base64 characters a line, ending in a
+/// newline): what [`Roots::from_pem`] reads.
+pub fn certificate_pem(der: &[u8]) -> String {
+    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+    let mut out = String::with_capacity(b64.len() + b64.len() / 64 + 60);
+    out.push_str("-----BEGIN CERTIFICATE-----\n");
+    for line in b64.as_bytes().chunks(64) {
+        out.push_str(std::str::from_utf8(line).unwrap_or_default());
+        out.push('\n');
+    }
+    out.push_str("-----END CERTIFICATE-----\n");
+    out
+}
+
 /// The roots a log accepts (a PEM bundle): parsed once, deduplicated by the SHA-256 of
 /// their DER, in the order given (`get-roots`, RFC 6962 §4.7, lists them so).
 #[derive(Clone, Default)]

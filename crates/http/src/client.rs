@@ -2,8 +2,8 @@
 //! reconnected on error: over plain TCP driven by the requesting task itself (`h1`),
 //! over TLS a hyper connection; over HTTP/2 (h2c, prior knowledge, or over TLS with
 //! ALPN `h2`) many clients share the few connections of an [`H2cPool`] and their
-//! requests are multiplexed. No pooling layer, no per-request allocation beyond the body (the URI of
-//! the last path is kept). `https://` URLs use TLS (rustls) with the system's root
+//! requests are multiplexed. No pooling layer, no per-request allocation beyond the
+//! body (the URI of the last path is kept). `https://` URLs use TLS (rustls) with the system's root
 //! certificates, or those of the PEM file named by `SSL_CERT_FILE`.
 
 use std::io::Write as _;
@@ -133,6 +133,44 @@ fn tls_config_h2() -> Result<Arc<rustls::ClientConfig>, ClientError> {
         .map_err(ClientError::Other)
 }
 
+/// TLS over `stream` to `name` (at `authority`, for errors) with `config`.
+async fn tls_connect(
+    stream: TcpStream,
+    name: &str,
+    authority: &str,
+    config: Arc<rustls::ClientConfig>,
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>, ClientError> {
+    let server = rustls::pki_types::ServerName::try_from(name.to_string())
+        .map_err(|e| err(format!("{name}: {e}")))?;
+    tokio_rustls::TlsConnector::from(config)
+        .connect(server, stream)
+        .await
+        .map_err(|e| err(format!("TLS with {authority}: {e}")))
+}
+
+/// HTTP/2 over `io` (`what`: "h2c" or "h2", for errors); the connection is driven by a
+/// task of its own, which clears `alive` when it ends.
+async fn h2_handshake<T>(
+    builder: &h2::client::Builder,
+    io: T,
+    authority: &str,
+    what: &str,
+    alive: Arc<AtomicBool>,
+) -> Result<h2::client::SendRequest<Bytes>, ClientError>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (send, connection) = builder
+        .handshake::<_, Bytes>(io)
+        .await
+        .map_err(|e| err(format!("connecting to {authority} ({what}): {e}")))?;
+    tokio::spawn(async move {
+        let _ = YieldFirst::new(connection).await;
+        alive.store(false, Ordering::Release);
+    });
+    Ok(send)
+}
+
 /// HTTP/1.1 over `io`; the connection is driven by a task of its own.
 async fn handshake<T>(
     io: T,
@@ -174,8 +212,8 @@ impl H2Conn {
     }
 }
 
-/// A few HTTP/2 connections (h2c, or over TLS to an `https://` base) to one base URL, shared
-/// by any number of [`Client`]s: their requests are multiplexed, up to the server's
+/// A few HTTP/2 connections (h2c, or over TLS to an `https://` base) to one base URL,
+/// shared by any number of [`Client`]s: their requests are multiplexed, up to the server's
 /// limit of concurrent streams per connection (more wait their turn). A connection
 /// that closes (the server's idle timeout, `GOAWAY`, an error) is replaced on next use.
 ///
@@ -222,38 +260,14 @@ impl H2cPool {
             .initial_connection_window_size(16 << 20);
         let stream = tcp(authority).await?;
         let alive = Arc::new(AtomicBool::new(true));
-        let flag = alive.clone();
         let send = match &self.base.tls_name {
-            None => {
-                let (send, connection) = builder
-                    .handshake::<_, Bytes>(stream)
-                    .await
-                    .map_err(|e| err(format!("connecting to {authority} (h2c): {e}")))?;
-                tokio::spawn(async move {
-                    let _ = YieldFirst::new(connection).await;
-                    flag.store(false, Ordering::Release);
-                });
-                send
-            }
+            None => h2_handshake(&builder, stream, authority, "h2c", alive.clone()).await?,
             Some(name) => {
-                let server = rustls::pki_types::ServerName::try_from(name.clone())
-                    .map_err(|e| err(format!("{name}: {e}")))?;
-                let tls = tokio_rustls::TlsConnector::from(tls_config_h2()?)
-                    .connect(server, stream)
-                    .await
-                    .map_err(|e| err(format!("TLS with {authority}: {e}")))?;
+                let tls = tls_connect(stream, name, authority, tls_config_h2()?).await?;
                 if tls.get_ref().1.alpn_protocol() != Some(b"h2") {
                     return Err(err(format!("{authority} did not agree to h2 over ALPN")));
                 }
-                let (send, connection) = builder
-                    .handshake::<_, Bytes>(tls)
-                    .await
-                    .map_err(|e| err(format!("connecting to {authority} (h2): {e}")))?;
-                tokio::spawn(async move {
-                    let _ = YieldFirst::new(connection).await;
-                    flag.store(false, Ordering::Release);
-                });
-                send
+                h2_handshake(&builder, tls, authority, "h2", alive.clone()).await?
             }
         };
         let conn = H2Conn { send, alive };
@@ -572,13 +586,11 @@ impl Client {
             let sender = match &self.base.tls_name {
                 None => handshake(stream, authority).await?,
                 Some(name) => {
-                    let server = rustls::pki_types::ServerName::try_from(name.clone())
-                        .map_err(|e| err(format!("{name}: {e}")))?;
-                    let tls = tokio_rustls::TlsConnector::from(tls_config()?)
-                        .connect(server, stream)
-                        .await
-                        .map_err(|e| err(format!("TLS with {authority}: {e}")))?;
-                    handshake(tls, authority).await?
+                    handshake(
+                        tls_connect(stream, name, authority, tls_config()?).await?,
+                        authority,
+                    )
+                    .await?
                 }
             };
             *slot = Some(sender);

@@ -513,15 +513,7 @@ impl Minter {
 
 /// `der` as a PEM certificate.
 pub fn pem_cert(der: &[u8]) -> String {
-    let b64 = B64.encode(der);
-    let mut out = String::with_capacity(b64.len() + 80);
-    out.push_str("-----BEGIN CERTIFICATE-----\n");
-    for line in b64.as_bytes().chunks(64) {
-        out.push_str(std::str::from_utf8(line).unwrap_or_default());
-        out.push('\n');
-    }
-    out.push_str("-----END CERTIFICATE-----\n");
-    out
+    tlogd_ct::chain::certificate_pem(der)
 }
 
 /// The class of chain `n` of a run seeded with `seed` (deterministic, so any chunk of

@@ -347,13 +347,8 @@ fn to_pem(roots: &Roots) -> String {
     for (fp, subject, der) in roots.entries() {
         let subject: String = subject.chars().filter(|c| !c.is_control()).collect();
         out.push_str(&format!("# {subject}\n# SHA-256 {}\n", hex(&fp)));
-        out.push_str("-----BEGIN CERTIFICATE-----\n");
-        let b64 = B64.encode(der);
-        for line in b64.as_bytes().chunks(64) {
-            out.push_str(&String::from_utf8_lossy(line));
-            out.push('\n');
-        }
-        out.push_str("-----END CERTIFICATE-----\n\n");
+        out.push_str(&tlogd_ct::chain::certificate_pem(der));
+        out.push('\n');
     }
     out
 }
