@@ -253,6 +253,11 @@ impl Roots {
         out
     }
 
+    /// The SHA-256 of each root's DER, in order.
+    pub fn fingerprints(&self) -> impl Iterator<Item = &[u8; 32]> {
+        self.certs.iter().map(|c| &c.fingerprint)
+    }
+
     /// Each root in order: the SHA-256 of its DER, its subject (RFC 4514 text) and its
     /// DER.
     pub fn entries(&self) -> impl Iterator<Item = ([u8; 32], String, &[u8])> {

@@ -305,16 +305,16 @@ impl RootSet {
         }
         // 5. In force.
         out.roots = merged.len();
-        out.added = merged
-            .entries()
-            .filter(|(fp, _, _)| !before.roots.contains(fp))
-            .count();
         for (fp, subject, _) in merged.entries() {
-            if !before.roots.contains(&fp) && !before.roots.is_empty() {
-                tracing::info!(log = %self.label, subject, sha256 = %hex(&fp), "CT root added");
+            if !before.roots.contains(&fp) {
+                out.added += 1;
+                // Not at start-up, where every root is new.
+                if !before.roots.is_empty() {
+                    tracing::info!(log = %self.label, subject, sha256 = %hex(&fp), "CT root added");
+                }
             }
         }
-        if !same_set(&merged, &before.roots) || merged.len() != before.roots.len() {
+        if !same_set(&merged, &before.roots) {
             *self.loaded.write().unwrap_or_else(|e| e.into_inner()) =
                 Arc::new(LoadedRoots::new(merged));
         }
@@ -338,7 +338,7 @@ fn report(label: &str, r: &Refreshed) {
 
 /// Whether two sets hold the same roots (by fingerprint), whatever their order.
 fn same_set(a: &Roots, b: &Roots) -> bool {
-    a.len() == b.len() && a.entries().all(|(fp, _, _)| b.contains(&fp))
+    a.len() == b.len() && a.fingerprints().all(|fp| b.contains(fp))
 }
 
 /// The stored form: a PEM bundle, each root under its subject and fingerprint.

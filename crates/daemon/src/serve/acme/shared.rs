@@ -68,10 +68,9 @@ impl Seal {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let text = text.trim();
         let bytes = if text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit()) {
-            (0..32)
-                .map(|i| u8::from_str_radix(&text[2 * i..2 * i + 2], 16))
-                .collect::<Result<Vec<u8>, _>>()
+            crate::config::parse_fingerprint(text)
                 .map_err(|e| e.to_string())?
+                .to_vec()
         } else {
             base64::engine::general_purpose::STANDARD
                 .decode(text)
@@ -388,7 +387,8 @@ async fn round(
                     challenges.set_token(token, answer);
                 }
                 for (name, digest) in &o.alpn {
-                    let digest = unhex(digest).ok_or_else(|| {
+                    // The SHA-256 of the key authorization, as `Publisher::alpn` wrote it.
+                    let digest = crate::config::parse_fingerprint(digest).map_err(|_| {
                         AcmeError::Other(format!("the shared ACME state: a bad digest for {name}"))
                     })?;
                     let cert = challenge_certificate(name, &digest, files.provider())?;
@@ -513,15 +513,6 @@ async fn account(
         "ACME account created for the shared store"
     );
     Ok((account, json))
-}
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len() / 2)
-        .map(|i| u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok())
-        .collect()
 }
 
 #[cfg(test)]
