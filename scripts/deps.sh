@@ -47,6 +47,8 @@ if [ "${1:-}" = test ]; then
   # Certificate Transparency interop: TesseraCT's CT hammer and Google's ctclient
   # drive the CT personality in crates/daemon/tests/ct.rs.
   go_install ct-hammer github.com/transparency-dev/tesseract/internal/hammer v0.1.1
+  # TesseraCT's POSIX server writes the CT log `tlogd migrate` copies in (ct.rs).
+  go_install tesseract-posix github.com/transparency-dev/tesseract/cmd/tesseract/posix v0.1.1
   go_install ctclient github.com/google/certificate-transparency-go/client/ctclient v1.4.0
   # ACME: Let's Encrypt's test CA and its mock DNS server, for [tls.acme]
   # (crates/daemon/tests/acme.rs).

@@ -299,6 +299,7 @@ async fn migrate_in<B: ConformanceStore>(
     let options = CopyOptions {
         jobs: 8,
         bundles_per_commit: 16,
+        entry_check: None,
     };
     let r = copy_log(
         source,

@@ -148,6 +148,23 @@ fn start_ct_on(
     ct_toml: &str,
     extra_toml: &str,
 ) -> Daemon {
+    let (cfg, port, mport) = ct_config(store, dir, roots, ct_toml, extra_toml);
+    let opts = Opts {
+        env: store.env.clone(),
+        ..Opts::default()
+    };
+    Daemon::spawn(dir, &cfg, port, mport, &opts)
+}
+
+/// The configuration file of a frontend of the CT log on `store` (see `start_ct_on`),
+/// and the ports it names (the API's, the metrics').
+fn ct_config(
+    store: &CtStore,
+    dir: &Path,
+    roots: &Path,
+    ct_toml: &str,
+    extra_toml: &str,
+) -> (PathBuf, u16, u16) {
     std::fs::create_dir_all(dir).unwrap();
     let port = free_port();
     let mport = free_port();
@@ -176,11 +193,7 @@ fn start_ct_on(
         ),
     )
     .unwrap();
-    let opts = Opts {
-        env: store.env.clone(),
-        ..Opts::default()
-    };
-    Daemon::spawn(dir, &cfg, port, mport, &opts)
+    (cfg, port, mport)
 }
 
 fn chain_json(chain: &[&[u8]]) -> Bytes {
@@ -955,7 +968,6 @@ async fn tesseract_ct_hammer_passes_on_mariadb() {
 }
 
 async fn hammer_on(backend: Backend, goal: u64) {
-    let hammer = find_tool("ct-hammer");
     let testdata = chains().join("hammer");
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
@@ -964,11 +976,28 @@ async fn hammer_on(backend: Backend, goal: u64) {
     let mut d = start_ct_on(&store, dir, &roots, "", "");
     let http = Http::new();
     d.wait_ready(&http).await;
+    let base = format!("{}/", d.url);
+    hammer(&base, &base, goal, 150).await;
+    // Every leaf the hammer wrote is in a tree whose tiles hash to the checkpoint,
+    // at its position, with its issuers.
+    let cp = checkpoint(&http, &d.url, goal).await;
+    assert!(cp.size >= goal);
+    let (ok, out) = tlogd_verify_ct(&d.url).await;
+    assert!(ok, "{out}");
+    assert!(d.terminate().success());
+}
+
+/// TesseraCT's CT hammer (16 writers, 10 % duplicates, readers) against the CT log
+/// read at `read_url` and written at `write_url`, until its tree holds `goal` leaves
+/// (at most `max_writes` per second); it must log no failure.
+async fn hammer(read_url: &str, write_url: &str, goal: u64, max_writes: u32) {
+    let hammer = find_tool("ct-hammer");
+    let testdata = chains().join("hammer");
     let args = vec![
         format!("--origin={CT_ORIGIN}"),
         format!("--log_public_key={}", B64.encode(ct_key().public_key_der())),
-        format!("--log_url={}/", d.url),
-        format!("--write_log_url={}/", d.url),
+        format!("--log_url={read_url}"),
+        format!("--write_log_url={write_url}"),
         format!(
             "--intermediate_ca_cert_path={}",
             testdata.join("test_intermediate_ca_cert.pem").display()
@@ -986,7 +1015,7 @@ async fn hammer_on(backend: Backend, goal: u64) {
                 .display()
         ),
         "--num_writers=16".into(),
-        "--max_write_ops=150".into(),
+        format!("--max_write_ops={max_writes}"),
         "--num_readers_random=2".into(),
         "--num_readers_full=1".into(),
         "--max_read_ops=40".into(),
@@ -1017,13 +1046,6 @@ async fn hammer_on(backend: Backend, goal: u64) {
         failures.join("\n")
     );
     assert!(err.contains("Reached tree size goal"), "{err}");
-    // Every leaf the hammer wrote is in a tree whose tiles hash to the checkpoint,
-    // at its position, with its issuers.
-    let cp = checkpoint(&http, &d.url, goal).await;
-    assert!(cp.size >= goal);
-    let (ok, out) = tlogd_verify_ct(&d.url).await;
-    assert!(ok, "{out}");
-    assert!(d.terminate().success());
 }
 
 /// Lowercase hex, as issuer paths name a fingerprint.
@@ -2013,4 +2035,304 @@ max_entries = 1000
     .await
     .expect("a certificate carrying SCTs, without load");
     d.terminate();
+}
+
+/// A directory served over HTTP/1.1 on loopback (one request per connection), each
+/// data tile answered `delay` late, so that a copy from it can be stopped between two
+/// commits. Its base URL.
+async fn slow_dir_server(dir: PathBuf, delay: Duration) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            let dir = dir.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match sock.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let head = String::from_utf8_lossy(&head);
+                let path = head
+                    .split(' ')
+                    .nth(1)
+                    .unwrap_or("/")
+                    .trim_start_matches('/');
+                if path.starts_with("tile/data/") {
+                    tokio::time::sleep(delay).await;
+                }
+                let reply = match std::fs::read(dir.join(path)) {
+                    Ok(b) => [
+                        format!(
+                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                            b.len()
+                        )
+                        .into_bytes(),
+                        b,
+                    ]
+                    .concat(),
+                    Err(_) => {
+                        b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                            .to_vec()
+                    }
+                };
+                let _ = sock.write_all(&reply).await;
+                let _ = sock.shutdown().await;
+            });
+        }
+    });
+    url
+}
+
+/// A TesseraCT v0.1.1 POSIX log of at least `goal` leaves in `dir/log`, written by
+/// its CT hammer, signed with the tests' CT key (so that tlogd, with that key, can
+/// continue it). TesseraCT is stopped before this returns.
+async fn tesseract_log(dir: &Path, goal: u64) -> PathBuf {
+    let testdata = chains().join("hammer");
+    std::fs::create_dir_all(dir).unwrap();
+    let pkcs8 = dir.join("key.pkcs8.pem");
+    std::fs::write(&pkcs8, ct_key().to_pkcs8_pem().unwrap()).unwrap();
+    // TesseraCT takes SEC 1 ("EC PRIVATE KEY") PEM only.
+    let sec1 = dir.join("key.pem");
+    let out = std::process::Command::new("openssl")
+        .args(["ec", "-in"])
+        .arg(&pkcs8)
+        .arg("-out")
+        .arg(&sec1)
+        .output()
+        .expect("openssl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = dir.join("log");
+    let port = free_port();
+    let mut tesseract = std::process::Command::new(find_tool("tesseract-posix"))
+        .arg(format!("--http_endpoint=127.0.0.1:{port}"))
+        .arg(format!("--origin={CT_ORIGIN}"))
+        .arg(format!("--private_key={}", sec1.display()))
+        .arg(format!(
+            "--roots_pem_file={}",
+            testdata.join("test_root_ca_cert.pem").display()
+        ))
+        .arg(format!("--storage_dir={}", log.display()))
+        .arg("--enable_publication_awaiter=false")
+        .arg("--checkpoint_interval=500ms")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.join("tesseract.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !log.join("checkpoint").exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "TesseraCT wrote no checkpoint: {}",
+            std::fs::read_to_string(dir.join("tesseract.log")).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    hammer(
+        &format!("file://{}/", log.display()),
+        &format!("http://127.0.0.1:{port}/"),
+        goal,
+        1000,
+    )
+    .await;
+    tesseract.kill().unwrap();
+    tesseract.wait().unwrap();
+    log
+}
+
+/// Run `tlogd migrate` with `args`: its exit status and stdout (stderr on failure).
+fn migrate(args: &[String], env: &[(String, String)]) -> (bool, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tlogd"))
+        .arg("migrate")
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// The chain of the entry at `index` of the CT log at `base` as it was submitted:
+/// its endpoint, the certificate or precertificate, then its issuers, read from the
+/// data tile and `issuer/`; and the entry's timestamp.
+async fn logged_chain(
+    http: &Http,
+    base: &str,
+    size: u64,
+    index: u64,
+) -> (&'static str, Vec<Vec<u8>>, u64) {
+    let n = index / 256;
+    let path = tlogd_core::tile::TileId {
+        kind: tlogd_core::tile::TileKind::Data,
+        index: n,
+        width: (size - n * 256).min(256) as u16,
+    }
+    .path();
+    let (status, _, tile) = http.get(&format!("{base}/{path}")).await.unwrap();
+    assert_eq!(status, 200, "{path}");
+    let leaf = parse_data_tile(&tile)
+        .unwrap()
+        .swap_remove((index % 256) as usize);
+    let mut chain = vec![
+        match (&leaf.timestamped_entry.entry, &leaf.pre_certificate) {
+            (LogEntry::X509 { certificate }, _) => certificate.clone(),
+            (LogEntry::Precert { .. }, Some(pre)) => pre.clone(),
+            (LogEntry::Precert { .. }, None) => {
+                panic!("a precertificate entry without its precertificate")
+            }
+        },
+    ];
+    for f in &leaf.certificate_chain {
+        let (status, _, issuer) = http
+            .get(&format!("{base}/issuer/{}", hex(f)))
+            .await
+            .unwrap();
+        assert_eq!(status, 200);
+        chain.push(issuer.to_vec());
+    }
+    let endpoint = match leaf.pre_certificate {
+        Some(_) => "add-pre-chain",
+        None => "add-chain",
+    };
+    (endpoint, chain, leaf.timestamped_entry.timestamp)
+}
+
+/// #60: a TesseraCT log moved into tlogd. TesseraCT v0.1.1's POSIX server, under its
+/// CT hammer, writes a log with the tests' CT key; `tlogd migrate` copies it into a
+/// tlogd CT log with the same key (a continuation). On POSIX the copy is read over
+/// HTTP and killed once it has committed a data tile (no checkpoint in the target),
+/// then resumed from the directory; on MinIO it is read over HTTP. Every data tile,
+/// hash tile, issuer and the checkpoint are byte for byte TesseraCT's; a second run
+/// copies nothing; `tlogd serve` then answers a resubmitted certificate with its
+/// original index and timestamp, the hammer continues the log through tlogd, and
+/// `tlogd verify --ct` passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tesseract_log_migrated_in_is_continued() {
+    tesseract_log_migrated_into(Backend::Posix).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tesseract_log_migrated_into_minio_is_continued() {
+    tesseract_log_migrated_into(Backend::Minio).await
+}
+
+async fn tesseract_log_migrated_into(backend: Backend) {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tesseract_log(&tmp.path().join("tesseract"), 700).await;
+    let source_cp = std::fs::read(src.join("checkpoint")).unwrap();
+    let size = tlogd_core::checkpoint::signed_size(&source_cp).unwrap();
+    assert!(size >= 700, "{}", String::from_utf8_lossy(&source_cp));
+    let dir = tmp.path().join("tlogd");
+    let store = CtStore::fresh(backend, &dir).await;
+    let roots = chains().join("hammer/test_root_ca_cert.pem");
+    let (cfg, _, _) = ct_config(&store, &dir, &roots, "", "");
+    let flags = |from: &str| -> Vec<String> {
+        [
+            "--config",
+            cfg.to_str().unwrap(),
+            "--from",
+            from,
+            "--quiet",
+            "--jobs",
+            "1",
+            "--bundles-per-commit",
+            "1",
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let slow = slow_dir_server(src.clone(), Duration::from_millis(300)).await;
+    if backend == Backend::Posix {
+        // Killed once the first data tile is committed: before the next one is.
+        let target = dir.join("log");
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tlogd"))
+            .arg("migrate")
+            .args(flags(&slow))
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !target.join("tile/data/000").exists() {
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "the migration ended before it was killed"
+            );
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the migration made no progress"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(
+            !target.join("checkpoint").exists(),
+            "a checkpoint after the kill"
+        );
+        let (ok, out) = migrate(&flags(src.to_str().unwrap()), &store.env);
+        assert!(ok, "{out}");
+        assert!(out.contains("resumed at 256"), "{out}");
+        // Byte for byte TesseraCT's: data and hash tiles, issuers, the checkpoint.
+        for f in tlogd_core::conformance::files(&src) {
+            let name = f.display().to_string();
+            // TesseraCT's own state is not copied, nor are partial tiles of earlier
+            // sizes (its history, not the tree's; the last ones `tlogd verify --ct`
+            // checks below).
+            let public =
+                name == "checkpoint" || name.starts_with("tile/") || name.starts_with("issuer/");
+            if !public || name.contains(".p/") {
+                continue;
+            }
+            assert!(
+                std::fs::read(target.join(&f)).ok() == Some(std::fs::read(src.join(&f)).unwrap()),
+                "{name} differs from TesseraCT's"
+            );
+        }
+    } else {
+        let (ok, out) = migrate(&flags(&slow), &store.env);
+        assert!(ok, "{out}");
+        assert!(
+            out.contains(&format!("size {size}")) && out.contains("issuers"),
+            "{out}"
+        );
+    }
+    let (ok, out) = migrate(&flags(&slow), &store.env);
+    assert!(ok && out.contains("nothing to copy"), "{out}");
+
+    // Continued by tlogd, with the same key: a certificate submitted again gets the
+    // index and timestamp TesseraCT gave it; the hammer goes on through tlogd.
+    let http = Http::new();
+    let mut d = start_ct_on(&store, &dir, &roots, "", "");
+    d.wait_ready(&http).await;
+    assert_eq!(checkpoint(&http, &d.url, size).await.size, size);
+    for index in [3, size - 1] {
+        let (endpoint, chain, timestamp) = logged_chain(&http, &d.url, size, index).await;
+        let chain: Vec<&[u8]> = chain.iter().map(Vec::as_slice).collect();
+        let (sct, duplicate) = submit_when_ready(&http, &d.url, endpoint, &chain).await;
+        assert!(duplicate, "entry {index} resubmitted");
+        assert_eq!(sct.timestamp, timestamp, "entry {index}'s timestamp");
+        assert_eq!(parse_leaf_index(&sct.extensions).unwrap(), Some(index));
+    }
+    let base = format!("{}/", d.url);
+    hammer(&base, &base, size + 300, 1000).await;
+    let (ok, out) = tlogd_verify_ct(&d.url).await;
+    assert!(ok, "{out}");
+    assert!(d.terminate().success());
 }

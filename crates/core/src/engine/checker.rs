@@ -195,6 +195,12 @@ pub trait EntryCheck: Send + Sync + std::fmt::Debug {
 
     /// Check a blob an entry named (read once however many entries name it).
     fn check_blob(&self, key: &str, bytes: &[u8]) -> Result<(), String>;
+
+    /// The HTTP `Content-Type` of the blobs the entries name, for a copy that stores
+    /// them ([`LogStorage::put_blob`](super::storage::LogStorage::put_blob)).
+    fn blob_content_type(&self) -> &'static str {
+        "application/octet-stream"
+    }
 }
 
 /// Told how far the check got.

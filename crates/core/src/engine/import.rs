@@ -7,9 +7,9 @@
 //!    hash to the checkpoint's root ([`root_from_tile_roots`]). From then on every full
 //!    bundle is checked against its proven root before a byte of it is written, and the
 //!    partial one against the leaves proven with the root: nothing unproven reaches the
-//!    target. (What a leaf hash covers is proven: for static-ct-api data tiles, whose
-//!    entries carry bytes beyond it, those bytes are not; `tlogd migrate` copies
-//!    tlog-tiles logs only.)
+//!    target. (What a leaf hash covers is proven. Static-ct-api data tiles carry bytes
+//!    beyond it, a precertificate's and the chain's fingerprints: those are checked
+//!    as `tlogd verify --ct` checks them, through the [`EntryCheck`] of step 3.)
 //! 2. **Find where the target stands.** Its committed tree (empty, or a copy an
 //!    interruption left, or a mirror copied from an earlier checkpoint) must be the
 //!    source's first entries: its root must be the source's root at its size, computed
@@ -18,17 +18,24 @@
 //!    bytes verbatim; the hash tiles are computed here (the same bytes a correct source
 //!    serves), and every few bundles one [`LogStorage::commit`] makes the copy so far
 //!    the target's committed tree. An interruption loses at most the uncommitted
-//!    bundles; a new run starts from the committed size (step 2).
+//!    bundles; a new run starts from the committed size (step 2). With an
+//!    [`EntryCheck`] (a CT log's), every copied entry is checked with it too (its
+//!    `leaf_index` is its position), and the blobs the entries name (the issuers of a
+//!    CT log, static-ct-api "Issuers") are fetched, checked (their bytes hash to their
+//!    name) and stored before the commit that makes those entries the target's: a
+//!    committed entry never names a blob the target lacks.
 //! 4. **Publish the source's checkpoint**, byte for byte, once the committed root is
 //!    the checkpoint's: until then the target holds no checkpoint it did not hold
 //!    before, so nothing reads a partial copy as a log.
 
+use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Instant;
 
 use futures_util::StreamExt as _;
 
 use super::Edge;
-use super::checker::{Fetch, VerifyError, get_tile};
+use super::checker::{EntryCheck, Fetch, VerifyError, get_tile};
 use super::storage::{CommitBatch, LogStorage, StorageError, TreeState};
 use crate::checkpoint::Checkpoint;
 use crate::hash::Hash;
@@ -43,6 +50,9 @@ pub struct CopyOptions {
     pub jobs: usize,
     /// Full bundles per commit to the target (at least 1).
     pub bundles_per_commit: usize,
+    /// What the leaf hashes cannot prove about each entry, and the blobs it names
+    /// (a CT log's issuers), copied before the entries (module docs, step 3).
+    pub entry_check: Option<Arc<dyn EntryCheck>>,
 }
 
 impl Default for CopyOptions {
@@ -50,6 +60,7 @@ impl Default for CopyOptions {
         CopyOptions {
             jobs: 16,
             bundles_per_commit: 64,
+            entry_check: None,
         }
     }
 }
@@ -73,6 +84,8 @@ pub struct CopyReport {
     pub size: u64,
     /// Bundles fetched and written by this run.
     pub bundles: u64,
+    /// Blobs the copied entries name (CT issuers), fetched, checked and stored.
+    pub blobs: u64,
     /// The target already held the tree and exactly this checkpoint: nothing was
     /// written.
     pub already_complete: bool,
@@ -153,6 +166,7 @@ pub async fn copy_log<F: Fetch, S: LogStorage>(
             resumed_from: at,
             size,
             bundles: 0,
+            blobs: 0,
             already_complete: true,
             seconds: started.elapsed().as_secs_f64(),
         });
@@ -183,6 +197,7 @@ pub async fn copy_log<F: Fetch, S: LogStorage>(
         })
         .buffered(jobs);
     let mut bundles = 0u64;
+    let mut blobs = Blobs::default();
     while let Some(next) = fetched.next().await {
         let (id, bytes) = next?;
         let leaves = bundle_leaves(personality, id, &bytes)?;
@@ -203,14 +218,19 @@ pub async fn copy_log<F: Fetch, S: LogStorage>(
             ))
             .into());
         }
+        if let Some(check) = &options.entry_check {
+            blobs.name(&**check, personality, id, &bytes, skip)?;
+        }
         writer.leaves.extend_from_slice(&leaves[skip..]);
         writer.bundles.push((id, bytes.to_vec()));
         bundles += 1;
         if writer.bundles.len() >= options.bundles_per_commit.max(1) {
+            blobs.store(source, storage, options, jobs).await?;
             writer.commit(storage, checkpoint).await?;
             progress.committed(writer.edge.tree.size());
         }
     }
+    blobs.store(source, storage, options, jobs).await?;
     writer.commit(storage, checkpoint).await?;
     progress.committed(writer.edge.tree.size());
     if writer.edge.tree.root() != checkpoint.root {
@@ -227,6 +247,7 @@ pub async fn copy_log<F: Fetch, S: LogStorage>(
         resumed_from: at,
         size,
         bundles,
+        blobs: blobs.written,
         already_complete: false,
         seconds: started.elapsed().as_secs_f64(),
     })
@@ -315,6 +336,83 @@ async fn exact_tile<F: Fetch>(source: &F, id: TileId) -> Result<bytes::Bytes, Ve
     let prefix = tile::tile_prefix(id.kind, &bytes, TILE_WIDTH as u16, id.width)
         .ok_or_else(|| VerifyError::Invalid(format!("{}: too short", got.path())))?;
     Ok(bytes.slice_ref(prefix))
+}
+
+/// The blobs the copied entries name (a CT log's issuers): each stored once per run,
+/// before the commit of the first entries that name it.
+#[derive(Default)]
+struct Blobs {
+    /// Named by the entries not committed yet, not stored by this run.
+    pending: Vec<String>,
+    /// Stored by this run, or pending.
+    known: HashSet<String>,
+    /// How many this run stored.
+    written: u64,
+}
+
+impl Blobs {
+    /// Check the entries of bundle `id` from its `skip`th with `check`; remember the
+    /// blobs they name.
+    fn name(
+        &mut self,
+        check: &dyn EntryCheck,
+        personality: &dyn Personality,
+        id: TileId,
+        bytes: &[u8],
+        skip: usize,
+    ) -> Result<(), VerifyError> {
+        let entries = personality
+            .split_bundle(bytes)
+            .map_err(|e| VerifyError::Invalid(format!("{}: {e}", id.path())))?;
+        for (i, e) in entries.iter().enumerate().skip(skip) {
+            let index = id.index * TILE_WIDTH + i as u64;
+            let keys = check
+                .check_entry(index, e)
+                .map_err(|why| VerifyError::Invalid(format!("entry {index}: {why}")))?;
+            for key in keys {
+                if self.known.insert(key.clone()) {
+                    self.pending.push(key);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Fetch, check and store every pending blob (`jobs` fetches at once).
+    async fn store<F: Fetch, S: LogStorage>(
+        &mut self,
+        source: &F,
+        storage: &S,
+        options: &CopyOptions,
+        jobs: usize,
+    ) -> Result<(), CopyError> {
+        let Some(check) = &options.entry_check else {
+            return Ok(());
+        };
+        let pending = std::mem::take(&mut self.pending);
+        let mut fetched = futures_util::stream::iter(pending)
+            .map(|key| async move {
+                let got = source.get(&key).await;
+                (key, got)
+            })
+            .buffered(jobs);
+        while let Some((key, got)) = fetched.next().await {
+            let bytes = got?.ok_or_else(|| {
+                VerifyError::Invalid(format!(
+                    "{key}, named by an entry, is not served by {}",
+                    source.location()
+                ))
+            })?;
+            check
+                .check_blob(&key, &bytes)
+                .map_err(|why| VerifyError::Invalid(format!("{key}: {why}")))?;
+            storage
+                .put_blob(&key, &bytes, check.blob_content_type())
+                .await?;
+            self.written += 1;
+        }
+        Ok(())
+    }
 }
 
 /// The target's tree and what is copied into it but not committed yet.
@@ -425,6 +523,7 @@ mod tests {
         let options = CopyOptions {
             jobs: 4,
             bundles_per_commit: per_commit,
+            entry_check: None,
         };
         copy_log(
             &StoredLog(from),

@@ -18,12 +18,14 @@ use anyhow::bail;
 use tlogd_core::engine::LogStorage;
 
 use crate::commands::serve::{ServeArgs, load_config};
-use crate::logset::keys::load_signers;
+use crate::commands::verify::CtEntryCheck;
+use crate::logset::keys::{load_ct_key, load_signers};
 use crate::logset::storage::{Clients, OverStorage, with_storage};
 use crate::logset::{open_log, pick_log};
 use crate::observe;
 
-/// Where a migration reads from: any tlog-tiles log, by base URL or directory.
+/// Where a migration reads from: any tlog-tiles or static-ct-api log, by base URL or
+/// directory.
 pub enum Source {
     /// A log served over HTTP(S).
     Http(HttpFetcher),
@@ -90,12 +92,14 @@ impl Drop for CopyBar {
 #[derive(clap::Args)]
 pub struct MigrateArgs {
     /// The source log: a base URL (https://host/prefix) or a local directory holding
-    /// `checkpoint` and `tile/` (Tessera's POSIX layout, tlogd's, any tlog-tiles log).
+    /// `checkpoint` and `tile/` (Tessera's POSIX layout, tlogd's, any tlog-tiles log;
+    /// for a target with `[ct]`, a static-ct-api log: TesseraCT's, Sunlight's).
     #[arg(long)]
     from: String,
-    /// The source's verifier key (`name+hash+base64`), for a source whose checkpoint
-    /// this log's own key did not sign: the copy is then a mirror, which tlogd does
-    /// not append to. Repeat for several.
+    /// The source's verifier key (`name+hash+base64`; for a CT log, its public key as
+    /// base64 DER, as log lists give it), for a source whose checkpoint this log's own
+    /// key did not sign: the copy is then a mirror, which tlogd does not append to.
+    /// Repeat for several.
     #[arg(long)]
     source_public_key: Vec<String>,
     /// Which of the file's `[[logs]]` (by name); not needed for a single log.
@@ -127,15 +131,20 @@ pub async fn run(args: MigrateArgs) -> anyhow::Result<()> {
     let c = load_config(args.target)?;
     observe::init_logging(&c.log)?;
     let section = pick_log(&c, args.log.as_deref())?;
-    if section.ct.is_some() {
-        bail!(
-            "migrating a Certificate Transparency log (static-ct-api data tiles and issuers) is not supported yet: only tlog-tiles logs"
-        );
-    }
     let origin = section.origin.clone().unwrap_or_default();
+    // A CT log (static-ct-api): its checkpoints carry an RFC 6962 note signature by its
+    // ECDSA key, its entries are data tiles, and they name issuers by fingerprint.
+    let ct = section.ct.is_some();
     // This log's own keys, when it has any: a copy they signed is a continuation.
     let keyed = !section.key_files().is_empty() || std::env::var_os("TLOGD_PRIVATE_KEY").is_some();
     let own: Vec<NoteVerifier> = match keyed {
+        true if ct => {
+            let key = load_ct_key(&section)?;
+            vec![
+                tlogd_ct::Rfc6962Check::verifier(&origin, &key.public_key_der())
+                    .map_err(|e| anyhow::anyhow!("the CT log's key: {e}"))?,
+            ]
+        }
         true => load_signers(&section, &origin)?
             .iter()
             .map(|s| s.verifier())
@@ -145,7 +154,7 @@ pub async fn run(args: MigrateArgs) -> anyhow::Result<()> {
     let mut theirs = Vec::new();
     for k in &args.source_public_key {
         theirs.push(
-            NoteVerifier::from_vkey(k.trim())
+            source_verifier(k.trim(), &origin, ct)
                 .map_err(|e| anyhow::anyhow!("--source-public-key {k:?}: {e}"))?,
         );
     }
@@ -177,6 +186,7 @@ pub async fn run(args: MigrateArgs) -> anyhow::Result<()> {
     }
     struct Copy<'a> {
         source: &'a Source,
+        personality: Arc<dyn tlogd_core::personality::Personality>,
         checkpoint: Checkpoint,
         signed: Vec<u8>,
         options: tlogd_core::engine::import::CopyOptions,
@@ -193,7 +203,7 @@ pub async fn run(args: MigrateArgs) -> anyhow::Result<()> {
             Ok(tlogd_core::engine::import::copy_log(
                 self.source,
                 &*storage,
-                &tlogd_core::personality::TlogTiles,
+                &*self.personality,
                 &self.checkpoint,
                 &self.signed,
                 &self.options,
@@ -203,13 +213,22 @@ pub async fn run(args: MigrateArgs) -> anyhow::Result<()> {
         }
     }
     let size = checkpoint.size;
+    let (personality, entry_check): (Arc<dyn tlogd_core::personality::Personality>, _) = match ct {
+        true => (
+            Arc::new(tlogd_ct::StaticCt),
+            Some(Arc::new(CtEntryCheck) as Arc<dyn tlogd_core::engine::checker::EntryCheck>),
+        ),
+        false => (Arc::new(tlogd_core::personality::TlogTiles), None),
+    };
     let copy = Copy {
         source: &source,
+        personality,
         checkpoint,
         signed,
         options: tlogd_core::engine::import::CopyOptions {
             jobs: args.jobs.max(1),
             bundles_per_commit: args.bundles_per_commit.max(1),
+            entry_check,
         },
         quiet: args.quiet,
     };
@@ -223,8 +242,12 @@ pub async fn run(args: MigrateArgs) -> anyhow::Result<()> {
         );
     } else {
         let copied = report.size - report.resumed_from;
+        let issuers = match ct {
+            true => format!(" and {} issuers", report.blobs),
+            false => String::new(),
+        };
         println!(
-            "copied {copied} entries ({} bundles) from {} in {:.1} s: {:.0} entries/s{}; published the source's checkpoint (size {size})",
+            "copied {copied} entries ({} bundles){issuers} from {} in {:.1} s: {:.0} entries/s{}; published the source's checkpoint (size {size})",
             report.bundles,
             source.location(),
             report.seconds,
@@ -261,4 +284,22 @@ pub async fn run(args: MigrateArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// A `--source-public-key`: a note verifier key, or for a CT log its public key
+/// (base64 DER SubjectPublicKeyInfo) under the log's origin.
+fn source_verifier(
+    key: &str,
+    origin: &str,
+    ct: bool,
+) -> Result<tlogd_core::note::NoteVerifier, String> {
+    use base64::Engine as _;
+    use tlogd_core::note::NoteVerifier;
+    if !ct {
+        return NoteVerifier::from_vkey(key).map_err(|e| e.to_string());
+    }
+    let spki = base64::engine::general_purpose::STANDARD
+        .decode(key)
+        .map_err(|e| format!("a CT log's key is base64 DER: {e}"))?;
+    tlogd_ct::Rfc6962Check::verifier(origin, &spki).map_err(|e| e.to_string())
 }

@@ -226,7 +226,7 @@ fn ct_or_note_verifiers(args: &VerifyArgs) -> Result<Vec<NoteVerifier>, String> 
 /// position (static-ct-api "Log entries"), and each issuer it names by fingerprint is
 /// served at `issuer/<hex>` with bytes of that SHA-256 (static-ct-api "Issuers").
 #[derive(Debug)]
-struct CtEntryCheck;
+pub(crate) struct CtEntryCheck;
 
 impl EntryCheck for CtEntryCheck {
     fn check_entry(&self, index: u64, entry: &StoredEntry<'_>) -> Result<Vec<String>, String> {
@@ -254,6 +254,10 @@ impl EntryCheck for CtEntryCheck {
             Some(want) if want == hex => Ok(()),
             _ => Err(format!("its bytes hash to {hex}")),
         }
+    }
+
+    fn blob_content_type(&self) -> &'static str {
+        "application/pkix-cert"
     }
 }
 
