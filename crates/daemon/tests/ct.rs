@@ -2315,6 +2315,41 @@ async fn tesseract_log_migrated_into(backend: Backend) {
     }
     let (ok, out) = migrate(&flags(&slow), &store.env);
     assert!(ok && out.contains("nothing to copy"), "{out}");
+    if backend == Backend::Posix {
+        // Without the log's key, checked with its public key only: a mirror, whole.
+        let mirror = dir.join("mirror");
+        let mirror_cfg = dir.join("mirror.toml");
+        std::fs::write(
+            &mirror_cfg,
+            format!(
+                "origin = \"{CT_ORIGIN}\"\n[storage]\ndir = \"{}\"\n[ct]\nroots_file = \"{}\"\n",
+                mirror.display(),
+                roots.display()
+            ),
+        )
+        .unwrap();
+        let spki = B64.encode(ct_key().public_key_der());
+        let strings = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let args = [
+            "--config",
+            mirror_cfg.to_str().unwrap(),
+            "--from",
+            &slow,
+            "--quiet",
+        ];
+        let (ok, out) = migrate(&strings(&args), &[]);
+        assert!(!ok && out.contains("nothing to check"), "{out}");
+        let (ok, out) = migrate(
+            &strings(&[&args[..], &["--source-public-key", &spki]].concat()),
+            &[],
+        );
+        assert!(
+            ok && out.contains("a mirror") && out.contains("issuers"),
+            "{out}"
+        );
+        let (ok, out) = tlogd_verify_ct(mirror.to_str().unwrap()).await;
+        assert!(ok, "{out}");
+    }
 
     // Continued by tlogd, with the same key: a certificate submitted again gets the
     // index and timestamp TesseraCT gave it; the hammer goes on through tlogd.
