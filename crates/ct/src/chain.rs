@@ -368,6 +368,10 @@ pub struct ValidatedChain {
     /// The leaf's notBefore, ms since the Unix epoch (negative before 1970): how old
     /// the certificate is, for the operator's rate limit of old submissions.
     pub not_before_ms: i64,
+    /// SHA-256 of the `SubjectPublicKeyInfo` of the CA that issued the certificate (for
+    /// a precertificate, of the CA that will issue the final certificate: RFC 6962
+    /// §3.2's `issuer_key_hash`), for the operator's rate limit per issuer.
+    pub issuer_key_hash: [u8; 32],
 }
 
 /// A position in the verified path, for error messages.
@@ -736,6 +740,14 @@ pub fn validate(
     }
     check_issuers(&path, certs.len(), pre_issuer)?;
 
+    // The CA whose key issues the certificate (past a precertificate signing
+    // certificate, the CA it speaks for).
+    let issuer_at = if pre_issuer { 2 } else { 1 };
+    let issuer_key_hash: [u8; 32] = path
+        .get(issuer_at)
+        .or(path.last())
+        .map(|c| Sha256::digest(c.spki).into())
+        .unwrap_or_default();
     let entry = if is_precert {
         let (key_holder, pre) = if pre_issuer {
             (
@@ -773,6 +785,7 @@ pub fn validate(
         submission: Submission { entry, chain: fps },
         issuers,
         not_before_ms,
+        issuer_key_hash,
     })
 }
 

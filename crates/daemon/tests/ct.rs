@@ -625,6 +625,65 @@ async fn old_certificates_are_rate_limited() {
     assert_eq!(check_sct(&sct, LogEntry::X509 { certificate: other }), 1);
 }
 
+/// `[ct] issuer_per_second`: each issuing CA gets its own bucket. One CA past its
+/// burst gets `429` + `Retry-After` while another CA's certificates go on, a
+/// resubmission of a logged certificate is answered whatever the bucket, a chain that
+/// does not validate spends nothing, and the limited CA is admitted again once its
+/// bucket refills. The refusals are counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_issuer_is_rate_limited_on_its_own() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (busy, quiet) = (TestRoot::mint("Busy CA"), TestRoot::mint("Quiet CA"));
+    let roots = dir.join("roots.pem");
+    let pem = |der: &[u8]| tlogd_ct::chain::certificate_pem(der);
+    std::fs::write(&roots, pem(&busy.der()) + &pem(&quiet.der())).unwrap();
+    let mut d = start_ct(dir, &roots, "issuer_per_second = 0.5\nissuer_burst = 2\n");
+    let http = Http::new();
+    d.wait_ready(&http).await;
+    let url = format!("{}/ct/v1/add-chain", d.url);
+    let leaves: Vec<Vec<u8>> = (0..3)
+        .map(|i| busy.leaf(&format!("a{i}.example.com")))
+        .collect();
+    let (first, _) = submit(&http, &d.url, "add-chain", &[&leaves[0]])
+        .await
+        .unwrap();
+    // A chain that does not validate (a leaf of an unknown CA claiming the busy one's
+    // root) spends nothing of the busy CA's burst.
+    let stranger = TestRoot::mint("Busy CA").leaf("b.example.com");
+    let (status, _, _) = http
+        .post(&url, chain_json(&[&stranger, &busy.der()]))
+        .await
+        .unwrap();
+    assert_eq!(status, 400);
+    submit(&http, &d.url, "add-chain", &[&leaves[1]])
+        .await
+        .unwrap();
+    let (status, headers, body) = http.post(&url, chain_json(&[&leaves[2]])).await.unwrap();
+    assert_eq!(status, 429, "{}", String::from_utf8_lossy(&body));
+    assert!(String::from_utf8_lossy(&body).contains("issuer"));
+    assert!(headers.contains_key("retry-after"));
+    // Another CA is not held back; a resubmission is answered with its SCT.
+    submit(&http, &d.url, "add-chain", &[&quiet.leaf("c.example.com")])
+        .await
+        .unwrap();
+    let (again, dup) = submit(&http, &d.url, "add-chain", &[&leaves[0]])
+        .await
+        .unwrap();
+    assert!(dup);
+    assert_eq!(again, first);
+    assert_eq!(
+        daemon_metric(&http, &d, "tlogd_ct_issuer_limited_total").await,
+        1.0
+    );
+    // Refilled at half a token a second: admitted again.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let (_, dup) = submit(&http, &d.url, "add-chain", &[&leaves[2]])
+        .await
+        .unwrap();
+    assert!(!dup);
+}
+
 fn hup(d: &Daemon) {
     let ok = std::process::Command::new("kill")
         .args(["-HUP", &d.child.id().to_string()])
@@ -1695,7 +1754,7 @@ async fn wait_roots(http: &Http, base: &str, want: &[Vec<u8>], what: &str) {
     );
 }
 
-async fn roots_metric(http: &Http, d: &Daemon, name: &str) -> f64 {
+async fn daemon_metric(http: &Http, d: &Daemon, name: &str) -> f64 {
     let (_, _, text) = http
         .get(&format!("{}/metrics", d.metrics_url))
         .await
@@ -1786,8 +1845,10 @@ async fn roots_follow_the_root_programs_and_are_never_dropped() {
     )
     .await
     .expect("a chain under a root dropped upstream, kept here");
-    assert_eq!(roots_metric(&http, &d, "tlogd_ct_roots").await, 3.0);
-    assert!(roots_metric(&http, &d, "tlogd_ct_roots_last_refresh_timestamp_seconds").await > 1.7e9);
+    assert_eq!(daemon_metric(&http, &d, "tlogd_ct_roots").await, 3.0);
+    assert!(
+        daemon_metric(&http, &d, "tlogd_ct_roots_last_refresh_timestamp_seconds").await > 1.7e9
+    );
 
     // Failures change nothing, are counted, and leave the log ready. The truncated
     // report would add `cut` if it were taken in part.
@@ -1814,12 +1875,12 @@ async fn roots_follow_the_root_programs_and_are_never_dropped() {
         ),
     ] {
         let errors =
-            roots_metric(&http, &d, "tlogd_ct_roots_fetches_total{result=\"error\"}").await;
+            daemon_metric(&http, &d, "tlogd_ct_roots_fetches_total{result=\"error\"}").await;
         *answer.lock().unwrap() = a;
         hup(&d);
         let mut counted = false;
         for _ in 0..200 {
-            if roots_metric(&http, &d, "tlogd_ct_roots_fetches_total{result=\"error\"}").await
+            if daemon_metric(&http, &d, "tlogd_ct_roots_fetches_total{result=\"error\"}").await
                 > errors
             {
                 counted = true;

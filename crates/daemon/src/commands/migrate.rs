@@ -141,7 +141,7 @@ pub async fn run(args: MigrateArgs) -> anyhow::Result<()> {
         true if ct => {
             let key = load_ct_key(&section)?;
             vec![
-                tlogd_ct::Rfc6962Check::verifier(&origin, &key.public_key_der())
+                tlogd_ct::Rfc6962Check::verifier(&origin, key.public_key_der())
                     .map_err(|e| anyhow::anyhow!("the CT log's key: {e}"))?,
             ]
         }

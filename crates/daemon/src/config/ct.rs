@@ -94,6 +94,18 @@ pub struct CtConfig {
     /// days ago is of the lowest priority.
     #[serde(default = "default_priority_old_days")]
     pub priority_old_days: u64,
+    /// Rate-limit each issuing CA (#60; TesseraCT's users ask for it, its issue 585): at
+    /// most this many new entries a second per issuer key (SHA-256 of the issuing CA's
+    /// `SubjectPublicKeyInfo`, RFC 6962's `issuer_key_hash`), with a burst of
+    /// `issuer_burst`; beyond it `429` + `Retry-After`. Counted once a chain has
+    /// validated (a made-up chain cannot spend a real CA's share); resubmissions are
+    /// answered before and never count. One CA's mass re-logging cannot take the log
+    /// from the others. 0 (the default): no limit.
+    #[serde(default)]
+    pub issuer_per_second: f64,
+    /// See `issuer_per_second`: the adds an issuer may send at once (default: one
+    /// second's worth, at least 1).
+    pub issuer_burst: Option<f64>,
     /// Threads that validate the chains too costly to check on a request's own thread
     /// (P-384 and P-521 links, RSA keys aws-lc-rs does not take; cheap ones never
     /// wait for these). Default: one per core.
@@ -262,6 +274,17 @@ impl CtConfig {
             && !(self.old_not_before_per_second.is_finite() && self.old_not_before_per_second > 0.0)
         {
             bail!("`ct.old_not_before_days` needs `ct.old_not_before_per_second` above 0");
+        }
+        if !(self.issuer_per_second.is_finite() && self.issuer_per_second >= 0.0) {
+            bail!("`ct.issuer_per_second` must be a number of adds a second, 0 for no limit");
+        }
+        if let Some(b) = self.issuer_burst
+            && !(b.is_finite() && b >= 1.0)
+        {
+            bail!("`ct.issuer_burst` must be at least 1");
+        }
+        if self.issuer_burst.is_some() && self.issuer_per_second == 0.0 {
+            bail!("`ct.issuer_burst` needs `ct.issuer_per_second` above 0");
         }
         if self.reject_expired && self.reject_unexpired {
             bail!("`ct.reject_expired` and `ct.reject_unexpired` together refuse everything");

@@ -603,6 +603,13 @@ fn ct_settings_are_checked() {
         ),
         ("allowed_ekus = [\"serverAuth\"]\n", "not a dotted OID"),
         ("old_not_before_days = 30\n", "old_not_before_per_second"),
+        ("issuer_per_second = -1.0\n", "issuer_per_second"),
+        ("issuer_per_second = nan\n", "issuer_per_second"),
+        ("issuer_burst = 5.0\n", "needs `ct.issuer_per_second`"),
+        (
+            "issuer_per_second = 2.0\nissuer_burst = 0.5\n",
+            "at least 1",
+        ),
     ] {
         let c = Config::parse(&format!("{base}{extra}")).unwrap();
         let e = format!("{:#}", c.validate().unwrap_err());

@@ -17,7 +17,8 @@
 //!    down): on the request's thread when its checks are few and cheap, else on the
 //!    log's validation threads (`validation.rs`: a bounded queue, a per-address share,
 //!    `503` beyond either); `400` with the reason when it does not validate.
-//!    Certificates older than `[ct] old_not_before_days` are rate-limited (`429`).
+//!    Certificates older than `[ct] old_not_before_days` are rate-limited (`429`), and
+//!    so is each issuing CA beyond `[ct] issuer_per_second`.
 //! 2. Every issuer of the verified path, the root included, is stored at
 //!    `issuer/<hex>` with `put_blob` (write-once, durable when it returns) before the
 //!    entry is queued: a data tile never names an issuer a reader cannot fetch. An add
@@ -121,6 +122,7 @@ pub struct CtLog {
     label: String,
     await_publication: bool,
     old_limit: Option<OldLimit>,
+    issuer_limit: Option<IssuerLimit>,
     priority: Priority,
 }
 
@@ -197,6 +199,49 @@ struct InProgress<'a>(&'a std::sync::atomic::AtomicUsize);
 impl Drop for InProgress<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// The rate limit per issuing CA (`[ct] issuer_per_second`): a token bucket per issuer
+/// key hash. Full buckets are forgotten when the map grows past [`MAX_LIMITED_ISSUERS`]
+/// (a full bucket is what a new one is), so its memory is bounded however many CAs
+/// submit.
+struct IssuerLimit {
+    per_second: f64,
+    burst: f64,
+    /// Tokens left per issuer key hash, and when they were counted.
+    buckets: Mutex<HashMap<[u8; 32], (f64, Instant)>>,
+}
+
+/// Issuers whose buckets [`IssuerLimit`] keeps before it forgets the full ones (a CT
+/// log sees a few hundred issuing CAs).
+const MAX_LIMITED_ISSUERS: usize = 16_384;
+
+impl IssuerLimit {
+    /// Whether an add of a certificate its issuer key `hash` issued may go on now.
+    fn admit(&self, hash: &[u8; 32]) -> bool {
+        let now = Instant::now();
+        let (rate, burst) = (self.per_second, self.burst);
+        let level = |(tokens, at): (f64, Instant)| {
+            (tokens + now.duration_since(at).as_secs_f64() * rate).min(burst)
+        };
+        let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        if buckets.len() >= MAX_LIMITED_ISSUERS && !buckets.contains_key(hash) {
+            buckets.retain(|_, b| level(*b) < burst);
+            if buckets.len() >= MAX_LIMITED_ISSUERS {
+                // Every CA is busy: forgetting them all only gives each a burst more.
+                buckets.clear();
+            }
+        }
+        let b = buckets.entry(*hash).or_insert((burst, now));
+        let tokens = level(*b);
+        if tokens >= 1.0 {
+            *b = (tokens - 1.0, now);
+            true
+        } else {
+            *b = (tokens, now);
+            false
+        }
     }
 }
 
@@ -290,6 +335,14 @@ impl CtLog {
                 age_ms: config.old_not_before_days.saturating_mul(86_400_000),
                 per_second: config.old_not_before_per_second,
                 bucket: Mutex::new((config.old_not_before_per_second.max(1.0), Instant::now())),
+            }),
+            issuer_limit: (config.issuer_per_second > 0.0).then(|| IssuerLimit {
+                per_second: config.issuer_per_second,
+                burst: config
+                    .issuer_burst
+                    .unwrap_or(config.issuer_per_second)
+                    .max(1.0),
+                buckets: Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -575,6 +628,17 @@ async fn add_inner<S: LogStorage>(
         let (mut resp, outcome) = pushback(
             log,
             "too many submissions of old certificates (notBefore over the log's limit); retry later",
+        );
+        *resp.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+        return (resp, outcome);
+    }
+    if let Some(limit) = &ct.issuer_limit
+        && !limit.admit(&validated.issuer_key_hash)
+    {
+        metrics::counter!("tlogd_ct_issuer_limited_total", "log" => ct.label.clone()).increment(1);
+        let (mut resp, outcome) = pushback(
+            log,
+            "too many submissions from this certificate's issuer (the log's limit per issuing CA); retry later",
         );
         *resp.status_mut() = StatusCode::TOO_MANY_REQUESTS;
         return (resp, outcome);
