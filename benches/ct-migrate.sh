@@ -52,6 +52,9 @@ hammer() { # read_url write_url goal
 
 # The source: TesseraCT's POSIX server under its hammer, then stopped.
 src="$work/tesseract"
+# TesseraCT v0.1.1 creates issuer/ on its first writes, and two writers racing to create
+# it fail one add with 500 ("mkdir ...: file exists"): made here first.
+mkdir -p "$src/issuer"
 port=$(free_port)
 "$tools/tesseract-posix" --http_endpoint="127.0.0.1:$port" --origin="$origin" \
   --private_key="$work/key.pem" --roots_pem_file="$work/roots.pem" --storage_dir="$src" \

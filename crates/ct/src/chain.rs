@@ -1342,6 +1342,46 @@ fn check_policy(leaf: &Cert<'_>, policy: &ChainPolicy, now_ms: u64) -> Result<()
     Ok(())
 }
 
+/// Whether the DER `der` is one certificate, as `issuer/<hex>` must hold (a copy's
+/// check of the issuers it stores: `tlogd migrate`).
+pub fn check_certificate(der: &[u8]) -> Result<(), String> {
+    Cert::parse(der).map(|_| ()).map_err(|e| e.to_string())
+}
+
+/// Check a logged precertificate entry against the precertificate it keeps (a copy's
+/// check, `tlogd migrate`): the leaf hash covers the TBSCertificate and the issuer's key
+/// hash, not the `pre_certificate` beside them, from which a log's dedup index is
+/// built. The TBSCertificate `pre_certificate` gives (through the precertificate
+/// signing certificate `issuers[0]`, when it is one) must be `tbs`, and
+/// `issuer_key_hash` the SHA-256 of the key of the CA that issues the final
+/// certificate (`issuers[0]`, or `issuers[1]` past a precertificate signing
+/// certificate). `issuers`: the entry's chain, in order.
+pub fn check_logged_precertificate(
+    pre_certificate: &[u8],
+    issuers: &[&[u8]],
+    tbs: &[u8],
+    issuer_key_hash: &[u8; 32],
+) -> Result<(), String> {
+    let leaf = Cert::parse(pre_certificate).map_err(|e| format!("pre_certificate: {e}"))?;
+    let parsed: Vec<Cert<'_>> = issuers
+        .iter()
+        .take(2)
+        .enumerate()
+        .map(|(i, d)| Cert::parse(d).map_err(|e| format!("issuer {i}: {e}")))
+        .collect::<Result<_, _>>()?;
+    let pre = parsed.first().filter(|c| c.is_pre_issuer());
+    let key_holder = parsed
+        .get(usize::from(pre.is_some()))
+        .ok_or("no issuer of the final certificate in the chain")?;
+    if precert_tbs(&leaf, pre).map_err(|e| e.to_string())? != tbs {
+        return Err("its pre_certificate does not give its TBSCertificate".into());
+    }
+    if Sha256::digest(key_holder.spki)[..] != issuer_key_hash[..] {
+        return Err("its issuer_key_hash is not its chain's issuer's key".into());
+    }
+    Ok(())
+}
+
 /// The TBSCertificate a precertificate entry logs: the precertificate's, with the
 /// poison extension removed; when it was signed by a Precertificate Signing Certificate,
 /// also with that certificate's issuer as issuer and its authorityKeyIdentifier

@@ -196,6 +196,19 @@ pub trait EntryCheck: Send + Sync + std::fmt::Debug {
     /// Check a blob an entry named (read once however many entries name it).
     fn check_blob(&self, key: &str, bytes: &[u8]) -> Result<(), String>;
 
+    /// Check the entry at `index` with the blobs it names (in the order
+    /// [`check_entry`](Self::check_entry) gave them): what needs both, as a CT
+    /// precertificate's TBS derived from its precertificate through its chain. A copy
+    /// (`tlogd migrate`) calls it for every entry before committing it.
+    fn check_entry_with_blobs(
+        &self,
+        _index: u64,
+        _entry: &StoredEntry<'_>,
+        _blobs: &[&[u8]],
+    ) -> Result<(), String> {
+        Ok(())
+    }
+
     /// The HTTP `Content-Type` of the blobs the entries name, for a copy that stores
     /// them ([`LogStorage::put_blob`](super::storage::LogStorage::put_blob)).
     fn blob_content_type(&self) -> &'static str {

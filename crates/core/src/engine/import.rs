@@ -20,7 +20,8 @@
 //!    the target's committed tree. An interruption loses at most the uncommitted
 //!    bundles; a new run starts from the committed size (step 2). With an
 //!    [`EntryCheck`] (a CT log's), every copied entry is checked with it too (its
-//!    `leaf_index` is its position), and the blobs the entries name (the issuers of a
+//!    `leaf_index` is its position; a precertificate's TBS is the one its
+//!    `pre_certificate` gives through its chain), and the blobs the entries name (the issuers of a
 //!    CT log, static-ct-api "Issuers") are fetched, checked (their bytes hash to their
 //!    name) and stored before the commit that makes those entries the target's: a
 //!    committed entry never names a blob the target lacks.
@@ -28,7 +29,7 @@
 //!    the checkpoint's: until then the target holds no checkpoint it did not hold
 //!    before, so nothing reads a partial copy as a log.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -226,11 +227,13 @@ pub async fn copy_log<F: Fetch, S: LogStorage>(
         bundles += 1;
         if writer.bundles.len() >= options.bundles_per_commit.max(1) {
             blobs.store(source, storage, options, jobs).await?;
+            blobs.check_entries(options, personality, &writer)?;
             writer.commit(storage, checkpoint).await?;
             progress.committed(writer.edge.tree.size());
         }
     }
     blobs.store(source, storage, options, jobs).await?;
+    blobs.check_entries(options, personality, &writer)?;
     writer.commit(storage, checkpoint).await?;
     progress.committed(writer.edge.tree.size());
     if writer.edge.tree.root() != checkpoint.root {
@@ -346,6 +349,8 @@ struct Blobs {
     pending: Vec<String>,
     /// Stored by this run, or pending.
     known: HashSet<String>,
+    /// The bytes of those stored, for the checks that need an entry and its blobs.
+    stored: HashMap<String, bytes::Bytes>,
     /// How many this run stored.
     written: u64,
 }
@@ -371,6 +376,11 @@ impl Blobs {
                 .map_err(|why| VerifyError::Invalid(format!("entry {index}: {why}")))?;
             for key in keys {
                 if self.known.insert(key.clone()) {
+                    if self.known.len() > MAX_BLOBS {
+                        return Err(VerifyError::Invalid(format!(
+                            "the entries name more than {MAX_BLOBS} blobs (a CT log has hundreds of issuers)"
+                        )));
+                    }
                     self.pending.push(key);
                 }
             }
@@ -409,11 +419,55 @@ impl Blobs {
             storage
                 .put_blob(&key, &bytes, check.blob_content_type())
                 .await?;
+            self.stored.insert(key, bytes);
             self.written += 1;
         }
         Ok(())
     }
+
+    /// Check each entry `writer` holds beyond its committed tree with the blobs it names
+    /// (all stored by [`store`](Self::store) first).
+    fn check_entries(
+        &self,
+        options: &CopyOptions,
+        personality: &dyn Personality,
+        writer: &Writer,
+    ) -> Result<(), VerifyError> {
+        let Some(check) = &options.entry_check else {
+            return Ok(());
+        };
+        let committed = writer.edge.tree.size();
+        for (id, bytes) in &writer.bundles {
+            let entries = personality
+                .split_bundle(bytes)
+                .map_err(|e| VerifyError::Invalid(format!("{}: {e}", id.path())))?;
+            for (i, e) in entries.iter().enumerate() {
+                let index = id.index * TILE_WIDTH + i as u64;
+                if index < committed {
+                    continue;
+                }
+                let invalid = |why: String| VerifyError::Invalid(format!("entry {index}: {why}"));
+                let keys = check.check_entry(index, e).map_err(invalid)?;
+                let named =
+                    keys.iter()
+                        .map(|k| {
+                            self.stored.get(k).map(|b| &b[..]).ok_or_else(|| {
+                                invalid(format!("{k} was not fetched before its entry"))
+                            })
+                        })
+                        .collect::<Result<Vec<&[u8]>, _>>()?;
+                check
+                    .check_entry_with_blobs(index, e, &named)
+                    .map_err(invalid)?;
+            }
+        }
+        Ok(())
+    }
 }
+
+/// Distinct blobs one copy fetches at most (a CT log names a few hundred issuers; a
+/// source naming more is refused rather than held in memory).
+const MAX_BLOBS: usize = 1 << 16;
 
 /// The target's tree and what is copied into it but not committed yet.
 struct Writer {

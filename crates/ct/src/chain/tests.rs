@@ -1547,3 +1547,36 @@ fn a_leaf_verified_once_is_not_checked_again() {
     bad[0][last] ^= 1;
     assert!(validate(&bad, Cert_, &p521_roots, &policy, now()).is_err());
 }
+
+/// A logged precertificate entry is checked against the precertificate it keeps
+/// (`tlogd migrate`): the TBS and issuer key hash a chain validated to pass; another
+/// precertificate, another TBS or another key hash do not. And `issuer_key_hash` is
+/// the issuing CA's key for certificates too (the per-issuer rate limit's key).
+#[test]
+fn logged_precertificates_are_checked_against_their_precertificate() {
+    let roots = roots(&[T_ROOT]);
+    let c = chain(&[
+        "tesseract/test_leaf_pre_cert_signed_by_intermediate.pem",
+        T_INT,
+    ]);
+    let v = ok(&c, Pre, &roots);
+    let (ikh, tbs, pre) = precert_parts(&v);
+    assert_eq!(v.issuer_key_hash, ikh);
+    let issuers: Vec<&[u8]> = v.issuers.iter().map(Vec::as_slice).collect();
+    assert_eq!(
+        check_logged_precertificate(pre, &issuers, tbs, &ikh),
+        Ok(())
+    );
+    let other = chain(&["tesseract/test_leaf_pre_cert_signed_by_root.pem"]);
+    assert!(check_logged_precertificate(&other[0], &issuers, tbs, &ikh).is_err());
+    let mut forged = tbs.to_vec();
+    let last = forged.len() - 1;
+    forged[last] ^= 1;
+    assert!(check_logged_precertificate(pre, &issuers, &forged, &ikh).is_err());
+    assert!(check_logged_precertificate(pre, &issuers, tbs, &[7; 32]).is_err());
+    assert!(check_logged_precertificate(pre, &[], tbs, &ikh).is_err());
+    let c = chain(&["tesseract/test_leaf_cert_signed_by_intermediate.pem", T_INT]);
+    assert_eq!(ok(&c, Cert_, &roots).issuer_key_hash, spki_hash(&c[1]));
+    assert!(check_certificate(&c[1]).is_ok());
+    assert!(check_certificate(b"not a certificate").is_err());
+}

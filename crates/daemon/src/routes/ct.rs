@@ -213,6 +213,20 @@ struct IssuerLimit {
     buckets: Mutex<HashMap<[u8; 32], (f64, Instant)>>,
 }
 
+/// A token taken from an issuer's bucket, given back when dropped: an add refused
+/// after it was taken (its issuers could not be stored, the queue refused it) spends
+/// nothing. Forgotten once the add is logged.
+struct IssuerToken<'a>(&'a IssuerLimit, [u8; 32]);
+
+impl Drop for IssuerToken<'_> {
+    fn drop(&mut self) {
+        let mut buckets = self.0.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(b) = buckets.get_mut(&self.1) {
+            b.0 = (b.0 + 1.0).min(self.0.burst);
+        }
+    }
+}
+
 /// Issuers whose buckets [`IssuerLimit`] keeps before it forgets the full ones (a CT
 /// log sees a few hundred issuing CAs).
 const MAX_LIMITED_ISSUERS: usize = 16_384;
@@ -220,12 +234,13 @@ const MAX_LIMITED_ISSUERS: usize = 16_384;
 impl IssuerLimit {
     /// Whether an add of a certificate its issuer key `hash` issued may go on now.
     fn admit(&self, hash: &[u8; 32]) -> bool {
-        let now = Instant::now();
         let (rate, burst) = (self.per_second, self.burst);
-        let level = |(tokens, at): (f64, Instant)| {
-            (tokens + now.duration_since(at).as_secs_f64() * rate).min(burst)
-        };
         let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        // Read under the lock: a bucket's time never goes back.
+        let now = Instant::now();
+        let level = |(tokens, at): (f64, Instant)| {
+            (tokens + now.saturating_duration_since(at).as_secs_f64() * rate).min(burst)
+        };
         if buckets.len() >= MAX_LIMITED_ISSUERS && !buckets.contains_key(hash) {
             buckets.retain(|_, b| level(*b) < burst);
             if buckets.len() >= MAX_LIMITED_ISSUERS {
@@ -622,6 +637,33 @@ async fn add_inner<S: LogStorage>(
         Ok(v) => v,
         Err(e) => return bad(e.to_string()),
     };
+    let entry = match validated.submission.encode() {
+        Ok(e) => Bytes::from(e),
+        Err(e) => return bad(e.to_string()),
+    };
+    // Step 2: the issuers, durable before the entry is queued; none stored for an add
+    // the log would refuse now (frozen, queue full, ...: #62). Asked before the rate
+    // limits, so that an add the log refuses anyway spends nothing of them.
+    if let Err(e) = log.admits(entry.len()) {
+        return refused(log, &e, route);
+    }
+    // The issuer's share first: a CA over its own rate must not spend the budget of
+    // old certificates every CA shares. Its token is given back if the add goes no
+    // further (`IssuerToken`).
+    let token = match &ct.issuer_limit {
+        Some(limit) if !limit.admit(&validated.issuer_key_hash) => {
+            metrics::counter!("tlogd_ct_issuer_limited_total", "log" => ct.label.clone())
+                .increment(1);
+            let (mut resp, outcome) = pushback(
+                log,
+                "too many submissions from this certificate's issuer (the log's limit per issuing CA); retry later",
+            );
+            *resp.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+            return (resp, outcome);
+        }
+        Some(limit) => Some(IssuerToken(limit, validated.issuer_key_hash)),
+        None => None,
+    };
     if let Some(limit) = &ct.old_limit
         && !limit.admit(validated.not_before_ms, now_ms())
     {
@@ -631,26 +673,6 @@ async fn add_inner<S: LogStorage>(
         );
         *resp.status_mut() = StatusCode::TOO_MANY_REQUESTS;
         return (resp, outcome);
-    }
-    if let Some(limit) = &ct.issuer_limit
-        && !limit.admit(&validated.issuer_key_hash)
-    {
-        metrics::counter!("tlogd_ct_issuer_limited_total", "log" => ct.label.clone()).increment(1);
-        let (mut resp, outcome) = pushback(
-            log,
-            "too many submissions from this certificate's issuer (the log's limit per issuing CA); retry later",
-        );
-        *resp.status_mut() = StatusCode::TOO_MANY_REQUESTS;
-        return (resp, outcome);
-    }
-    let entry = match validated.submission.encode() {
-        Ok(e) => Bytes::from(e),
-        Err(e) => return bad(e.to_string()),
-    };
-    // Step 2: the issuers, durable before the entry is queued; none stored for an add
-    // the log would refuse now (frozen, queue full, ...: #62).
-    if let Err(e) = log.admits(entry.len()) {
-        return refused(log, &e, route);
     }
     for (fingerprint, der) in validated.submission.chain.iter().zip(&validated.issuers) {
         let known = ct
@@ -681,6 +703,8 @@ async fn add_inner<S: LogStorage>(
         Ok(a) => a,
         Err(e) => return refused(log, &e, route),
     };
+    // Logged (or found logged): the issuer's token is spent.
+    std::mem::forget(token);
     // A precertificate's entry holds what its chain gave (the issuer's key hash, the
     // TBS as a precertificate signing certificate rewrites it): a resubmission with
     // another chain gives other bytes, so a duplicate's SCT is signed from the entry
