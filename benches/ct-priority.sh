@@ -9,6 +9,10 @@
 #
 #   benches/ct-priority.sh SECONDS ROUNDS [HIGH_WATER]   (e.g. 20 3 256)
 #
+# CT_WARMUP (default 0): the adds answered in the run's first this-long (e.g. 2s: the
+# storm of 1024 writers connecting and sending at once) are left out of the latencies
+# (the loadgen's --latency-warmup); the counts include them.
+#
 # CT_CHAINS (default 60000): chains minted per run; make it at least what a run sends
 # (its adds/s times SECONDS), or writers cycle back and send duplicates, which are
 # answered from the SCT cache before any priority applies.
@@ -44,14 +48,15 @@ run() { # label high_water writers loadgen-mix-flags...
   rm -f "$work/r.json"
   "$bin/tlog-loadgen" --ct --log-url "http://127.0.0.1:$port/" --origin "$origin" --log-public-key "$pubkey" \
     --ct-root-cert "$work/root.pem" --ct-root-key "$work/root-key.pem" --ct-chains "${CT_CHAINS:-60000}" \
-    --writers "$w" --duration "${secs}s" --log-pid "$tl" --quiet --report-json "$work/r.json" "$@" >/dev/null || true
+    --writers "$w" --duration "${secs}s" --latency-warmup "${CT_WARMUP:-0}" --log-pid "$tl" --quiet \
+    --report-json "$work/r.json" "$@" >/dev/null || true
   kill "$tl"; wait "$tl" 2>/dev/null || true
   rm -rf "$dir"
   [ -f "$work/r.json" ] || { echo "| $label | (no report) |"; return; }
   jq -r --arg l "$label" '.ct_classes[] | "| \($l) | \(.class) | \(.sent) | \(.acked) (\((100*.acked/(if .sent==0 then 1 else .sent end))|floor) %) | \(.pushback) | \(.add_p50_ms) / \(.add_p99_ms) ms |"' "$work/r.json"
 }
 
-echo "unpinned; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, $(date -u +'%F %H:%M UTC'); high water $high, $writers writers"
+echo "unpinned; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, $(date -u +'%F %H:%M UTC'); high water $high, $writers writers, latency warm-up ${CT_WARMUP:-0}"
 echo "| run | class | sent | acknowledged | pushback | add p50 / p99 |"
 echo "|---|---|---|---|---|---|"
 run "unloaded" 0 8 --ct-precert-chance 1

@@ -114,6 +114,11 @@ pub struct Args {
     /// Stop writing after this many acknowledged adds (0 = no goal).
     #[arg(long, default_value_t = 0)]
     pub leaf_write_goal: u64,
+    /// Leave the adds answered in the first this-long of the run out of the add latency
+    /// figures (the connection storm of many writers starting at once, caches warming);
+    /// they count otherwise (units as --duration; 0 = none left out).
+    #[arg(long, value_parser = parse_duration, default_value = "0")]
+    pub latency_warmup: Duration,
     /// Hard limit on the whole run, verification included (units as --duration).
     #[arg(long, value_parser = parse_duration, default_value = "300s")]
     pub max_runtime: Duration,

@@ -453,12 +453,16 @@ pub async fn run(mut args: Args) -> anyhow::Result<Report> {
     if args.log_pid.is_some() && log_cpu_start.is_none() {
         bail!("--log-pid: cannot read /proc/PID/stat of that process");
     }
+    let latency_from = (!args.latency_warmup.is_zero()).then(|| started + args.latency_warmup);
     let ctx = Arc::new(Ctx {
         timeout: args.http_timeout.max(Duration::from_millis(100)),
         write_pacer: Pacer::new(args.write_rate),
         args,
         ct: ct_run,
-        stats: Stats::default(),
+        stats: Stats {
+            latency_from,
+            ..Stats::default()
+        },
         stop_writing: AtomicBool::new(false),
         stop_all: AtomicBool::new(false),
         sampled: AtomicU64::new(0),

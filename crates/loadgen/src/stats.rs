@@ -53,6 +53,9 @@ pub struct Stats {
     pub failures: Mutex<Vec<String>>,
     /// Transport and status errors (first few, for the report).
     pub error_samples: Mutex<Vec<String>>,
+    /// Adds answered before this are left out of the add latency figures
+    /// (`--latency-warmup`); `None`: none are.
+    pub latency_from: Option<std::time::Instant>,
 }
 
 impl Default for Stats {
@@ -77,6 +80,7 @@ impl Default for Stats {
             read_latency: Mutex::new(histogram()),
             failures: Mutex::new(Vec::new()),
             error_samples: Mutex::new(Vec::new()),
+            latency_from: None,
         }
     }
 }
@@ -101,9 +105,15 @@ fn take_quantiles(h: &Mutex<Histogram<u64>>) -> (f64, f64) {
 }
 
 impl Stats {
+    /// Whether an add answered now counts in the latency figures (past the warm-up).
+    pub fn counts_latency(&self) -> bool {
+        self.latency_from
+            .is_none_or(|from| std::time::Instant::now() >= from)
+    }
+
     /// Record add round trips (one lock per batch).
     pub fn adds_done(&self, us: &[u64]) {
-        if us.is_empty() {
+        if us.is_empty() || !self.counts_latency() {
             return;
         }
         for h in [&self.add_latency, &self.add_latency_tick] {

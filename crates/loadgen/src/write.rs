@@ -338,7 +338,9 @@ pub(crate) async fn ct_writer(ctx: Arc<Ctx>, w: usize, seed: u64) {
             }
         };
         class.acked.fetch_add(1, Ordering::Relaxed);
-        let _ = lock(&class.latency).record(micros(sent.elapsed()).max(1));
+        if s.counts_latency() {
+            let _ = lock(&class.latency).record(micros(sent.elapsed()).max(1));
+        }
         let defer = args.ct_sct_checks == ct::SctChecks::After
             && ct.deferred_count.fetch_add(1, Ordering::Relaxed) < ct::MAX_DEFERRED_SCTS;
         let checked = ct.log.read_sct(&r.body).and_then(|sct| {
