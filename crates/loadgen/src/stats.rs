@@ -270,3 +270,32 @@ pub struct Sample {
     /// The log's CPU in this second, in cores, with `--log-pid`.
     pub log_cpu: Option<f64>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    /// `--latency-warmup`: adds answered before its end are left out of the latency
+    /// histograms; after it, and without one, they count.
+    #[test]
+    fn adds_answered_in_the_warm_up_leave_the_latencies_alone() {
+        let warming = Stats {
+            latency_from: Some(Instant::now() + Duration::from_secs(3600)),
+            ..Stats::default()
+        };
+        assert!(!warming.counts_latency());
+        warming.adds_done(&[1000, 2000]);
+        assert_eq!(lock(&warming.add_latency).len(), 0);
+        let warm = Stats {
+            latency_from: Some(Instant::now()),
+            ..Stats::default()
+        };
+        assert!(warm.counts_latency());
+        warm.adds_done(&[1000, 2000]);
+        assert_eq!(lock(&warm.add_latency).len(), 2);
+        let plain = Stats::default();
+        plain.adds_done(&[5]);
+        assert_eq!(lock(&plain.add_latency).len(), 1);
+    }
+}
