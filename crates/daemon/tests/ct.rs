@@ -2299,7 +2299,8 @@ async fn logged_chain(
 /// CT hammer, writes a log with the tests' CT key; `tlogd migrate` copies it into a
 /// tlogd CT log with the same key (a continuation). On POSIX the copy is read over
 /// HTTP and killed once it has committed a data tile (no checkpoint in the target),
-/// then resumed from the directory; on MinIO it is read over HTTP. Every data tile,
+/// then resumed from the directory; on MinIO it is read over HTTP from a copy whose
+/// data tiles are gzip-compressed, as Sunlight keeps them. Every data tile,
 /// hash tile, issuer and the checkpoint are byte for byte TesseraCT's; a second run
 /// copies nothing; `tlogd serve` then answers a resubmitted certificate with its
 /// original index and timestamp, the hammer continues the log through tlogd, and
@@ -2401,7 +2402,25 @@ async fn tesseract_log_migrated_into(backend: Backend) {
             );
         }
     } else {
-        let (ok, out) = migrate(&flags(&slow), &store.env);
+        // Over HTTP from a copy laid out as Sunlight keeps its log: gzip data tiles.
+        let sunlit = tmp.path().join("sunlight-style");
+        for f in tlogd_core::conformance::files(&src) {
+            let bytes = std::fs::read(src.join(&f)).unwrap();
+            let bytes = match f.starts_with("tile/data") {
+                true => {
+                    use std::io::Write as _;
+                    let mut gz =
+                        flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+                    gz.write_all(&bytes).unwrap();
+                    gz.finish().unwrap()
+                }
+                false => bytes,
+            };
+            std::fs::create_dir_all(sunlit.join(&f).parent().unwrap()).unwrap();
+            std::fs::write(sunlit.join(&f), bytes).unwrap();
+        }
+        let sunlit_url = slow_dir_server(sunlit, Duration::ZERO).await;
+        let (ok, out) = migrate(&flags(&sunlit_url), &store.env);
         assert!(ok, "{out}");
         assert!(out.contains(&format!("size {size}")), "{out}");
         let issuers = std::fs::read_dir(src.join("issuer")).unwrap().count();

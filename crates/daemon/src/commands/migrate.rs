@@ -46,10 +46,16 @@ impl Source {
 
 impl Fetch for Source {
     async fn get(&self, path: &str) -> Result<Option<Bytes>, VerifyError> {
-        match self {
+        let got = match self {
             Source::Http(f) => f.get(path).await,
             Source::Dir(f) => f.get(path).await,
-        }
+        }?;
+        Ok(match got {
+            Some(b) if path.starts_with("tile/data/") && b.starts_with(&GZIP_MAGIC) => {
+                Some(gunzip(path, &b)?)
+            }
+            other => other,
+        })
     }
 
     fn location(&self) -> String {
@@ -58,6 +64,31 @@ impl Fetch for Source {
             Source::Dir(f) => f.location(),
         }
     }
+}
+
+/// The first bytes of a gzip stream (RFC 1952).
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+
+/// The largest data tile decompressed (256 entries of a CT log's largest chains).
+const MAX_DATA_TILE: u64 = 64 << 20;
+
+/// A data tile as Sunlight keeps it: gzip-compressed (in its directory, and over HTTP
+/// unless the server decodes it). A data tile as static-ct-api gives it never starts
+/// with gzip's magic: its first bytes are a timestamp in milliseconds, and 0x1f8b...
+/// is 72 million years from now. Decompressed to at most [`MAX_DATA_TILE`] bytes.
+fn gunzip(path: &str, compressed: &[u8]) -> Result<Bytes, VerifyError> {
+    use std::io::Read as _;
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(compressed)
+        .take(MAX_DATA_TILE + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| VerifyError::Invalid(format!("{path}: gzip: {e}")))?;
+    if out.len() as u64 > MAX_DATA_TILE {
+        return Err(VerifyError::Invalid(format!(
+            "{path}: more than {MAX_DATA_TILE} bytes decompressed"
+        )));
+    }
+    Ok(Bytes::from(out))
 }
 
 /// A progress bar on a terminal (entries committed to the target), nothing elsewhere.
