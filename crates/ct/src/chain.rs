@@ -749,17 +749,17 @@ pub fn validate(
         .map(|c| Sha256::digest(c.spki).into())
         .unwrap_or_default();
     let entry = if is_precert {
-        let (key_holder, pre) = if pre_issuer {
-            (
-                path.get(2).ok_or(ChainError::PreIssuerWithoutIssuer)?,
-                Some(path[1]),
-            )
-        } else {
-            (path.get(1).ok_or(ChainError::NoIssuer)?, None)
-        };
+        // The CA that will issue the final certificate must be in the path.
+        if path.get(issuer_at).is_none() {
+            return Err(match pre_issuer {
+                true => ChainError::PreIssuerWithoutIssuer,
+                false => ChainError::NoIssuer,
+            });
+        }
+        let pre = pre_issuer.then(|| path[1]);
         SubmittedEntry::Precertificate {
             // RFC 6962 §3.2: the key of the CA that will issue the final certificate.
-            issuer_key_hash: Sha256::digest(key_holder.spki).into(),
+            issuer_key_hash,
             tbs_certificate: precert_tbs(&leaf, pre)?,
             pre_certificate: chain[0].clone(),
         }

@@ -324,13 +324,8 @@ fn source_verifier(
     origin: &str,
     ct: bool,
 ) -> Result<tlogd_core::note::NoteVerifier, String> {
-    use base64::Engine as _;
-    use tlogd_core::note::NoteVerifier;
-    if !ct {
-        return NoteVerifier::from_vkey(key).map_err(|e| e.to_string());
+    match ct {
+        true => crate::commands::verify::ct_log_verifier(origin, key),
+        false => tlogd_core::note::NoteVerifier::from_vkey(key).map_err(|e| e.to_string()),
     }
-    let spki = base64::engine::general_purpose::STANDARD
-        .decode(key)
-        .map_err(|e| format!("a CT log's key is base64 DER: {e}"))?;
-    tlogd_ct::Rfc6962Check::verifier(origin, &spki).map_err(|e| e.to_string())
 }

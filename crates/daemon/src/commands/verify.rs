@@ -206,7 +206,6 @@ fn ct_or_note_verifiers(args: &VerifyArgs) -> Result<Vec<NoteVerifier>, String> 
         }
         return Ok(keys);
     }
-    use base64::Engine as _;
     let [key] = &args.log_public_key[..] else {
         return Err("a CT log has one key: give --log-public-key once with --ct".into());
     };
@@ -214,12 +213,17 @@ fn ct_or_note_verifiers(args: &VerifyArgs) -> Result<Vec<NoteVerifier>, String> 
         .origin
         .as_deref()
         .ok_or("a CT log's --origin is needed with --ct")?;
+    Ok(vec![ct_log_verifier(origin, key.trim())?])
+}
+
+/// The verifier of a CT log's checkpoints (RFC 6962 note signatures) from its public
+/// key as log lists give it, base64 DER `SubjectPublicKeyInfo`, under `origin`.
+pub(crate) fn ct_log_verifier(origin: &str, key: &str) -> Result<NoteVerifier, String> {
+    use base64::Engine as _;
     let spki = base64::engine::general_purpose::STANDARD
-        .decode(key.trim())
+        .decode(key)
         .map_err(|e| format!("not base64: {e}"))?;
-    Ok(vec![
-        tlogd_ct::Rfc6962Check::verifier(origin, &spki).map_err(|e| e.to_string())?,
-    ])
+    tlogd_ct::Rfc6962Check::verifier(origin, &spki).map_err(|e| e.to_string())
 }
 
 /// What a CT log's leaf hashes cannot show: each entry's `leaf_index` extension is its

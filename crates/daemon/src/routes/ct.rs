@@ -209,8 +209,42 @@ impl Drop for InProgress<'_> {
 struct IssuerLimit {
     per_second: f64,
     burst: f64,
-    /// Tokens left per issuer key hash, and when they were counted.
-    buckets: Mutex<HashMap<[u8; 32], (f64, Instant)>>,
+    /// The bucket of each issuer key hash.
+    buckets: Mutex<HashMap<[u8; 32], Bucket>>,
+}
+
+/// A token bucket's tokens and when they were counted; it refills at `rate` a second up
+/// to `burst` (the rate limits of old certificates and of each issuer).
+#[derive(Clone, Copy)]
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    /// Full at `now`.
+    fn full(burst: f64, now: Instant) -> Self {
+        Bucket {
+            tokens: burst,
+            at: now,
+        }
+    }
+
+    /// The tokens at `now` (never before `at`).
+    fn level(&self, rate: f64, burst: f64, now: Instant) -> f64 {
+        (self.tokens + now.saturating_duration_since(self.at).as_secs_f64() * rate).min(burst)
+    }
+
+    /// Take a token at `now` if there is one.
+    fn take(&mut self, rate: f64, burst: f64, now: Instant) -> bool {
+        let tokens = self.level(rate, burst, now);
+        let took = tokens >= 1.0;
+        *self = Bucket {
+            tokens: if took { tokens - 1.0 } else { tokens },
+            at: now,
+        };
+        took
+    }
 }
 
 /// A token taken from an issuer's bucket, given back when dropped: an add refused
@@ -222,7 +256,7 @@ impl Drop for IssuerToken<'_> {
     fn drop(&mut self) {
         let mut buckets = self.0.buckets.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(b) = buckets.get_mut(&self.1) {
-            b.0 = (b.0 + 1.0).min(self.0.burst);
+            b.tokens = (b.tokens + 1.0).min(self.0.burst);
         }
     }
 }
@@ -238,25 +272,17 @@ impl IssuerLimit {
         let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
         // Read under the lock: a bucket's time never goes back.
         let now = Instant::now();
-        let level = |(tokens, at): (f64, Instant)| {
-            (tokens + now.saturating_duration_since(at).as_secs_f64() * rate).min(burst)
-        };
         if buckets.len() >= MAX_LIMITED_ISSUERS && !buckets.contains_key(hash) {
-            buckets.retain(|_, b| level(*b) < burst);
+            buckets.retain(|_, b| b.level(rate, burst, now) < burst);
             if buckets.len() >= MAX_LIMITED_ISSUERS {
                 // Every CA is busy: forgetting them all only gives each a burst more.
                 buckets.clear();
             }
         }
-        let b = buckets.entry(*hash).or_insert((burst, now));
-        let tokens = level(*b);
-        if tokens >= 1.0 {
-            *b = (tokens - 1.0, now);
-            true
-        } else {
-            *b = (tokens, now);
-            false
-        }
+        buckets
+            .entry(*hash)
+            .or_insert(Bucket::full(burst, now))
+            .take(rate, burst, now)
     }
 }
 
@@ -266,8 +292,7 @@ struct OldLimit {
     /// Certificates whose notBefore is more than this long ago are limited.
     age_ms: u64,
     per_second: f64,
-    /// Tokens left, and when they were counted.
-    bucket: Mutex<(f64, Instant)>,
+    bucket: Mutex<Bucket>,
 }
 
 impl OldLimit {
@@ -280,15 +305,8 @@ impl OldLimit {
             return true;
         }
         let mut b = self.bucket.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
-        let refill = now.duration_since(b.1).as_secs_f64() * self.per_second;
-        *b = ((b.0 + refill).min(self.per_second.max(1.0)), now);
-        if b.0 >= 1.0 {
-            b.0 -= 1.0;
-            true
-        } else {
-            false
-        }
+        // One second's worth, at least one.
+        b.take(self.per_second, self.per_second.max(1.0), Instant::now())
     }
 }
 
@@ -349,7 +367,10 @@ impl CtLog {
             old_limit: (config.old_not_before_days > 0).then(|| OldLimit {
                 age_ms: config.old_not_before_days.saturating_mul(86_400_000),
                 per_second: config.old_not_before_per_second,
-                bucket: Mutex::new((config.old_not_before_per_second.max(1.0), Instant::now())),
+                bucket: Mutex::new(Bucket::full(
+                    config.old_not_before_per_second.max(1.0),
+                    Instant::now(),
+                )),
             }),
             issuer_limit: (config.issuer_per_second > 0.0).then(|| IssuerLimit {
                 per_second: config.issuer_per_second,
