@@ -1692,10 +1692,25 @@ enum RootsAnswer {
     Short(Vec<u8>),
 }
 
+/// The head of an HTTP/1.1 request read from `sock` (up to its blank line), or `None`
+/// if the connection ends first: the fixture servers' request reader.
+async fn request_head(sock: &mut tokio::net::TcpStream) -> Option<Vec<u8>> {
+    use tokio::io::AsyncReadExt;
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match sock.read(&mut buf).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+    }
+    Some(head)
+}
+
 /// A roots server on loopback (raw HTTP/1.1, one request per connection): its URL and
 /// the answer it gives, to be changed by the test.
 async fn roots_server() -> (String, std::sync::Arc<std::sync::Mutex<RootsAnswer>>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/ccadb/report.csv", listener.local_addr().unwrap());
     let answer = std::sync::Arc::new(std::sync::Mutex::new(RootsAnswer::Status(503)));
@@ -1704,14 +1719,9 @@ async fn roots_server() -> (String, std::sync::Arc<std::sync::Mutex<RootsAnswer>
         while let Ok((mut sock, _)) = listener.accept().await {
             let a = a.lock().unwrap().clone();
             tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut buf = [0u8; 1024];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match sock.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
-                    }
-                }
+                let Some(head) = request_head(&mut sock).await else {
+                    return;
+                };
                 assert!(head.starts_with(b"GET /ccadb/report.csv HTTP/1.1\r\n"));
                 let ok = |len: usize| {
                     format!("HTTP/1.1 200 OK\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n")
@@ -2112,21 +2122,16 @@ max_entries = 1000
 /// data tile answered `delay` late, so that a copy from it can be stopped between two
 /// commits. Its base URL.
 async fn slow_dir_server(dir: PathBuf, delay: Duration) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/", listener.local_addr().unwrap());
     tokio::spawn(async move {
         while let Ok((mut sock, _)) = listener.accept().await {
             let dir = dir.clone();
             tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut buf = [0u8; 1024];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match sock.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
-                    }
-                }
+                let Some(head) = request_head(&mut sock).await else {
+                    return;
+                };
                 let head = String::from_utf8_lossy(&head);
                 let path = head
                     .split(' ')
