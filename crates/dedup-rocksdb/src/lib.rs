@@ -583,18 +583,17 @@ impl RocksDedup {
     fn table_records<'a>(
         &self,
         sorted: Vec<(&'a EntryHash, &Indexed)>,
+        maybe: Vec<bool>,
     ) -> Result<Vec<(&'a EntryHash, Record)>, DedupError> {
-        // Asked before this table's hashes go into the filter: after, all say "maybe".
+        // `maybe` was asked before each hash went into the filter (after, all say
+        // "maybe"); before the filter is filled it is "maybe" throughout and means
+        // nothing.
         if !self.filter.is_ready() {
             return Ok(sorted
                 .into_iter()
                 .map(|(h, i)| (h, Record::Merge(*i)))
                 .collect());
         }
-        let maybe: Vec<bool> = sorted
-            .iter()
-            .map(|(h, _)| self.filter.may_contain(h))
-            .collect();
         let asked: Vec<&EntryHash> = sorted
             .iter()
             .zip(&maybe)
@@ -640,18 +639,24 @@ impl RocksDedup {
 
     /// Sort `entries` into a table file and ingest it into the newest generation.
     fn ingest(&self, entries: &EntryMap, marker: u64, marks: &mut Marks) -> Result<(), DedupError> {
-        let mut sorted: Vec<(&EntryHash, &Indexed)> = entries.iter().collect();
         // Byte order, compared first on the leading 16 bytes as one integer: the keys
         // are distinct digests, so that nearly always decides, without the call to
-        // `memcmp` per comparison that sorting `[u8; 32]` keys costs.
-        sorted.sort_unstable_by(|(a, _), (b, _)| prefix(a).cmp(&prefix(b)).then_with(|| a.cmp(b)));
-        let records = self.table_records(sorted)?;
+        // `memcmp` per comparison that sorting `[u8; 32]` keys costs. The integer is
+        // kept beside each pointer: read through the pointers, every comparison
+        // fetched two keys from random places in a map far larger than the caches.
+        let mut keyed: Vec<(u128, &EntryHash, &Indexed)> =
+            entries.iter().map(|(h, i)| (prefix(h), h, i)).collect();
+        keyed.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)));
+        let sorted: Vec<(&EntryHash, &Indexed)> =
+            keyed.into_iter().map(|(_, h, i)| (h, i)).collect();
         // Into the filter before the table is visible: a lookup the filter turns away
         // must not be for a hash in a table. (The bits are relaxed stores; a lookup
         // sees them because it reads `recent` under its lock first: either it finds the
         // hash in `writing`, or it took the lock after this writer's release of it
-        // that cleared `writing`, which follows these stores.)
-        self.filter.insert_all(entries.keys());
+        // that cleared `writing`, which follows these stores.) Each hash is asked
+        // about just before it goes in (see `TableFilter::probe_and_insert`).
+        let maybe = self.filter.probe_and_insert(sorted.iter().map(|(h, _)| *h));
+        let records = self.table_records(sorted, maybe)?;
         if records.is_empty() {
             // Every hash was in a table already (RocksDB refuses an empty table).
             return Ok(());
