@@ -10,6 +10,8 @@
 #   TLOGD_BIN=/tmp/tlogd-old LGFLAGS=--h2c benches/profile.sh old --no-dedup
 #   PROFILE_BACKEND=mysql PROFILE_WRITERS=1024 benches/profile.sh mysql
 #
+# PIN=1 puts tlogd on core 1 and the loadgen (and MariaDB) on core 0 (benches/lib.sh).
+#
 # PROFILE_BACKEND=mysql serves from a private MariaDB (durable commits, as
 # benches/vs-tessera.sh mysql) instead of POSIX files; PROFILE_WRITERS sets the
 # loadgen's writers (default 256).
@@ -70,16 +72,16 @@ else
   storage=(--storage-dir "$work/log")
 fi
 if [ -n "${PROFILE_CT:-}" ]; then
-  "$tlogd" serve --config "$work/ct.toml" "$@" 2>"$work/tlogd.log" &
+  "${on_server_core[@]}" "$tlogd" serve --config "$work/ct.toml" "$@" 2>"$work/tlogd.log" &
 else
-  "$tlogd" serve "${storage[@]}" --origin bench.example/log --private-key-file "$work/key" \
+  "${on_server_core[@]}" "$tlogd" serve "${storage[@]}" --origin bench.example/log --private-key-file "$work/key" \
     --listen "127.0.0.1:$port" --metrics-listen "" "$@" 2>"$work/tlogd.log" &
 fi
 tl=$!
 pids+=("$tl")
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/checkpoint" >/dev/null && break; sleep 0.1; done
 read -r -a lgflags <<< "${LGFLAGS:-}"
-"$bin/tlog-loadgen" --log-url "http://127.0.0.1:$port" --log-public-key "$(cat "$work/vkey")" \
+"${on_driver_core[@]}" "$bin/tlog-loadgen" --log-url "http://127.0.0.1:$port" --log-public-key "$(cat "$work/vkey")" \
   --writers "${PROFILE_WRITERS:-256}" --duration "$duration" --log-pid "$tl" --quiet --report-json "$work/r.json" \
   "${ct_flags[@]}" "${lgflags[@]}" >/dev/null &
 lg=$!
