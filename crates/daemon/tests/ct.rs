@@ -2222,6 +2222,29 @@ async fn tesseract_log(dir: &Path, goal: u64) -> PathBuf {
         1000,
     )
     .await;
+    // The hammer stops once a checkpoint reaches its goal, but TesseraCT may have
+    // integrated more by then (tiles written, the checkpoint 500 ms behind): killed
+    // at once, its directory would hold tiles past its checkpoint, which no copy
+    // has. Killed once its checkpoint stands still for over two intervals.
+    let size = || {
+        std::fs::read(log.join("checkpoint"))
+            .ok()
+            .and_then(|cp| tlogd_core::checkpoint::signed_size(&cp))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut last = size();
+    loop {
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        let now = size();
+        if now == last {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "TesseraCT's checkpoint never settled"
+        );
+        last = now;
+    }
     tesseract.kill().unwrap();
     tesseract.wait().unwrap();
     log
