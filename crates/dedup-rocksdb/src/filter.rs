@@ -118,6 +118,15 @@ impl Generation {
     }
 }
 
+/// Whether any generation may hold the hash `probe` is for. No early exit (see
+/// `Generation::may_contain`): nearly every answer is "no", which has to ask every
+/// generation anyway.
+fn any_may_contain(generations: &[Generation], probe: &Probe) -> bool {
+    generations
+        .iter()
+        .fold(false, |any, g| any | g.may_contain(probe))
+}
+
 /// What a hash maps to, the same in every generation.
 struct Probe {
     block: u64,
@@ -193,10 +202,7 @@ impl TableFilter {
         let answers = hashes
             .map(|h| {
                 let probe = self.probe(h);
-                let maybe = !ready
-                    || generations
-                        .iter()
-                        .fold(false, |any, g| any | g.may_contain(&probe));
+                let maybe = !ready || any_may_contain(&generations, &probe);
                 newest.insert(&probe);
                 maybe
             })
@@ -228,11 +234,7 @@ impl TableFilter {
         }
         let probe = self.probe(hash);
         let generations = self.generations.read().unwrap_or_else(|e| e.into_inner());
-        // No early exit (see `Generation::may_contain`): nearly every answer is "no",
-        // which has to ask every generation anyway.
-        generations
-            .iter()
-            .fold(false, |any, g| any | g.may_contain(&probe))
+        any_may_contain(&generations, &probe)
     }
 
     /// Every hash in the tables has been inserted: "no" answers can be trusted.

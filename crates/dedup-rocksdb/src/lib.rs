@@ -31,8 +31,9 @@
 //!   RocksDB (~2 bytes per entry; saved at a clean close, else rebuilt by a scan of
 //!   the tables at open, during which lookups go to RocksDB).
 //! * Memory: the in-memory map (~56 bytes per entry, reserved up front, two maps and a
-//!   sorted copy of the older one, 48 bytes per entry, while a table is being written), the block cache (see [`DedupOptions`]), and the tables'
-//!   Bloom filters and indexes, ~1.3 bytes per entry.
+//!   sorted copy of the older one, 48 bytes per entry, while a table is being
+//!   written), the block cache (see [`DedupOptions`]), and the tables' Bloom filters
+//!   and indexes, ~1.3 bytes per entry.
 //! * **Generations.** Tables go to one column family until it holds
 //!   [`DedupOptions::generation_entries`] (8M, or an eighth of the index if that is
 //!   more), then to a new one, and RocksDB merges the full one down to two sorted
