@@ -4,7 +4,10 @@
 # up front (ECDSA P-256 leaves under an intermediate of a root it minted, 10 %
 # precertificates; not counted), submits them from WRITERS writers with 5 %
 # duplicates, verifies every SCT, and checks every entry in the data tiles and its
-# inclusion; the server's CPU per add comes from --log-pid. Each run a fresh log.
+# inclusion; the server's CPU per add comes from --log-pid, over the whole run
+# (server_cpu_us_per_add, the checks after writing included: serving their data-tile
+# reads) and until writing stopped (server_cpu_us_per_add_writing: the adds, with the
+# checkpoint polls and the reader running meanwhile). Each run a fresh log.
 # TesseraCT's POSIX server serves no reads: its directory is served by Python's
 # http.server (not counted in its CPU).
 #
@@ -48,7 +51,7 @@ issuer_key=${CT_ISSUER_KEY:-p256}
 if [[ " ${modes[*]} " == *" tlogd-minio "* ]]; then start_minio; fi
 if [[ " ${modes[*]} " == *" tlogd-mariadb "* ]]; then start_mariadb "$work/mariadb"; fi
 echo "# issuer key: $issuer_key; SCT checks: ${CT_SCT_CHECKS:-default (after writing)}"
-echo "mode round goal writers adds_per_s new dup precerts server_cpu_us_per_add add_p50_ms add_p99_ms integrate_p50_ms integrate_p99_ms mint_s ok store_cpu_us_per_add"
+echo "mode round goal writers adds_per_s new dup precerts server_cpu_us_per_add server_cpu_us_per_add_writing add_p50_ms add_p99_ms integrate_p50_ms integrate_p99_ms mint_s ok store_cpu_us_per_add"
 for r in $(seq "$rounds"); do
   for mode in "${modes[@]}"; do
     dir="$work/$mode-$r"; mkdir -p "$dir/log"
@@ -110,8 +113,9 @@ def ms(op, q):
     v = (ops.get(op) or {}).get(q)
     return f"{v:.1f}" if isinstance(v, (int, float)) else "-"
 cpu = j.get("log_cpu_us_per_add")
+cpu_w = j.get("log_cpu_us_per_add_writing")
 print(mode, r, goal, writers, f"{j['write_rate_per_s']:.0f}", j["writes_new"], j["writes_duplicate"],
-      j.get("ct_precerts", "-"), f"{cpu:.0f}" if cpu else "-",
+      j.get("ct_precerts", "-"), f"{cpu:.0f}" if cpu else "-", f"{cpu_w:.0f}" if cpu_w else "-",
       ms(add, "p50_ms"), ms(add, "p99_ms"), ms(integ, "p50_ms"), ms(integ, "p99_ms"),
       f"{j.get('ct_mint_seconds', 0):.1f}", "ok" if j["ok"] else "FAILED: " + "; ".join(j["failure_reasons"][:2]),
       f"{int(store_ticks) * 10000 / max(j['writes_new'], 1):.0f}" if int(store_ticks) else "-")

@@ -90,8 +90,10 @@ add, tti = ops.get("add (time in queue)", {}), ops.get("time to integrate", {})
 f = lambda o, k: o.get(k, float("nan"))
 dbcpu = f"{db / hz / adds * 1e6:.1f} µs" if db else "–"
 verdict = "ok" if r["ok"] else "FAILED: " + "; ".join(r["failure_reasons"])[:300]
+rss = r.get("log_peak_rss_mib")
+rss = f"{rss:.0f} MiB" if rss else "–"
 print(f"| {label} | {r['tree_growth_per_s']:,.0f} | {r['log_cpu_us_per_add']:.1f} µs | {dbcpu} | {r['loadgen_cpu_us_per_add']:.1f} µs | "
-      f"{f(add,'p50_ms'):.1f} / {f(add,'p99_ms'):.1f} ms | {f(tti,'p50_ms'):.0f} / {f(tti,'p99_ms'):.0f} ms | {verdict} |")
+      f"{f(add,'p50_ms'):.1f} / {f(add,'p99_ms'):.1f} ms | {f(tti,'p50_ms'):.0f} / {f(tti,'p99_ms'):.0f} ms | {rss} | {verdict} |")
 EOF
 }
 
@@ -100,8 +102,8 @@ variants=(go tlogd)
 # VS_VARIANTS="tlogd" (any of go, go-antispam, tlogd) runs only those.
 [ -n "${VS_VARIANTS:-}" ] && read -ra variants <<<"$VS_VARIANTS"
 echo "$(pinning); $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, $(date -u +'%F %H:%M UTC')"
-echo "| server | appends/s | server CPU/append | database CPU/append | loadgen CPU/add | add p50 / p99 | time to integrate p50 / p99 | |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| server | appends/s | server CPU/append | database CPU/append | loadgen CPU/add | add p50 / p99 | time to integrate p50 / p99 | server peak RSS | |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for i in $(seq "$pairs"); do
   # Alternate the order, so no variant always runs first (or on the warmer machine).
   if [ $((i % 2)) -eq 1 ]; then order=("${variants[@]}"); else order=(); for ((j=${#variants[@]}-1; j>=0; j--)); do order+=("${variants[j]}"); done; fi

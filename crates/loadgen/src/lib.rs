@@ -123,6 +123,12 @@ pub struct Report {
     pub log_cpu_seconds: Option<f64>,
     /// The log's CPU time per acknowledged add (µs).
     pub log_cpu_us_per_add: Option<f64>,
+    /// The log's CPU time from the start until writing stopped, per acknowledged add
+    /// (µs): the adds and the reads made meanwhile, not the checks after writing.
+    pub log_cpu_us_per_add_writing: Option<f64>,
+    /// The log's peak resident memory since it started (`VmHWM`, MiB), read at the
+    /// end of the run.
+    pub log_peak_rss_mib: Option<f64>,
     /// Most sampled entries waiting for their bytes and inclusion to be checked.
     pub verify_backlog_max: u64,
     /// Entries still waiting when writing stopped.
@@ -263,6 +269,20 @@ fn process_cpu_seconds(pid: u32) -> Option<f64> {
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     Some(ticks / if hz > 0 { hz as f64 } else { 100.0 })
+}
+
+/// A process's peak resident set (`VmHWM` in /proc/PID/status), in MiB.
+fn process_peak_rss_mib(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib = line
+        .trim_start_matches("VmHWM:")
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse::<f64>()
+        .ok()?;
+    Some(kib / 1024.0)
 }
 
 /// A CT run's chains and what the log answered for them.
@@ -544,6 +564,10 @@ pub async fn run(mut args: Args) -> anyhow::Result<Report> {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.tick().await;
     let mut write_end: Option<Duration> = None;
+    // The log's CPU when writing stopped: what the adds cost it, without serving the
+    // reads that check them afterwards (a CT run's deferred SCT checks re-read whole
+    // data tiles).
+    let mut log_cpu_at_write_end = None;
     loop {
         let ticked = tokio::select! {
             _ = tick.tick() => true,
@@ -552,6 +576,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<Report> {
         if write_end.is_none() && !goal_or_time(&ctx, started, write_for, max_runtime) {
             ctx.stop_writing.store(true, Ordering::Relaxed);
             write_end = Some(started.elapsed());
+            log_cpu_at_write_end = ctx.args.log_pid.and_then(process_cpu_seconds);
         }
         if write_end.is_some() && tasks.iter().all(|t| t.is_finished()) {
             break;
@@ -674,6 +699,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<Report> {
     let log_cpu = log_cpu_start
         .zip(ctx.args.log_pid.and_then(process_cpu_seconds))
         .map(|(a, b)| b - a);
+    let log_cpu_writing = log_cpu_start.zip(log_cpu_at_write_end).map(|(a, b)| b - a);
     let adds = writes_new + writes_dup;
     let per_add = |secs: f64| {
         if adds == 0 {
@@ -724,6 +750,8 @@ pub async fn run(mut args: Args) -> anyhow::Result<Report> {
         loadgen_cpu_us_per_add: per_add(cpu),
         log_cpu_seconds: log_cpu,
         log_cpu_us_per_add: log_cpu.map(per_add),
+        log_cpu_us_per_add_writing: log_cpu_writing.map(per_add),
+        log_peak_rss_mib: ctx.args.log_pid.and_then(process_peak_rss_mib),
         verify_backlog_max: s.verify_backlog_max.load(Ordering::Relaxed),
         verify_backlog_at_write_end: backlog_at_write_end,
         verify_drain_seconds,

@@ -163,6 +163,12 @@ fn cpu_summary(r: &Report) -> String {
     );
     if let (Some(us), Some(secs)) = (r.log_cpu_us_per_add, r.log_cpu_seconds) {
         s.push_str(&format!(", log {}", per(us, secs)));
+        if let Some(writing) = r.log_cpu_us_per_add_writing {
+            s.push_str(&format!(" ({writing:.1} us/add until writing stopped)"));
+        }
+    }
+    if let Some(mib) = r.log_peak_rss_mib {
+        s.push_str(&format!(", log peak RSS {mib:.0} MiB"));
     }
     s
 }
