@@ -908,3 +908,20 @@ mod growth_tests {
         assert!(g.per_second(t + 10.0) < 200.0);
     }
 }
+
+#[cfg(test)]
+mod log_process_tests {
+    use super::{process_cpu_seconds, process_peak_rss_mib};
+
+    #[test]
+    fn a_live_process_has_cpu_time_and_a_peak_rss_and_a_missing_one_has_neither() {
+        // This test's own process: it has run, and holds at least its binary.
+        let me = std::process::id();
+        let rss = process_peak_rss_mib(me).expect("VmHWM of this process");
+        assert!(rss > 0.0, "peak RSS {rss} MiB");
+        assert!(process_cpu_seconds(me).is_some());
+        // Above the kernel's PID limit (4,194,304): never a process.
+        assert_eq!(process_peak_rss_mib(u32::MAX), None);
+        assert_eq!(process_cpu_seconds(u32::MAX), None);
+    }
+}
