@@ -23,6 +23,10 @@
 #   benches/ab.sh 20 4 lg-old=,loadgen=/tmp/loadgen-old lg-new  # two loadgen builds
 #   AB_LOG_DIR=/var/tmp/scale benches/ab.sh 40 3 old=/tmp/tlogd-old new  # on a big log
 #
+# AB_COMMITS=1 scrapes tlogd's metrics after each run and prints, under its row, the
+# commits it made (per second of the run) and their mean batch: the commit rate is what
+# moves the CPU per append on a fast disk (history.md, 2026-11-29 afternoon).
+#
 # AB_WRITERS sets the loadgen's writers (default 256, the count every recorded round
 # used). PIN=1 puts tlogd on core 1 and the loadgen on core 0 (benches/lib.sh).
 #
@@ -65,17 +69,23 @@ run() { # variant, loadgen flags...
   local port dir="$work/log-$RANDOM"
   [ -n "${AB_LOG_DIR:-}" ] && dir="$AB_LOG_DIR/log"
   port=$(free_port)
+  local metrics="" mport=""
+  if [ -n "${AB_COMMITS:-}" ]; then mport=$(free_port); metrics="127.0.0.1:$mport"; fi
   env "${env[@]}" "${on_server_core[@]}" "$tlogd" serve --storage-dir "$dir" --origin bench.example/log --private-key-file "$keydir/key" \
-    --listen "127.0.0.1:$port" --metrics-listen "" "${serve_flags[@]}" "${flags[@]}" 2>"$work/tlogd.log" &
+    --listen "127.0.0.1:$port" --metrics-listen "$metrics" "${serve_flags[@]}" "${flags[@]}" 2>"$work/tlogd.log" &
   local tl=$!
   pids+=("$tl")
   for _ in $(seq 600); do curl -sf "http://127.0.0.1:$port/checkpoint" >/dev/null && break; sleep 0.1; done
   "${on_driver_core[@]}" "$loadgen" --log-url "http://127.0.0.1:$port" --log-public-key "$(cat "$keydir/vkey")" \
     --writers "${AB_WRITERS:-256}" --duration "${secs}s" --log-pid "$tl" --probe-dir "$dir" --quiet \
     --report-json "$work/r.json" "$@" >/dev/null || true
+  [ -z "$mport" ] || curl -sf "http://$metrics/metrics" > "$work/metrics" || : > "$work/metrics"
   kill "$tl"; wait "$tl" 2>/dev/null || true
   [ -n "${AB_LOG_DIR:-}" ] || rm -rf "$dir"
   bench_row "$work/r.json" "$label" "$work/rows" tree_growth_per_s tti
+  [ -z "$mport" ] || awk -v secs="$secs" '
+    /^tlogd_batch_size_count/ { n += $2 } /^tlogd_batch_size_sum/ { s += $2 }
+    END { if (n) printf "|  ↳ %d commits (%.0f/s of the run), %.1f entries each | | | | | | |\n", n, n / secs, s / n }' "$work/metrics"
 }
 
 echo "$(pinning); $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, $(date -u +'%F %H:%M UTC')"

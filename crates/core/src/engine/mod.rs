@@ -116,7 +116,7 @@ pub use served::ServedLog;
 pub use storage::{CommitBatch, LogStorage, MAX_BLOB_KEY, StorageError, TreeState, check_blob_key};
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -155,6 +155,13 @@ pub struct LogConfig {
     /// How long an idle integrator lingers for more entries before committing a batch
     /// that is not full. Zero: commit at once (a lone entry never waits for a timer).
     pub batch_max_age: Duration,
+    /// Under load, start commits at most this often: a batch that is not full waits
+    /// until this long after the previous commit started, unless it already holds as
+    /// many entries as were waiting when that commit ended (every writer the engine
+    /// knows of is back). An idle log commits a lone entry at once, and a small closed
+    /// loop of writers never waits on the timer. Zero: commit back to back. Not used
+    /// while `batch_max_age` lingers, nor when batches are forwarded.
+    pub min_commit_interval: Duration,
     /// Minimum time between two published checkpoints.
     pub checkpoint_interval: Duration,
     /// Readers are served the latest checkpoint from memory; with a shared store (where
@@ -208,6 +215,7 @@ impl LogConfig {
             personality: Arc::new(TlogTiles),
             batch_max_entries: 4096,
             batch_max_age: Duration::ZERO,
+            min_commit_interval: Duration::ZERO,
             checkpoint_interval: Duration::from_secs(1),
             checkpoint_max_age: Duration::from_secs(1),
             // Tessera's default.
@@ -409,6 +417,9 @@ struct Inner<S> {
     limits: QueueLimits,
     queue: Mutex<Queue>,
     work: Notify,
+    /// While the integrator holds a batch for more writers ([`Pace`]): the batch size
+    /// at which an add wakes it. 0: every add does.
+    wake_at: AtomicUsize,
     dedup: Option<Arc<dyn DedupIndex>>,
     /// Size of the committed tree.
     committed_size: AtomicU64,
@@ -570,6 +581,7 @@ impl<S: LogStorage> Log<S> {
             limits,
             queue: Mutex::new(queue),
             work: Notify::new(),
+            wake_at: AtomicUsize::new(0),
             dedup,
             committed_size: AtomicU64::new(state.size),
             checked_size: AtomicU64::new(state.size),
@@ -841,7 +853,11 @@ impl<S: LogStorage> Log<S> {
         let inner = &self.inner;
         match pushed {
             Pushed::Queued(slot, pos) => {
-                inner.work.notify_one();
+                // A wake-up per add, while the integrator holds a batch, cost more
+                // than the commits the hold saves.
+                if pos as usize + 1 >= inner.wake_at.load(Ordering::Relaxed) {
+                    inner.work.notify_one();
+                }
                 let placed = slot.wait().await?.index_of(pos)?;
                 if placed.duplicate {
                     inner.dedup_hits.increment(1);
@@ -1227,19 +1243,26 @@ impl<S: LogStorage> Log<S> {
         *paused = Some(Instant::now() + forward::FORWARD_PAUSE);
     }
 
-    async fn next_work(&self) -> Option<Work> {
+    async fn next_work(&self, pace: &mut Pace) -> Option<Work> {
         enum Next {
             Take,
             Linger,
+            Hold(Instant, usize),
             Freeze,
             Wait,
             Watch,
             Done,
         }
         let inner = &self.inner;
+        let interval = if inner.config.forward.is_some() {
+            Duration::ZERO
+        } else {
+            inner.config.min_commit_interval
+        };
         loop {
             let next = {
                 let q = lock(&inner.queue);
+                pace.note_waiting(|| q.batches.iter().map(|b| b.entries.len()).sum());
                 match q.batches.front() {
                     // Entries accepted before a freeze was asked for are committed first.
                     None if !q.freezes.is_empty() => Next::Freeze,
@@ -1248,16 +1271,24 @@ impl<S: LogStorage> Log<S> {
                     None => Next::Wait,
                     Some(b) => {
                         let full = b.entries.len() >= inner.limits.batch_max_entries;
-                        if inner.config.batch_max_age.is_zero() || full || q.closed {
+                        if full || q.closed {
                             Next::Take
-                        } else {
+                        } else if !inner.config.batch_max_age.is_zero() {
                             Next::Linger
+                        } else {
+                            match pace.hold(b.entries.len(), interval, Instant::now()) {
+                                Some((until, target)) => Next::Hold(until, target),
+                                None => Next::Take,
+                            }
                         }
                     }
                 }
             };
             match next {
-                Next::Take => return lock(&inner.queue).batches.pop_front().map(Work::Batch),
+                Next::Take => {
+                    let batch = lock(&inner.queue).batches.pop_front();
+                    return batch.map(|b| Work::Batch(pace.started(b)));
+                }
                 Next::Done => return None,
                 Next::Freeze => {
                     return Some(Work::Freeze(std::mem::take(
@@ -1267,8 +1298,19 @@ impl<S: LogStorage> Log<S> {
                 Next::Linger => {
                     tokio::time::sleep(inner.config.batch_max_age).await;
                     if let Some(b) = lock(&inner.queue).batches.pop_front() {
-                        return Some(Work::Batch(b));
+                        return Some(Work::Batch(pace.started(b)));
                     }
+                }
+                // Published before looking again, under the queue's lock: an add that
+                // reaches the target after this look sees it, and wakes us.
+                Next::Hold(until, target) => {
+                    inner.wake_at.store(target, Ordering::Relaxed);
+                    let short = matches!(lock(&inner.queue).batches.front(), Some(b) if b.entries.len() < target);
+                    if short {
+                        let until = tokio::time::Instant::from_std(until);
+                        let _ = tokio::time::timeout_at(until, inner.work.notified()).await;
+                    }
+                    inner.wake_at.store(0, Ordering::Relaxed);
                 }
                 Next::Wait => inner.work.notified().await,
                 // Idle with outcomes that may still land: read the tree when a
@@ -1299,8 +1341,9 @@ impl<S: LogStorage> Log<S> {
         // the tree proves it landed or can never land; every commit first checks the
         // tree it builds on against them, so none can ever be appended twice.
         let mut open: Vec<Unresolved> = Vec::new();
+        let mut pace = Pace::default();
         loop {
-            while let Some(work) = self.next_work().await {
+            while let Some(work) = self.next_work(&mut pace).await {
                 let mut batch = match work {
                     Work::Batch(batch) => batch,
                     Work::Settle => {
@@ -1991,6 +2034,51 @@ fn unix_millis() -> u64 {
 /// Longest a busy integrator keeps the sequencing lock before letting another frontend
 /// of a shared store have a turn.
 const SEQUENCER_SLICE: Duration = Duration::from_millis(25);
+
+/// The integrator's commit pacing ([`LogConfig::min_commit_interval`]): a commit ends
+/// with its batch's writers answered and others waiting in the queue; together they are
+/// the writers the engine knows of. Holding a batch until they are all back, or until
+/// the interval since the previous commit's start has passed, bounds the commit rate
+/// under load (each commit's wake-ups, context switches and sync cost the CPU as much
+/// as tens of appends) without making a small loop of writers wait on a timer, which
+/// only ticks in milliseconds.
+#[derive(Default)]
+struct Pace {
+    /// When the last batch was taken, and how many entries it held.
+    last: Option<(Instant, usize)>,
+    /// Entries waiting when the last commit ended (its own and those queued behind
+    /// it); `None` until the integrator next looks at the queue.
+    known_waiting: Option<usize>,
+}
+
+impl Pace {
+    /// Records a batch being taken for commit.
+    fn started(&mut self, batch: PendingBatch) -> PendingBatch {
+        self.last = Some((Instant::now(), batch.entries.len()));
+        self.known_waiting = None;
+        batch
+    }
+
+    /// Counts the writers known when the last commit ended, the first time the
+    /// integrator looks at the queue after it (`queued`: entries queued now).
+    fn note_waiting(&mut self, queued: impl FnOnce() -> usize) {
+        if let (None, Some((_, len))) = (self.known_waiting, self.last) {
+            self.known_waiting = Some(len + queued());
+        }
+    }
+
+    /// Until when a batch of `len` entries waits for more, if it does, and for how
+    /// many.
+    fn hold(&self, len: usize, interval: Duration, now: Instant) -> Option<(Instant, usize)> {
+        let (start, _) = self.last?;
+        let known = self.known_waiting.unwrap_or(0);
+        if interval.is_zero() || len >= known {
+            return None;
+        }
+        let until = start + interval;
+        (now < until).then_some((until, known))
+    }
+}
 
 /// What the integrator does next.
 enum Work {

@@ -1841,3 +1841,69 @@ async fn frontends_forwarding_to_each_other_commit_what_they_were_forwarded() {
     want.sort();
     assert_eq!(log, want);
 }
+
+/// Pacing bounds the commit rate, not a lone writer's latency: with an interval of an
+/// hour, a writer adding one entry after another is answered at once each time, since
+/// every batch holds every writer the engine knows of.
+#[tokio::test]
+async fn paced_commits_never_keep_a_lone_writer_waiting() {
+    let storage = Arc::new(MemoryStorage::new());
+    let mut cfg = config();
+    cfg.min_commit_interval = Duration::from_secs(3600);
+    let (log, tasks) = Log::open(storage.clone(), None, cfg.clone()).await.unwrap();
+    let adds = async {
+        for i in 0..5 {
+            assert_eq!(log.add(entry(i)).await.map(|o| o.index), Ok(i));
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), adds)
+        .await
+        .expect("a lone writer waited on the commit interval");
+    log.shutdown();
+    tasks.join().await;
+    assert_eq!(check(&storage, &cfg).await.state.size, 5);
+}
+
+/// A batch smaller than the writers waiting when the last commit ended waits for the
+/// rest, until the interval since that commit's start has passed.
+#[tokio::test]
+async fn a_paced_batch_waits_for_the_writers_it_knows_of() {
+    let storage = Arc::new(MemoryStorage::new());
+    let mut cfg = config();
+    let interval = Duration::from_millis(200);
+    cfg.min_commit_interval = interval;
+    let (log, tasks) = Log::open(storage.clone(), None, cfg.clone()).await.unwrap();
+    let t0 = Instant::now();
+    // Three writers at once (one batch on this single-threaded runtime), then one.
+    let three = futures_util::future::join_all((0..3).map(|i| log.add(entry(i)))).await;
+    assert!(three.iter().all(|r| r.is_ok()), "{three:?}");
+    assert_eq!(log.add(entry(3)).await.map(|o| o.index), Ok(3));
+    assert!(t0.elapsed() >= interval, "{:?}", t0.elapsed());
+    log.shutdown();
+    tasks.join().await;
+    assert_eq!(check(&storage, &cfg).await.state.size, 4);
+}
+
+#[test]
+fn pacing_holds_a_batch_only_below_the_known_writers_and_within_the_interval() {
+    let ms = Duration::from_millis;
+    let t = Instant::now();
+    let mut pace = Pace::default();
+    // Nothing committed yet: never held.
+    assert_eq!(pace.hold(1, ms(1), t), None);
+    pace.last = Some((t, 10));
+    pace.note_waiting(|| 5);
+    assert_eq!(pace.known_waiting, Some(15));
+    // Counted once per commit, when the integrator first looks after it.
+    pace.note_waiting(|| 100);
+    assert_eq!(pace.known_waiting, Some(15));
+    assert_eq!(pace.hold(5, ms(1), t + ms(0)), Some((t + ms(1), 15)));
+    assert_eq!(pace.hold(14, ms(1), t + ms(0)), Some((t + ms(1), 15)));
+    assert_eq!(pace.hold(15, ms(1), t), None, "every known writer is back");
+    assert_eq!(
+        pace.hold(5, ms(1), t + ms(1)),
+        None,
+        "the interval has passed"
+    );
+    assert_eq!(pace.hold(5, Duration::ZERO, t), None, "pacing off");
+}

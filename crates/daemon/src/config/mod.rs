@@ -18,7 +18,10 @@ mod tests;
 mod tls;
 
 pub use ct::{CtConfig, log_list_url, parse_fingerprint, parse_rfc3339_ms};
-pub use engine::{BatchingConfig, CT_BATCH_MAX_AGE_MS, CheckpointConfig, DedupConfig, QueueConfig};
+pub use engine::{
+    BatchingConfig, CT_BATCH_MAX_AGE_MS, CheckpointConfig, DedupConfig, MIN_COMMIT_INTERVAL_MS,
+    QueueConfig,
+};
 pub use http::{AuthConfig, HttpConfig, IpCidr, MAX_RESPONSE_BYTES, client_key};
 pub use observe::{LogFormatConfig, MetricsConfig};
 pub use peers::{ForwardConfig, WitnessingConfig};

@@ -113,6 +113,18 @@ fn batching_linger_defaults_by_kind_of_log() {
     assert_eq!(set.max_age(false), Duration::from_millis(3));
 }
 
+/// `[batching] min_commit_interval_ms`: 1 ms unless set; 0 turns pacing off.
+#[test]
+fn commit_pacing_defaults_to_a_millisecond() {
+    use std::time::Duration;
+    assert_eq!(
+        BatchingConfig::default().min_commit_interval(),
+        Duration::from_millis(1)
+    );
+    let set: BatchingConfig = toml::from_str("min_commit_interval_ms = 0").unwrap();
+    assert_eq!(set.min_commit_interval(), Duration::ZERO);
+}
+
 /// The log's keys: one file, or a list in signing order (inside `[[logs]]` too);
 /// both at once, a file twice, or several keys for a CT log are refused.
 #[test]

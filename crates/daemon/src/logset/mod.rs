@@ -85,6 +85,7 @@ pub(crate) async fn open_log(
     lc.name = l.label().to_string();
     lc.batch_max_entries = l.batching.max_entries;
     lc.batch_max_age = l.batching.max_age(l.ct.is_some());
+    lc.min_commit_interval = l.batching.min_commit_interval();
     lc.checkpoint_interval = Duration::from_millis(l.checkpoint.interval_ms);
     lc.republish_interval = Duration::from_millis(l.checkpoint.republish_interval_ms);
     lc.grease = l.checkpoint.grease;
