@@ -22,7 +22,7 @@ pub struct BatchingConfig {
 /// The default `[batching] min_commit_interval_ms`. Back to back on a fast disk, a busy
 /// log made ~1,200–1,500 commits a second of ~20–30 entries; paced at 1 ms, ~550 of
 /// ~65, with a lower add p99 and appends/s level or up to 22 % higher from 32 to 1024
-/// writers (benches/results/history.md, 2026-11-29 evening). A lone writer never waits
+/// writers (benches/results/history.md, 2026-11-29 later). A lone writer never waits
 /// for it; a batch waits at most this long after the previous commit started, and only
 /// for writers the engine has seen.
 pub const MIN_COMMIT_INTERVAL_MS: u64 = 1;
