@@ -527,8 +527,9 @@ impl Plan {
     fn config(&self, signer: &Arc<NoteSigner>) -> LogConfig {
         let mut c = LogConfig::new(ORIGIN, signer.clone());
         c.batch_max_entries = self.batch_max_entries;
-        // A linger would be a wall-clock sleep deciding what goes in a batch.
+        // A linger, or pacing, would be a wall-clock wait deciding what goes in a batch.
         c.batch_max_age = Duration::ZERO;
+        c.min_commit_interval = Duration::ZERO;
         c.checkpoint_interval = self.checkpoint_interval;
         c.checkpoint_max_age = Duration::from_millis(1);
         // No timer that only fires on an idle log.
