@@ -14,8 +14,16 @@ use std::time::Duration;
 /// for a few seconds per target.
 const MUTATIONS: usize = 10_000;
 
+/// This crate's directory, read at run time: the binary may come from a build in another
+/// clone (a shared target directory).
+fn manifest_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+}
+
 fn inputs(target: &str) -> Vec<(String, Vec<u8>)> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let root = manifest_dir();
     let mut out = Vec::new();
     for dir in ["corpus", "regressions"] {
         let Ok(rd) = std::fs::read_dir(root.join(dir).join(target)) else {
@@ -186,7 +194,7 @@ fn verify_log() {
 /// the encoding that forgot them would leave the fuzzer starting from noise.
 #[test]
 fn whole_log_seeds_are_current() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("corpus/verify_log");
+    let root = manifest_dir().join("corpus/verify_log");
     let got = std::fs::read(root.join("size5")).unwrap();
     assert_eq!(got, tlogd_fuzz::sample_log(&[5]));
 }

@@ -162,9 +162,11 @@ mod tests {
             extensions: vec![],
         };
         let signed = cp.sign_with(&[&signer], 1_767_139_200_000).unwrap();
-        let want = std::fs::read(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../static-ct/testdata/sunlight/checkpoint"
+        // At run time: the binary may come from a build in another clone.
+        let manifest = std::env::var("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string());
+        let want = std::fs::read(format!(
+            "{manifest}/../static-ct/testdata/sunlight/checkpoint"
         ))
         .unwrap();
         assert_eq!(

@@ -25,7 +25,10 @@ use tlogd_static_ct::signer::LogKey;
 pub const CT_ORIGIN: &str = "ct.example.com/test2026";
 
 fn chains() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../ct/testdata/chains/tesseract")
+    // At run time: the binary may come from a build in another clone.
+    let manifest = std::env::var("CARGO_MANIFEST_DIR")
+        .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string());
+    Path::new(&manifest).join("../ct/testdata/chains/tesseract")
 }
 
 /// The DER of every certificate in a PEM file.

@@ -15,7 +15,10 @@ fn setting<'a>(unit: &'a str, key: &str) -> Option<&'a str> {
 
 #[test]
 fn the_systemd_unit_verifies_and_is_sandboxed() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/tlogd.service");
+    // At run time: the binary may come from a build in another clone.
+    let manifest = std::env::var("CARGO_MANIFEST_DIR")
+        .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string());
+    let path = Path::new(&manifest).join("../../config/tlogd.service");
     let unit = std::fs::read_to_string(&path).expect("config/tlogd.service");
     for (key, value) in [
         ("User", "tlogd"),

@@ -270,7 +270,10 @@ mod tests {
     use super::*;
 
     fn testdata(path: &str) -> Vec<u8> {
-        let p = format!("{}/testdata/{path}", env!("CARGO_MANIFEST_DIR"));
+        // At run time: the binary may come from a build in another clone.
+        let manifest = std::env::var("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string());
+        let p = format!("{manifest}/testdata/{path}");
         std::fs::read(&p).unwrap_or_else(|e| panic!("{p}: {e}"))
     }
 

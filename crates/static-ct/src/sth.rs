@@ -84,7 +84,10 @@ mod tests {
     use base64::engine::general_purpose::STANDARD as B64;
 
     fn testdata(path: &str) -> String {
-        let p = format!("{}/testdata/{path}", env!("CARGO_MANIFEST_DIR"));
+        // At run time: the binary may come from a build in another clone.
+        let manifest = std::env::var("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string());
+        let p = format!("{manifest}/testdata/{path}");
         std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{p}: {e}"))
     }
 

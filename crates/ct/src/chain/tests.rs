@@ -5,12 +5,18 @@ use super::signature::*;
 use super::*;
 use x509_parser::certificate::TbsCertificate;
 
-const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/chains/");
+/// The chains' directory, read at run time: the binary may come from a build in another
+/// clone (a shared target directory).
+fn dir() -> String {
+    let manifest = std::env::var("CARGO_MANIFEST_DIR")
+        .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string());
+    format!("{manifest}/testdata/chains/")
+}
 
 use ChainKind::{Certificate as Cert_, Precertificate as Pre};
 
 fn read(name: &str) -> Vec<u8> {
-    std::fs::read(format!("{DIR}{name}")).unwrap_or_else(|e| panic!("{name}: {e}"))
+    std::fs::read(format!("{}{name}", dir())).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 /// The certificates of a PEM file, in order.
@@ -1180,7 +1186,7 @@ fn an_issuer_key_parsed_once_serves_only_its_algorithm() {
 #[test]
 fn aws_lc_and_rustcrypto_agree_on_ecdsa_links() {
     let mut files = Vec::new();
-    let mut stack = vec![std::path::PathBuf::from(DIR)];
+    let mut stack = vec![std::path::PathBuf::from(dir())];
     while let Some(dir) = stack.pop() {
         for e in std::fs::read_dir(&dir).unwrap() {
             let p = e.unwrap().path();

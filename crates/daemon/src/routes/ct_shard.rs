@@ -465,7 +465,9 @@ mod tests {
     fn testdata(name: &str) -> String {
         let p = format!(
             "{}/../static-ct/testdata/sunlight/{name}",
-            env!("CARGO_MANIFEST_DIR")
+            // At run time: the binary may come from a build in another clone.
+            std::env::var("CARGO_MANIFEST_DIR")
+                .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string())
         );
         std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{p}: {e}"))
     }
