@@ -24,7 +24,8 @@
 # A CT run lasts 24 s and records from 5 s after its first entry, so that its 400,000
 # chains (minted first, not timed) last past the recording at up to ~23k adds/s: a pool
 # used up turns the rest of the run into resubmissions (the script warns when the pool
-# ran out before the run ended).
+# ran out before the run ended). Minting is waited for while the loadgen runs (at most
+# PROFILE_START_WAIT seconds, default 3600); a run with no entry fails.
 # PROFILE_CT_CHAINS=N mints N chains instead of 400,000; writers cycle through them, so
 # with a small N (2000) nearly every add is a resubmission answered from the SCT cache,
 # and the table is per answer (the loadgen's acknowledged rate over the recording)
@@ -87,8 +88,18 @@ read -r -a lgflags <<< "${LGFLAGS:-}"
 lg=$!
 pids+=("$lg")
 size() { curl -sf "http://127.0.0.1:$port/checkpoint" | sed -n 2p; }
-# A CT run mints its chains first (not timed): wait for its first entries.
-for _ in $(seq 300); do [ "$(size || echo 0)" -gt 0 ] && break; sleep 1; done
+# A CT run mints its chains first (not timed): wait for its first entries while the
+# loadgen lives. 400,000 RSA-2048 chains took longer than 300 s on one pinned core of an
+# Intel Xeon (2026-11-29), and a fixed wait then recorded an idle process.
+for _ in $(seq "${PROFILE_START_WAIT:-3600}"); do
+  [ "$(size || echo 0)" -gt 0 ] && break
+  kill -0 "$lg" 2>/dev/null || break
+  sleep 1
+done
+if [ "$(size || echo 0)" -eq 0 ]; then
+  echo "profile.sh: no entry was appended (loadgen exited or PROFILE_START_WAIT=${PROFILE_START_WAIT:-3600} s passed; PROFILE_KEEP_DIR=DIR keeps tlogd.log)" >&2
+  exit 1
+fi
 sleep "$warmup"
 # tlogd's CPU ticks (utime + stime, /proc) over the recording, beside the samples.
 ticks() { awk '{print $14 + $15}' "/proc/$tl/stat"; }
