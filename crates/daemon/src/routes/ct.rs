@@ -626,9 +626,12 @@ async fn add_inner<S: LogStorage>(
         }
     }
     // The body may be a slice of the connection's read buffer (`read_body`): let it go
-    // before waiting on validation and the commit.
+    // before waiting on validation and the commit, and the request's head with it
+    // while its memory is warm (see `tiles::add`).
+    let client = parts.extensions.get::<Client>().and_then(|c| c.addr);
     drop(request);
     drop(body);
+    drop(parts);
     // A few cheap signature checks (RSA up to 4096 bits, P-256: 20-60 µs each) cost
     // about what handing the chain to another thread costs: here. Others (P-384 ~0.7
     // ms, P-521, small RSA keys): on the log's validation threads, within the queue's
@@ -639,7 +642,6 @@ async fn add_inner<S: LogStorage>(
         Some(v) => v,
         None => {
             let policy = ct.policy.clone();
-            let client = parts.extensions.get::<Client>().and_then(|c| c.addr);
             let run = ct.validation.run(client, move || {
                 validate(&chain, kind, &roots.roots, &policy, now_ms())
             });
