@@ -1100,15 +1100,18 @@ async fn hammer(read_url: &str, write_url: &str, goal: u64, max_writes: u32) {
         "--logtostderr".into(),
     ];
     let (ok, out, err) = run(hammer, args).await;
-    // Once the goal is reached the hammer cancels its context, and a checkpoint update
-    // in flight then logs "context canceled": shutdown, not a failure.
+    // Once the goal is reached the hammer cancels its context, and whatever it had in
+    // flight then logs "context canceled": a checkpoint update ("] context canceled"),
+    // or a tile fetch for a proof ("failed to fetch resource: context canceled", seen
+    // once in the suite, 2026-11-29). Shutdown, not a failure.
     let goal_at = err.find("Reached tree size goal").unwrap_or(err.len());
     let failures: Vec<&str> = err
         .lines()
         .filter(|l| l.starts_with('E') || l.starts_with('W') || l.starts_with('F'))
         .filter(|l| {
             let after_goal = err[goal_at..].contains(*l);
-            !(after_goal && l.ends_with("] context canceled"))
+            let canceled = l.ends_with("] context canceled") || l.ends_with(": context canceled");
+            !(after_goal && canceled)
         })
         .collect();
     assert!(ok, "the hammer failed:\n{out}\n{err}");
