@@ -120,12 +120,15 @@ const PING_IF_IDLE: Duration = Duration::from_millis(250);
 
 /// The pools' options: a connection is tested before use only if it has been idle for
 /// [`PING_IF_IDLE`]. sqlx pings every connection as it goes back to the pool, and by
-/// default again as it is taken out; under load that second ping was a round trip of
-/// its own before every commit (one in six) and every tile read (one in three), for a
-/// connection that had answered the first ping a millisecond before (#59). A connection
-/// that died meanwhile fails its first statement instead, and [`SqlStorage::retry`]
-/// and the commit's attempts take another; one that sat idle, across a server restart
-/// say, is still pinged and replaced unseen.
+/// default again as it is taken out. Under load that second ping was a round trip of
+/// its own before every commit (`PING`, `BEGIN`, `SELECT ... FOR UPDATE`, the upserts,
+/// `UPDATE`, `COMMIT`) and every tile read (`PING`, `EXECUTE`), for a connection that
+/// had answered the first ping a millisecond before: MySQL over h2c, where the commit
+/// bounds the rate, +10 to +14 % per alternated round (#59, benches/results/history.md,
+/// 2026-11-29 night). A connection that died meanwhile fails its first statement
+/// instead, and every operation's retries ([`SqlStorage::retry`], the commit's
+/// attempts) take another; one that sat idle, across a server restart say, is still
+/// pinged and replaced unseen.
 fn pool_options<D: Dialect>() -> PoolOptions<D::Db> {
     PoolOptions::<D::Db>::new()
         .test_before_acquire(false)
