@@ -103,6 +103,7 @@ macro_rules! sql_conformance_tests {
             a_commit_in_flight_is_settled_before_its_error_returns,
             cut_and_slow_connections_under_load_lose_nothing,
             no_acknowledged_add_is_lost_when_the_server_is_killed,
+            pooled_connections_idle_across_a_restart_are_replaced_unseen,
             tls_connections_verify_the_server_certificate);
     };
     (@ $b:ty, current_thread: $($name:ident),*) => {$(
@@ -529,6 +530,63 @@ pub async fn no_acknowledged_add_is_lost_when_the_server_is_killed<B: SqlBackend
     assert!(reopened.check_writable().await.is_err());
     B::set_read_only(&reopened, false).await;
     reopened.check_writable().await.unwrap();
+}
+
+/// The pools test a connection before use only once it has been idle a while (sqlx
+/// tests it as it is released anyway): connections that sat in the pool while the
+/// server restarted are found dead and replaced before any statement is sent, so the
+/// first operations after the restart succeed. Without that test each would meet the
+/// dead connections one attempt at a time and fail once its attempts ran out.
+pub async fn pooled_connections_idle_across_a_restart_are_replaced_unseen<B: SqlBackend>() {
+    // A server of its own: this test restarts it.
+    let db = Arc::new(tokio::task::spawn_blocking(B::start).await.unwrap());
+    let url = db.fresh_database("idle").await;
+    let storage = open::<B>(&url).await;
+    storage.commit(first_batch()).await.unwrap();
+    // Many connections open at once, then idle in the pool (more than an operation's
+    // attempts).
+    let mut readers = tokio::task::JoinSet::new();
+    for _ in 0..12 {
+        let s = storage.clone();
+        readers.spawn(async move {
+            for _ in 0..3 {
+                s.load_state().await.unwrap();
+            }
+        });
+    }
+    readers.join_all().await;
+    let d = db.clone();
+    tokio::task::spawn_blocking(move || d.stop()).await.unwrap();
+    let d = db.clone();
+    tokio::task::spawn_blocking(move || d.restart())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // One at a time, so each meets the pool's idle connections.
+    for i in 0..8 {
+        let state = storage.load_state().await;
+        assert!(
+            matches!(&state, Ok(Some(s)) if s.size == 1),
+            "state read {i} after the restart: {state:?}"
+        );
+    }
+    assert!(storage.read_checkpoint().await.is_ok());
+}
+
+/// A batch of one entry on an empty tree: its bundle and level-0 tile.
+fn first_batch() -> CommitBatch {
+    let entry = b"before the restart";
+    let mut tree = TileTree::empty();
+    let mut tiles = Vec::new();
+    tree.append(&[leaf_hash(entry)], &mut tiles);
+    let mut bundle = Vec::new();
+    append_entry(&mut bundle, entry).unwrap();
+    tiles.push((TileId::entries(0, 1), bundle));
+    CommitBatch {
+        prev: TreeState::empty(),
+        next: TreeState::new(1, tree.root()),
+        tiles,
+    }
 }
 
 pub async fn tls_connections_verify_the_server_certificate<B: SqlBackend>() {
