@@ -459,8 +459,9 @@ pub async fn seventy_thousand_entries_in_irregular_batches_match_the_go_referenc
     .await;
 }
 
-/// A batch of `entries` on top of `tree` (advanced), as the engine would build it.
-fn batch(tree: &mut TileTree, bundle: &mut Vec<u8>, entries: &[&[u8]]) -> CommitBatch {
+/// A batch of `entries` on top of `tree` (advanced), as the engine would build it, its
+/// bundle `bundle` (extended) within the first 256 entries.
+pub fn batch(tree: &mut TileTree, bundle: &mut Vec<u8>, entries: &[&[u8]]) -> CommitBatch {
     let prev = TreeState::new(
         tree.size(),
         if tree.size() == 0 {

@@ -24,7 +24,7 @@ use tlogd_core::tile::TileId;
 use tlogd_storage_sql::faultproxy::FaultProxy;
 use tlogd_storage_sql::{OpenError, SCHEMA_VERSION, SqlOptions};
 
-use tlogd_core::conformance::{ORIGIN, SKEY, add_in_order, config};
+use tlogd_core::conformance::{ORIGIN, SKEY, add_in_order, batch, config};
 
 /// A private test server of one SQL backend.
 pub trait TestServer: Send + Sync + 'static {
@@ -542,7 +542,12 @@ pub async fn pooled_connections_idle_across_a_restart_are_replaced_unseen<B: Sql
     let db = Arc::new(tokio::task::spawn_blocking(B::start).await.unwrap());
     let url = db.fresh_database("idle").await;
     let storage = open::<B>(&url).await;
-    storage.commit(first_batch()).await.unwrap();
+    let first = batch(
+        &mut TileTree::empty(),
+        &mut Vec::new(),
+        &[b"before the restart"],
+    );
+    storage.commit(first).await.unwrap();
     // Many connections open at once, then idle in the pool (more than an operation's
     // attempts).
     let mut readers = tokio::task::JoinSet::new();
@@ -571,22 +576,6 @@ pub async fn pooled_connections_idle_across_a_restart_are_replaced_unseen<B: Sql
         );
     }
     assert!(storage.read_checkpoint().await.is_ok());
-}
-
-/// A batch of one entry on an empty tree: its bundle and level-0 tile.
-fn first_batch() -> CommitBatch {
-    let entry = b"before the restart";
-    let mut tree = TileTree::empty();
-    let mut tiles = Vec::new();
-    tree.append(&[leaf_hash(entry)], &mut tiles);
-    let mut bundle = Vec::new();
-    append_entry(&mut bundle, entry).unwrap();
-    tiles.push((TileId::entries(0, 1), bundle));
-    CommitBatch {
-        prev: TreeState::empty(),
-        next: TreeState::new(1, tree.root()),
-        tiles,
-    }
 }
 
 pub async fn tls_connections_verify_the_server_certificate<B: SqlBackend>() {
